@@ -1,0 +1,83 @@
+# perfkit: the two commands are `make run` and `make test`; both set everything up themselves.
+# Every target is idempotent and meant to run as root on a fresh Debian/Ubuntu machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON   ?= python3
+VENV     := .venv
+PY       := $(VENV)/bin/python
+PERFKIT  := $(VENV)/bin/perfkit
+ARCH     := $(shell uname -m)
+CLANG    ?= clang
+BPF_CFLAGS := -O2 -g -target bpf -I/usr/include/$(ARCH)-linux-gnu -Ibpf/include -Wall -Werror
+BPF_SRC  := $(wildcard bpf/*.bpf.c)
+BPF_HDR  := $(wildcard bpf/include/*.h)
+BPF_OBJ  := $(patsubst bpf/%.bpf.c,build/bpf/%.o,$(BPF_SRC))
+CAMPAIGN ?= campaigns/default.yaml
+PYTEST_ARGS ?=
+
+# Debian package names; on Ubuntu a missing one is reported and skipped.
+APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool procps \
+	prometheus prometheus-pushgateway prometheus-node-exporter \
+	tshark linux-perf python3-venv python3-pip chromium
+
+.PHONY: help setup apt venv bpf test run bench report clean distclean cleanup-net
+
+help:
+	@echo "make run    - set up, run the default campaign on the local testbed, write the HTML report"
+	@echo "make test   - set up and run the whole test suite (root; real kernel, real servers)"
+	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
+	@echo "make bench  - the benchmarks in bench/"
+	@echo "make cleanup-net - remove every perfkit namespace, link, XDP attachment, pin and server"
+	@echo "make clean  - remove build/ (distclean also .venv)"
+
+setup: apt venv bpf
+
+# apt: install only what is missing, so a second run does nothing and needs no network.
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get install:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q >/dev/null; \
+		avail=""; for p in $$missing; do \
+			if apt-cache show $$p >/dev/null 2>&1; then avail="$$avail $$p"; else echo "warning: no apt package $$p here, skipped"; fi; \
+		done; \
+		[ -z "$$avail" ] || apt-get install -y -q --no-install-recommends $$avail; \
+	fi
+	@mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf || echo "warning: could not mount bpffs on /sys/fs/bpf"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@touch $@
+
+bpf: $(BPF_OBJ)
+
+build/bpf/%.o: bpf/%.bpf.c $(BPF_HDR)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+run: setup
+	$(PERFKIT) run $(CAMPAIGN) --report
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+cleanup-net:
+	@[ -x $(PERFKIT) ] && $(PERFKIT) clean || echo "no .venv yet: nothing of perfkit can be running"
+
+clean:
+	rm -rf build
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

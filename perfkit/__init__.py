@@ -1,0 +1,10 @@
+"""perfkit: measure, explain and improve eBPF/XDP network functions.
+
+The public API, re-exported here; each name lives in the module named for its concept.
+"""
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.generators.base import Generator
+from perfkit.trial import Rate, Scenario, Trial, TrialResult
+
+__all__ = ["ConfigError", "Generator", "PerfkitError", "Rate", "Scenario", "Trial", "TrialResult"]
+__version__ = "0.1.0"
