@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: GPL-2.0
+/* PGW-U user plane in XDP (seed 001): uplink GTP-U decapsulation towards SGi, downlink GTP-U
+ * encapsulation towards the SGWs. Everything else goes to the host or is dropped and counted.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "parsing.h"
+#include "csum.h"
+#include "gtpu.h"
+#include "pgwu_kern_user.h"
+
+#ifndef PGWU_MAX_SESSIONS
+#define PGWU_MAX_SESSIONS (1 << 20)
+#endif
+
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
+/* Run-time configuration, one entry; userspace may change it while traffic flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pgwu_config);
+} pgwu_config SEC(".maps");
+
+/* Uplink sessions by our TEID. Never an LRU map: with 1M entries an LRU hash silently evicted
+ * 30-70% of live sessions (seed 001). Not preallocated, so memory follows the session count.
+ * Per-CPU so the per-session counters need no atomics. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, PGWU_MAX_SESSIONS);
+	__type(key, __be32);
+	__type(value, struct pgwu_ul_session);
+} ul_sessions SEC(".maps");
+
+/* Downlink sessions by (UE address, tenant VLAN); same reasoning as ul_sessions. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, PGWU_MAX_SESSIONS);
+	__type(key, struct pgwu_dl_key);
+	__type(value, struct pgwu_dl_session);
+} dl_sessions SEC(".maps");
+
+/* What happened to each packet, per CPU, indexed by enum pgwu_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PGWU_STAT_MAX);
+	__type(key, __u32);
+	__type(value, struct pgwu_stat_rec);
+} pgwu_stats SEC(".maps");
+
+static __always_inline int count(enum pgwu_stat stat, int verdict, __u64 frame_len)
+{
+	__u32 key = stat;
+	struct pgwu_stat_rec *rec = bpf_map_lookup_elem(&pgwu_stats, &key);
+
+	if (rec) {
+		rec->packets++;
+		rec->bytes += frame_len;
+	}
+	return verdict;
+}
+
+static __always_inline int egress(struct xdp_md *ctx, struct pgwu_config *cfg, __u32 ifindex)
+{
+	if (cfg->flags & PGWU_F_XDP_TX)
+		return XDP_TX;
+	return bpf_redirect(ifindex, 0);
+}
+
+/* Write an Ethernet header (and a tag when vlan != 0) at the start of the packet.
+ * Returns the L2 length or -1 if the packet is too short. */
+static __always_inline int write_l2(void *data, void *data_end, const __u8 *dst, const __u8 *src,
+				    __u16 vlan)
+{
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, dst, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, src, ETH_ALEN);
+	if (vlan) {
+		struct vlan_hdr *vh = (void *)(eth + 1);
+
+		if ((void *)(vh + 1) > data_end)
+			return -1;
+		eth->h_proto = bpf_htons(ETH_P_8021Q);
+		vh->h_vlan_TCI = bpf_htons(vlan & VLAN_VID_MASK);
+		vh->h_vlan_encapsulated_proto = bpf_htons(ETH_P_IP);
+		return sizeof(*eth) + sizeof(*vh);
+	}
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	return sizeof(*eth);
+}
+
+/* Skip the optional fields and walk the extension-header chain. Returns the T-PDU start or NULL
+ * with *stat telling why. */
+static __always_inline void *gtpu_payload(struct gtpu_hdr *gh, void *data_end, enum pgwu_stat *stat)
+{
+	void *pos = gh + 1;
+	struct gtpu_opt *opt;
+	__u8 next;
+
+	if (!(gh->flags & (GTPU_F_E | GTPU_F_S | GTPU_F_PN)))
+		return pos;
+	opt = pos;
+	if ((void *)(opt + 1) > data_end) {
+		*stat = PGWU_DROP_TRUNCATED;
+		return NULL;
+	}
+	pos = opt + 1;
+	next = (gh->flags & GTPU_F_E) ? opt->next_ext : 0;
+#pragma unroll
+	for (int i = 0; i < GTPU_MAX_EXT; i++) {
+		__u8 *len, *last;
+
+		if (!next)
+			return pos;
+		len = pos;
+		if ((void *)(len + 1) > data_end) {
+			*stat = PGWU_DROP_TRUNCATED;
+			return NULL;
+		}
+		/* length is in 4-octet units and covers the length and next-type octets */
+		if (*len == 0) {
+			*stat = PGWU_DROP_GTP_EXT;
+			return NULL;
+		}
+		last = pos + (*len * 4) - 1;
+		if ((void *)(last + 1) > data_end) {
+			*stat = PGWU_DROP_TRUNCATED;
+			return NULL;
+		}
+		next = *last;
+		pos = last + 1;
+	}
+	if (next) {
+		*stat = PGWU_DROP_GTP_EXT;
+		return NULL;
+	}
+	return pos;
+}
+
+/* Uplink: GTP-U G-PDU to us -> strip outer Ethernet/IPv4/UDP/GTP-U, forward the inner packet. */
+static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg, struct gtpu_hdr *gh,
+				     __u32 udp_payload, __u64 frame_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	enum pgwu_stat stat = PGWU_DROP_INTERNAL;
+	struct pgwu_ul_session *sess;
+	struct iphdr *inner;
+	__u32 gtp_len, hdr_extra, inner_len, avail, outer_len, l2_len;
+	int ret;
+
+	if ((void *)(gh + 1) > data_end)
+		return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if ((gh->flags >> 5) != GTPU_VERSION || !(gh->flags & GTPU_F_PT))
+		return count(PGWU_DROP_GTP_VERSION, XDP_DROP, frame_len);
+	if (gh->type != GTPU_TYPE_GPDU) /* echo, error indication, end marker: the control plane's */
+		return count(PGWU_PASS, XDP_PASS, frame_len);
+	gtp_len = bpf_ntohs(gh->length);
+	if (gtp_len + sizeof(*gh) > udp_payload)
+		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
+
+	inner = gtpu_payload(gh, data_end, &stat);
+	if (!inner)
+		return count(stat, XDP_DROP, frame_len);
+	hdr_extra = (void *)inner - (void *)(gh + 1);
+	if (hdr_extra > gtp_len)
+		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
+	if ((void *)inner + 1 > data_end)
+		return count(PGWU_DROP_INNER_TRUNCATED, XDP_DROP, frame_len);
+	if ((*(__u8 *)inner >> 4) != 4)
+		return count(PGWU_DROP_INNER_NOT_IPV4, XDP_DROP, frame_len);
+	if ((void *)(inner + 1) > data_end)
+		return count(PGWU_DROP_INNER_TRUNCATED, XDP_DROP, frame_len);
+	inner_len = bpf_ntohs(inner->tot_len);
+	avail = (data_end - (void *)inner) & 0xffff;
+	if (inner->ihl < 5 || inner_len < inner->ihl * 4 || inner_len > gtp_len - hdr_extra ||
+	    inner_len > avail)
+		return count(PGWU_DROP_INNER_TRUNCATED, XDP_DROP, frame_len);
+
+	sess = bpf_map_lookup_elem(&ul_sessions, &gh->teid);
+	if (!sess)
+		return count(PGWU_DROP_UNKNOWN_TEID, XDP_DROP, frame_len);
+	if (inner->saddr != sess->ue_addr)
+		return count(PGWU_DROP_UE_MISMATCH, XDP_DROP, frame_len);
+	sess->packets++;
+	sess->bytes += inner_len;
+
+	outer_len = ((void *)inner - data) & 0xffff;
+	l2_len = sess->sgi_vlan ? sizeof(struct ethhdr) + sizeof(struct vlan_hdr) : sizeof(struct ethhdr);
+	/* Ethernet padding after the inner packet must not leave with it */
+	if (avail > inner_len && bpf_xdp_adjust_tail(ctx, -(int)(avail - inner_len)))
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	if (bpf_xdp_adjust_head(ctx, (int)outer_len - (int)l2_len))
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	ret = write_l2(data, data_end, cfg->sgi_dst_mac, cfg->sgi_src_mac, sess->sgi_vlan);
+	if (ret < 0)
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	return count(PGWU_UL_FWD, egress(ctx, cfg, cfg->sgi_ifindex), frame_len);
+}
+
+/* Downlink: IPv4 to a UE -> push outer IPv4/UDP/GTP-U with the session's TEID and SGW. */
+static __always_inline int handle_dl(struct xdp_md *ctx, struct pgwu_config *cfg, struct iphdr *iph,
+				     __u16 vlan, __u32 tot_len, __u64 frame_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pgwu_dl_key key = { .ue_addr = iph->daddr, .vlan = vlan };
+	struct pgwu_dl_session *sess;
+	struct iphdr *oip;
+	struct udphdr *udp;
+	struct gtpu_hdr *gh;
+	__u32 l2_in, l2_out, avail;
+	__be32 sgw_addr, teid;
+	__u8 tos = iph->tos;
+	int ret;
+
+	sess = bpf_map_lookup_elem(&dl_sessions, &key);
+	if (!sess)
+		return count(PGWU_DROP_DL_NO_SESSION, XDP_DROP, frame_len);
+	if (cfg->s5_mtu && tot_len + GTPU_ENCAP_LEN > cfg->s5_mtu)
+		return count(PGWU_DROP_TOO_BIG, XDP_DROP, frame_len);
+	sess->packets++;
+	sess->bytes += tot_len;
+	sgw_addr = sess->sgw_addr;
+	teid = sess->teid;
+
+	l2_in = ((void *)iph - data) & 0xff;
+	avail = (data_end - (void *)iph) & 0xffff;
+	l2_out = cfg->s5_vlan ? sizeof(struct ethhdr) + sizeof(struct vlan_hdr) : sizeof(struct ethhdr);
+	if (avail > tot_len && bpf_xdp_adjust_tail(ctx, -(int)(avail - tot_len)))
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	if (bpf_xdp_adjust_head(ctx, (int)l2_in - (int)(l2_out + GTPU_ENCAP_LEN)))
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	ret = write_l2(data, data_end, cfg->s5_dst_mac, cfg->s5_src_mac, cfg->s5_vlan);
+	if (ret < 0)
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+
+	oip = data + (ret & 0xff);
+	udp = (void *)(oip + 1);
+	gh = (void *)(udp + 1);
+	if ((void *)(gh + 1) > data_end)
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+	oip->version = 4;
+	oip->ihl = 5;
+	oip->tos = tos; /* RFC 2983: the tunnel keeps the inner DSCP visible */
+	oip->tot_len = bpf_htons(tot_len + GTPU_ENCAP_LEN);
+	oip->id = 0;
+	oip->frag_off = 0;
+	oip->ttl = 64;
+	oip->protocol = IPPROTO_UDP;
+	oip->check = 0;
+	oip->saddr = cfg->gtpu_addr;
+	oip->daddr = sgw_addr;
+	oip->check = ipv4_csum(oip);
+	udp->source = bpf_htons(GTPU_PORT);
+	udp->dest = bpf_htons(GTPU_PORT);
+	udp->len = bpf_htons(tot_len + sizeof(*udp) + sizeof(*gh));
+	udp->check = 0;
+	gh->flags = GTPU_FLAGS_PLAIN;
+	gh->type = GTPU_TYPE_GPDU;
+	gh->length = bpf_htons(tot_len);
+	gh->teid = teid;
+
+	if (cfg->flags & PGWU_F_UDP_CSUM) {
+		__u64 sum = (oip->saddr & 0xffff) + (oip->saddr >> 16) + (oip->daddr & 0xffff) +
+			    (oip->daddr >> 16) + bpf_htons(IPPROTO_UDP) + udp->len;
+		__u32 off = ((void *)udp - data) & 0xff;
+		int ok;
+		__u16 check;
+
+		sum += csum_packet(data, data_end, off, tot_len + sizeof(*udp) + sizeof(*gh), &ok);
+		if (!ok)
+			return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+		check = csum_fold(sum);
+		/* RFC 768: a computed 0 is sent as all ones; 0 means "no checksum" */
+		udp = data + off;
+		if ((void *)(udp + 1) > data_end)
+			return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+		udp->check = check ? check : 0xffff;
+	}
+	return count(PGWU_DL_FWD, egress(ctx, cfg, cfg->s5_ifindex), frame_len);
+}
+
+SEC("xdp")
+int xdp_pgwu(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 frame_len = (data_end - data) & 0xffff;
+	struct hdr_cursor nh = { .pos = data };
+	struct pgwu_config *cfg;
+	struct ethhdr *eth;
+	struct iphdr *iph;
+	struct udphdr *udp;
+	__u32 zero = 0, ihl, tot_len, udp_len;
+	__u16 vlan;
+	int proto;
+
+	cfg = bpf_map_lookup_elem(&pgwu_config, &zero);
+	if (!cfg)
+		return count(PGWU_DROP_INTERNAL, XDP_DROP, frame_len);
+
+	proto = parse_ethhdr_vlan(&nh, data_end, &eth, &vlan);
+	if (proto < 0)
+		return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if (proto != bpf_htons(ETH_P_IP)) /* ARP, IPv6, LLDP ...: the host's */
+		return count(PGWU_PASS, XDP_PASS, frame_len);
+
+	iph = nh.pos;
+	if ((void *)(iph + 1) > data_end)
+		return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if (iph->version != 4 || iph->ihl < 5)
+		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
+	ihl = iph->ihl * 4;
+	tot_len = bpf_ntohs(iph->tot_len);
+	if (tot_len < ihl)
+		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
+	if ((void *)iph + tot_len > data_end)
+		return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
+	nh.pos = (void *)iph + ihl;
+
+	if (iph->protocol == IPPROTO_UDP && (!cfg->gtpu_addr || iph->daddr == cfg->gtpu_addr)) {
+		udp_len = parse_udphdr(&nh, data_end, &udp);
+		if ((int)udp_len < 0)
+			return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
+		if (udp->dest == bpf_htons(GTPU_PORT)) {
+			if (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+				return count(PGWU_DROP_FRAGMENT, XDP_DROP, frame_len);
+			if (udp_len < sizeof(*udp) || udp_len > tot_len - ihl)
+				return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
+			return handle_ul(ctx, cfg, nh.pos, udp_len - sizeof(*udp), frame_len);
+		}
+	}
+	if (iph->daddr == cfg->gtpu_addr || iph->daddr == cfg->sgi_addr) /* ICMP, other UDP to us */
+		return count(PGWU_PASS, XDP_PASS, frame_len);
+	return handle_dl(ctx, cfg, iph, vlan, tot_len, frame_len);
+}
+
+char _license[] SEC("license") = "GPL";

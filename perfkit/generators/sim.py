@@ -1,0 +1,181 @@
+"""Simulated DUTs with known behaviour, for tests and for benchmarking the searches.
+
+A ``SimGenerator`` answers ``measure(rate_pps, duration)`` instantly (no sleeping) with honest
+counts: intended = rate x duration, offered = intended (or less when ``max_offer`` caps the
+simulated generator), received = offered minus what the model loses. The trial still reports
+``duration`` as its length, so a search's trial seconds are what a real testbed would spend.
+
+Models (``SimModel.kind``), with ``T`` = ``threshold`` [pps]:
+
+- ``sharp``: no loss up to ``T``; above, the DUT forwards exactly ``T`` (loss = 1 - T/rate).
+  NDR = T, PDR(g) = T / (1 - g).
+- ``noisy``: ``sharp`` with a threshold drawn per trial from a normal law (mean T, relative
+  standard deviation ``sigma``), plus, with probability ``spike_probability``, a loss spike of
+  ``spike_loss`` (a fraction of the offered packets) at any rate.
+- ``smooth``: loss grows smoothly from ``T``: loss = (1 - T/rate)^2 above it, so forwarding keeps
+  rising towards 2T at overload. NDR = T, PDR(g) = T / (1 - sqrt(g)).
+- ``buffered``: a sharp DUT behind a ``buffer_packets`` queue: the excess (rate - T) x duration
+  is lost only once the queue is full, so short trials look better than long ones.
+
+Loss counts are rounded up: any positive modelled loss loses at least one packet, so NDR is T
+exactly whatever the trial length.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from perfkit.errors import ConfigError
+from perfkit.generators.base import Generator
+from perfkit.trial import Rate, Scenario, TrialResult
+
+#: The models a ``SimModel`` can be.
+MODELS = ("sharp", "noisy", "smooth", "buffered")
+#: Bytes the GTP-U tunnel (outer IPv4 20 + UDP 8 + GTPv1-U 8) adds on the uplink wire.
+GTPU_OVERHEAD = 36
+#: Bytes an 802.1Q tag adds.
+VLAN_TAG = 4
+
+
+def wire_frame_size(scenario: Scenario) -> int:
+    """Bytes per frame the generator puts on the wire [bytes], FCS included.
+
+    Uplink traffic is GTP-U encapsulated (+36 bytes); a VLAN tag adds 4.
+    """
+    size = scenario.frame_size + (GTPU_OVERHEAD if scenario.direction == "ul" else 0)
+    return size + (VLAN_TAG if scenario.vlan else 0)
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """How a simulated DUT loses packets and delays them."""
+
+    kind: str = "sharp"
+    """One of ``MODELS``."""
+    threshold: float = 1e6
+    """Forwarding capacity T [pps] (the NDR of the sharp, smooth and buffered models)."""
+    sigma: float = 0.02
+    """``noisy``: relative standard deviation of the per-trial threshold [1]."""
+    spike_probability: float = 0.0
+    """``noisy``: probability that a trial suffers a loss spike at any rate [1]."""
+    spike_loss: float = 1e-5
+    """``noisy``: fraction of offered packets a spike loses [1]."""
+    buffer_packets: int = 200_000
+    """``buffered``: packets the DUT can queue before it starts to drop [packets]."""
+    base_latency_ns: float = 20_000.0
+    """One-way latency of an idle DUT [ns]."""
+    max_latency_ns: float = 2_000_000.0
+    """Latency once the DUT's queue is full (at or above T) [ns]."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODELS:
+            raise ConfigError("sim model", self.kind, MODELS)
+        if not (self.threshold > 0 and math.isfinite(self.threshold)):
+            raise ConfigError("sim threshold", self.threshold, "a positive rate [pps]")
+        if not 0 <= self.sigma < 0.5:
+            raise ConfigError("sim sigma", self.sigma, "0 <= sigma < 0.5")
+        if not 0 <= self.spike_probability <= 1:
+            raise ConfigError("sim spike_probability", self.spike_probability, "0 .. 1")
+        if not 0 <= self.spike_loss < 1:
+            raise ConfigError("sim spike_loss", self.spike_loss, "0 <= spike_loss < 1")
+        if self.buffer_packets < 0:
+            raise ConfigError("sim buffer_packets", self.buffer_packets, "an integer >= 0")
+
+    def pdr(self, loss_tolerance: float) -> float:
+        """The true highest rate [pps] whose loss ratio is <= ``loss_tolerance`` (long trials).
+
+        For ``noisy`` this is the value at the median threshold, without spikes.
+        """
+        if self.kind == "smooth":
+            return self.threshold / (1.0 - math.sqrt(loss_tolerance))
+        return self.threshold / (1.0 - loss_tolerance)
+
+    def lost(self, rate_pps: float, duration: float, offered: int, rng: random.Random) -> int:
+        """Packets lost out of ``offered`` sent at ``rate_pps`` for ``duration`` seconds."""
+        threshold = self.threshold
+        if self.kind == "noisy":
+            threshold *= max(0.05, rng.gauss(1.0, self.sigma))
+        if rate_pps <= threshold or offered == 0:
+            ratio = 0.0
+        elif self.kind == "smooth":
+            ratio = (1.0 - threshold / rate_pps) ** 2
+        elif self.kind == "buffered":
+            excess = (rate_pps - threshold) * duration - self.buffer_packets
+            ratio = max(0.0, excess) / (rate_pps * duration)
+        else:
+            ratio = 1.0 - threshold / rate_pps
+        if self.kind == "noisy" and rng.random() < self.spike_probability:
+            ratio = ratio + (1.0 - ratio) * self.spike_loss
+        return min(offered, math.ceil(ratio * offered - 1e-9)) if ratio > 0 else 0
+
+    def latency_ns(self, rate_pps: float) -> dict[str, float]:
+        """Latency percentiles [ns] at ``rate_pps``: a queue that fills as the load nears T."""
+        load = min(rate_pps / self.threshold, 1.0)
+        queue = self.max_latency_ns if load >= 1.0 else min(
+            self.max_latency_ns, self.base_latency_ns * load / (1.0 - load))
+        p50 = self.base_latency_ns + queue * 0.7
+        return {"min": self.base_latency_ns * 0.8, "p50": p50, "p90": p50 + queue * 0.6,
+                "p99": p50 + queue * 1.2, "p99.9": p50 + queue * 1.6,
+                "max": p50 + queue * 2.0, "mean": p50 + queue * 0.1}
+
+
+class SimGenerator(Generator):
+    """A generator whose DUT is a ``SimModel``; trials take no time but report their duration."""
+
+    name = "sim"
+
+    def __init__(self, scenario: Scenario, model: str | SimModel = "sharp",
+                 threshold: float | str | None = None, sigma: float | None = None,
+                 seed: int | None = 0, max_offer: float | str | None = None, **model_options: float):
+        """``model`` is a ``SimModel`` or its kind; ``threshold``/``sigma`` and ``model_options``
+        override its fields; ``max_offer`` [pps] caps what the simulated generator can send."""
+        super().__init__(scenario)
+        if isinstance(model, str):
+            fields: dict[str, object] = dict(model_options)
+            if threshold is not None:
+                fields["threshold"] = _pps(threshold, scenario)
+            if sigma is not None:
+                fields["sigma"] = sigma
+            model = SimModel(kind=model, **fields)  # type: ignore[arg-type]
+        elif threshold is not None or sigma is not None or model_options:
+            raise ConfigError("sim model", model, "a model kind when threshold/sigma are given")
+        self.model = model
+        self.max_offer = _pps(max_offer, scenario) if max_offer is not None else None
+        self.wire_frame_size = wire_frame_size(scenario)
+        self._rng = random.Random(seed)
+
+    def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
+        if not (rate_pps > 0 and math.isfinite(rate_pps)):
+            raise ConfigError("rate", rate_pps, "a positive number of packets/s")
+        if not (duration > 0 and math.isfinite(duration)):
+            raise ConfigError("duration", duration, "a positive number of seconds")
+        if packets is not None:
+            duration = packets / rate_pps
+        intended = packets if packets is not None else max(1, round(rate_pps * duration))
+        offered_pps = min(rate_pps, self.max_offer) if self.max_offer else rate_pps
+        offered = min(intended, round(offered_pps * duration))
+        lost = self.model.lost(offered_pps, duration, offered, self._rng)
+        received = offered - lost
+        start = time.time()
+        sc = self.scenario
+        out_size = sc.frame_size + (VLAN_TAG if sc.vlan else 0) + (
+            GTPU_OVERHEAD if sc.direction == "dl" else 0)
+        return TrialResult(
+            dataplane=sc.dataplane, direction=sc.direction, frame_size=sc.frame_size,
+            wire_frame_size=self.wire_frame_size, flows=sc.flows, dut_cores=sc.dut_cores,
+            generator=self.name, duration=duration, intended_pps=rate_pps,
+            intended_packets=intended, tx_packets=offered, rx_packets=received,
+            tx_bytes=offered * self.wire_frame_size, rx_bytes=received * out_size,
+            elapsed=duration, start_time=start, end_time=start + duration,
+            udp_csum=sc.udp_csum, sessions=sc.session_count,
+            latency_ns=self.model.latency_ns(offered_pps) if received else {},
+            dut_cpu={str(c): min(1.0, offered_pps / self.model.threshold)
+                     for c in range(sc.dut_cores)},
+            notes=[f"simulated DUT: {self.model.kind} at {self.model.threshold:.6g} pps"],
+        )
+
+
+def _pps(value: float | str, scenario: Scenario) -> float:
+    return Rate.parse(value, scenario.line_rate).pps(wire_frame_size(scenario))

@@ -1,0 +1,451 @@
+"""A thin ctypes binding of libbpf (>= 1.0): load BPF objects, use maps, run and attach programs.
+
+Only what perfkit needs, with errors turned into ``BpfError`` naming the call. libbpf >= 1.0
+returns ``-errno`` (or NULL with ``errno`` set), which is what ``_check`` relies on.
+
+Typical use::
+
+    with BpfObject.load("build/bpf/pgwu.o") as obj:
+        sessions = obj.map("ul_sessions")
+        sessions.update(key_bytes, value_bytes)
+        res = obj.program("xdp_pgwu").test_run(packet)
+        print(res.retval, res.data_out)
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from perfkit.errors import BpfError
+
+# enum bpf_map_type / bpf_attach_type values used here (uapi/linux/bpf.h)
+BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
+BPF_XDP_CPUMAP = 43
+BPF_STATS_RUN_TIME = 0
+# XDP attach flags (uapi/linux/if_link.h)
+XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
+XDP_FLAGS_SKB_MODE = 1 << 1
+XDP_FLAGS_DRV_MODE = 1 << 2
+XDP_FLAGS_REPLACE = 1 << 4
+# BPF_PROG_TEST_RUN flags
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+# XDP verdicts
+XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
+XDP_VERDICTS = {XDP_ABORTED: "XDP_ABORTED", XDP_DROP: "XDP_DROP", XDP_PASS: "XDP_PASS",
+                XDP_TX: "XDP_TX", XDP_REDIRECT: "XDP_REDIRECT"}
+#: Headroom the kernel gives an XDP test-run buffer; packets may grow by at most this much.
+XDP_PACKET_HEADROOM = 256
+
+
+class XdpMd(ctypes.Structure):
+    """struct xdp_md, the context passed to BPF_PROG_TEST_RUN for XDP programs."""
+
+    _fields_ = [("data", ctypes.c_uint32), ("data_end", ctypes.c_uint32),
+                ("data_meta", ctypes.c_uint32), ("ingress_ifindex", ctypes.c_uint32),
+                ("rx_queue_index", ctypes.c_uint32), ("egress_ifindex", ctypes.c_uint32)]
+
+
+class _TestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts (libbpf 1.x)."""
+
+    _fields_ = [("sz", ctypes.c_size_t),
+                ("data_in", ctypes.c_void_p), ("data_out", ctypes.c_void_p),
+                ("data_size_in", ctypes.c_uint32), ("data_size_out", ctypes.c_uint32),
+                ("ctx_in", ctypes.c_void_p), ("ctx_out", ctypes.c_void_p),
+                ("ctx_size_in", ctypes.c_uint32), ("ctx_size_out", ctypes.c_uint32),
+                ("retval", ctypes.c_uint32), ("repeat", ctypes.c_int),
+                ("duration", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
+
+
+class _BatchOpts(ctypes.Structure):
+    """struct bpf_map_batch_opts."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+
+
+class BpfProgInfo(ctypes.Structure):
+    """struct bpf_prog_info up to the run-time statistics (uapi/linux/bpf.h, Linux >= 5.1)."""
+
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("tag", ctypes.c_uint8 * 8),
+                ("jited_prog_len", ctypes.c_uint32), ("xlated_prog_len", ctypes.c_uint32),
+                ("jited_prog_insns", ctypes.c_uint64), ("xlated_prog_insns", ctypes.c_uint64),
+                ("load_time", ctypes.c_uint64), ("created_by_uid", ctypes.c_uint32),
+                ("nr_map_ids", ctypes.c_uint32), ("map_ids", ctypes.c_uint64),
+                ("name", ctypes.c_char * 16), ("ifindex", ctypes.c_uint32),
+                ("gpl_compatible", ctypes.c_uint32), ("netns_dev", ctypes.c_uint64),
+                ("netns_ino", ctypes.c_uint64), ("nr_jited_ksyms", ctypes.c_uint32),
+                ("nr_jited_func_lens", ctypes.c_uint32), ("jited_ksyms", ctypes.c_uint64),
+                ("jited_func_lens", ctypes.c_uint64), ("btf_id", ctypes.c_uint32),
+                ("func_info_rec_size", ctypes.c_uint32), ("func_info", ctypes.c_uint64),
+                ("nr_func_info", ctypes.c_uint32), ("nr_line_info", ctypes.c_uint32),
+                ("line_info", ctypes.c_uint64), ("jited_line_info", ctypes.c_uint64),
+                ("nr_jited_line_info", ctypes.c_uint32), ("line_info_rec_size", ctypes.c_uint32),
+                ("jited_line_info_rec_size", ctypes.c_uint32), ("nr_prog_tags", ctypes.c_uint32),
+                ("prog_tags", ctypes.c_uint64), ("run_time_ns", ctypes.c_uint64),
+                ("run_cnt", ctypes.c_uint64), ("recursion_misses", ctypes.c_uint64)]
+
+
+def _load_lib() -> ctypes.CDLL:
+    for name in ("libbpf.so.1", ctypes.util.find_library("bpf") or ""):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            continue
+        _declare(lib)
+        return lib
+    raise BpfError("loading libbpf.so.1 (apt-get install libbpf1, or `make setup`)", errno.ENOENT)
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    vp, i, u32, u64, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p
+    sigs = {
+        "bpf_object__open_file": (vp, [cp, vp]),
+        "bpf_object__load": (i, [vp]),
+        "bpf_object__close": (None, [vp]),
+        "bpf_object__find_program_by_name": (vp, [vp, cp]),
+        "bpf_object__find_map_by_name": (vp, [vp, cp]),
+        "bpf_object__next_program": (vp, [vp, vp]),
+        "bpf_object__next_map": (vp, [vp, vp]),
+        "bpf_program__name": (cp, [vp]),
+        "bpf_program__fd": (i, [vp]),
+        "bpf_program__set_expected_attach_type": (i, [vp, i]),
+        "bpf_program__set_autoload": (i, [vp, ctypes.c_bool]),
+        "bpf_map__name": (cp, [vp]),
+        "bpf_map__fd": (i, [vp]),
+        "bpf_map__set_max_entries": (i, [vp, u32]),
+        "bpf_map__max_entries": (u32, [vp]),
+        "bpf_map__key_size": (u32, [vp]),
+        "bpf_map__value_size": (u32, [vp]),
+        "bpf_map__type": (i, [vp]),
+        "bpf_map__reuse_fd": (i, [vp, i]),
+        "bpf_map__set_initial_value": (i, [vp, vp, ctypes.c_size_t]),
+        "bpf_map_update_elem": (i, [i, vp, vp, u64]),
+        "bpf_map_lookup_elem": (i, [i, vp, vp]),
+        "bpf_map_delete_elem": (i, [i, vp]),
+        "bpf_map_get_next_key": (i, [i, vp, vp]),
+        "bpf_map_update_batch": (i, [i, vp, vp, ctypes.POINTER(u32), vp]),
+        "bpf_prog_test_run_opts": (i, [i, vp]),
+        "bpf_xdp_attach": (i, [i, i, u32, vp]),
+        "bpf_xdp_detach": (i, [i, u32, vp]),
+        "bpf_xdp_query_id": (i, [i, i, ctypes.POINTER(u32)]),
+        "bpf_obj_pin": (i, [i, cp]),
+        "bpf_obj_get": (i, [cp]),
+        "bpf_obj_get_info_by_fd": (i, [i, vp, ctypes.POINTER(u32)]),
+        "bpf_prog_get_fd_by_id": (i, [u32]),
+        "bpf_enable_stats": (i, [i]),
+        "libbpf_num_possible_cpus": (i, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+_lib: ctypes.CDLL | None = None
+
+
+def lib() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        _lib = _load_lib()
+    return _lib
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        raise BpfError(what, -ret if ret != -1 else (ctypes.get_errno() or errno.EPERM))
+    return ret
+
+
+def num_possible_cpus() -> int:
+    """CPUs the kernel may bring up: the number of slots in a per-CPU map value."""
+    return _check(lib().libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+def _buf(data: bytes | bytearray | ctypes.Array | ctypes.Structure) -> ctypes.Array:
+    if isinstance(data, ctypes.Array):
+        return data
+    raw = bytes(data)
+    return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
+
+
+@dataclass
+class TestRunResult:
+    """What BPF_PROG_TEST_RUN returned for one packet."""
+
+    retval: int
+    """The program's return code (an XDP verdict for XDP programs)."""
+    data_out: bytes
+    """The packet after the program (empty in live-frames mode)."""
+    duration_ns: int
+    """Kernel-measured mean run time per repetition [ns]."""
+
+    @property
+    def verdict(self) -> str:
+        return XDP_VERDICTS.get(self.retval, f"UNKNOWN({self.retval})")
+
+
+class Map:
+    """A BPF map of a loaded object (or one opened by fd). Keys and values are raw bytes."""
+
+    def __init__(self, fd: int, name: str, key_size: int, value_size: int, max_entries: int,
+                 percpu: bool = False):
+        self.fd, self.name = fd, name
+        self.key_size, self.value_size, self.max_entries = key_size, value_size, max_entries
+        self.percpu = percpu
+
+    @property
+    def value_buf_size(self) -> int:
+        """Bytes a lookup returns: per-CPU maps hold one 8-byte aligned slot per possible CPU."""
+        if self.percpu:
+            return ((self.value_size + 7) & ~7) * num_possible_cpus()
+        return self.value_size
+
+    def update(self, key: bytes | ctypes.Array | ctypes.Structure, value: bytes | ctypes.Array | ctypes.Structure, flags: int = BPF_ANY) -> None:
+        _check(lib().bpf_map_update_elem(self.fd, _buf(key), _buf(value), flags),
+               f"bpf_map_update_elem({self.name})")
+
+    def lookup(self, key: bytes | ctypes.Array) -> bytes | None:
+        out = ctypes.create_string_buffer(self.value_buf_size)
+        ret = lib().bpf_map_lookup_elem(self.fd, _buf(key), out)
+        if ret == -errno.ENOENT:
+            return None
+        _check(ret, f"bpf_map_lookup_elem({self.name})")
+        return out.raw
+
+    def delete(self, key: bytes | ctypes.Array) -> bool:
+        ret = lib().bpf_map_delete_elem(self.fd, _buf(key))
+        if ret == -errno.ENOENT:
+            return False
+        _check(ret, f"bpf_map_delete_elem({self.name})")
+        return True
+
+    def keys(self) -> Iterator[bytes]:
+        key = None
+        nxt = ctypes.create_string_buffer(self.key_size)
+        while True:
+            ret = lib().bpf_map_get_next_key(self.fd, key, nxt)
+            if ret == -errno.ENOENT:
+                return
+            _check(ret, f"bpf_map_get_next_key({self.name})")
+            yield nxt.raw
+            key = ctypes.create_string_buffer(nxt.raw, self.key_size)
+
+    def update_batch(self, keys: bytes, values: bytes, count: int, flags: int = BPF_ANY) -> int:
+        """Insert ``count`` keys and values (concatenated) in one call; returns how many went in."""
+        opts = _BatchOpts(ctypes.sizeof(_BatchOpts), flags, 0)
+        n = ctypes.c_uint32(count)
+        _check(lib().bpf_map_update_batch(self.fd, _buf(keys), _buf(values), ctypes.byref(n),
+                                          ctypes.byref(opts)), f"bpf_map_update_batch({self.name})")
+        return n.value
+
+    def percpu_values(self, raw: bytes) -> list[bytes]:
+        """Split a per-CPU lookup result into one value per CPU."""
+        stride = (self.value_size + 7) & ~7
+        return [raw[i * stride:i * stride + self.value_size] for i in range(len(raw) // stride)]
+
+    def pin(self, path: str | Path) -> None:
+        _check(lib().bpf_obj_pin(self.fd, str(path).encode()), f"bpf_obj_pin({self.name}, {path})")
+
+
+class Program:
+    """A BPF program of a loaded object."""
+
+    def __init__(self, fd: int, name: str):
+        self.fd, self.name = fd, name
+
+    def test_run(self, data: bytes, repeat: int = 1, ctx: XdpMd | None = None,
+                 data_out_size: int | None = None) -> TestRunResult:
+        """Run the program on ``data`` (BPF_PROG_TEST_RUN) and return verdict, output, ns per run."""
+        din = _buf(data)
+        size_out = data_out_size if data_out_size is not None else len(data) + XDP_PACKET_HEADROOM
+        dout = ctypes.create_string_buffer(max(size_out, 1))
+        opts = _TestRunOpts()
+        opts.sz = ctypes.sizeof(_TestRunOpts)
+        opts.data_in = ctypes.cast(din, ctypes.c_void_p)
+        opts.data_size_in = len(data)
+        opts.data_out = ctypes.cast(dout, ctypes.c_void_p)
+        opts.data_size_out = size_out
+        opts.repeat = repeat
+        if ctx is not None:
+            opts.ctx_in = ctypes.cast(ctypes.pointer(ctx), ctypes.c_void_p)
+            opts.ctx_size_in = ctypes.sizeof(ctx)
+        _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)),
+               f"bpf_prog_test_run_opts({self.name})")
+        return TestRunResult(opts.retval, dout.raw[:opts.data_size_out], opts.duration)
+
+    def run_live(self, data: bytes, repeat: int, ctx: XdpMd | None = None, batch_size: int = 0) -> int:
+        """Run the program ``repeat`` times on live frames built from ``data`` (Linux >= 5.18).
+
+        Each run gets a real frame: XDP_TX and XDP_REDIRECT really transmit. Returns the kernel's
+        mean ns per run. The call blocks; the calling thread's CPU and network namespace apply.
+        """
+        din = _buf(data)
+        opts = _TestRunOpts()
+        opts.sz = ctypes.sizeof(_TestRunOpts)
+        opts.data_in = ctypes.cast(din, ctypes.c_void_p)
+        opts.data_size_in = len(data)
+        opts.repeat = repeat
+        opts.flags = BPF_F_TEST_XDP_LIVE_FRAMES
+        opts.batch_size = batch_size
+        ctx = ctx or XdpMd(0, len(data), 0, 0, 0, 0)
+        opts.ctx_in = ctypes.cast(ctypes.pointer(ctx), ctypes.c_void_p)
+        opts.ctx_size_in = ctypes.sizeof(ctx)
+        _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)),
+               f"bpf_prog_test_run_opts({self.name}, live frames)")
+        return opts.duration
+
+    def info(self) -> BpfProgInfo:
+        return prog_info(self.fd)
+
+    def pin(self, path: str | Path) -> None:
+        _check(lib().bpf_obj_pin(self.fd, str(path).encode()), f"bpf_obj_pin({self.name}, {path})")
+
+
+def prog_info(fd: int) -> BpfProgInfo:
+    """The kernel's bpf_prog_info of a program fd (id, name, run_cnt, run_time_ns ...)."""
+    info = BpfProgInfo()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "bpf_obj_get_info_by_fd")
+    return info
+
+
+class BpfObject:
+    """A BPF ELF object opened and loaded through libbpf. Close it (or use ``with``) to unload.
+
+    ``max_entries`` overrides map sizes and ``reuse_maps`` shares maps (name -> fd) with another
+    object before loading; ``attach_types`` sets a program's expected attach type (e.g. to run a
+    program in a cpumap, ``BPF_XDP_CPUMAP``); ``disable`` leaves programs unloaded.
+    """
+
+    def __init__(self, path: str | Path, max_entries: dict[str, int] | None = None,
+                 reuse_maps: dict[str, int] | None = None, attach_types: dict[str, int] | None = None,
+                 initial_values: dict[str, bytes] | None = None):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise BpfError(f"open {self.path} (run `make bpf`)", errno.ENOENT)
+        ctypes.set_errno(0)
+        self._obj = lib().bpf_object__open_file(str(self.path).encode(), None)
+        if not self._obj:
+            raise BpfError(f"bpf_object__open_file({self.path})", ctypes.get_errno() or errno.EINVAL)
+        try:
+            for name, n in (max_entries or {}).items():
+                _check(lib().bpf_map__set_max_entries(self._map_ptr(name), n), f"set_max_entries({name})")
+            for name, fd in (reuse_maps or {}).items():
+                _check(lib().bpf_map__reuse_fd(self._map_ptr(name), fd), f"bpf_map__reuse_fd({name})")
+            for name, data in (initial_values or {}).items():
+                self._initial = _buf(data)  # libbpf copies it, but keep it alive until load anyway
+                _check(lib().bpf_map__set_initial_value(self._map_ptr(name), self._initial, len(data)),
+                       f"bpf_map__set_initial_value({name})")
+            for name, t in (attach_types or {}).items():
+                _check(lib().bpf_program__set_expected_attach_type(self._prog_ptr(name), t),
+                       f"set_expected_attach_type({name})")
+            _check(lib().bpf_object__load(self._obj), f"bpf_object__load({self.path}) (verifier log above)")
+        except BaseException:
+            lib().bpf_object__close(self._obj)
+            self._obj = None
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path, **kw: object) -> BpfObject:
+        return cls(path, **kw)  # type: ignore[arg-type]
+
+    def _map_ptr(self, name: str) -> int:
+        p = lib().bpf_object__find_map_by_name(self._obj, name.encode())
+        if not p:
+            raise BpfError(f"map {name!r} not in {self.path.name} (maps: {', '.join(self.map_names())})",
+                           errno.ENOENT)
+        return p
+
+    def _prog_ptr(self, name: str) -> int:
+        p = lib().bpf_object__find_program_by_name(self._obj, name.encode())
+        if not p:
+            raise BpfError(f"program {name!r} not in {self.path.name}", errno.ENOENT)
+        return p
+
+    def map_names(self) -> list[str]:
+        names, p = [], None
+        while True:
+            p = lib().bpf_object__next_map(self._obj, p)
+            if not p:
+                return names
+            names.append(lib().bpf_map__name(p).decode())
+
+    def program_names(self) -> list[str]:
+        names, p = [], None
+        while True:
+            p = lib().bpf_object__next_program(self._obj, p)
+            if not p:
+                return names
+            names.append(lib().bpf_program__name(p).decode())
+
+    def map(self, name: str) -> Map:
+        p = self._map_ptr(name)
+        # BPF_MAP_TYPE_PERCPU_HASH=5, PERCPU_ARRAY=6, LRU_PERCPU_HASH=10
+        percpu = lib().bpf_map__type(p) in (5, 6, 10)
+        return Map(lib().bpf_map__fd(p), name, lib().bpf_map__key_size(p), lib().bpf_map__value_size(p),
+                   lib().bpf_map__max_entries(p), percpu)
+
+    def program(self, name: str) -> Program:
+        return Program(_check(lib().bpf_program__fd(self._prog_ptr(name)), f"bpf_program__fd({name})"), name)
+
+    def close(self) -> None:
+        if self._obj:
+            lib().bpf_object__close(self._obj)
+            self._obj = None
+
+    def __enter__(self) -> BpfObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def xdp_attach(ifindex: int, prog_fd: int, mode: str = "native") -> None:
+    """Attach an XDP program to ``ifindex`` of the calling thread's network namespace."""
+    flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE, "auto": 0}[mode]
+    _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, None), f"bpf_xdp_attach(ifindex {ifindex}, {mode})")
+
+
+def xdp_detach(ifindex: int, mode: str = "native") -> None:
+    flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE, "auto": 0}[mode]
+    _check(lib().bpf_xdp_detach(ifindex, flags, None), f"bpf_xdp_detach(ifindex {ifindex})")
+
+
+def xdp_query_id(ifindex: int) -> int:
+    """Id of the XDP program attached to ``ifindex`` (0 if none)."""
+    pid = ctypes.c_uint32(0)
+    _check(lib().bpf_xdp_query_id(ifindex, 0, ctypes.byref(pid)), f"bpf_xdp_query_id({ifindex})")
+    return pid.value
+
+
+class BpfStats:
+    """Kernel BPF run-time statistics on while this object is open (BPF_ENABLE_STATS).
+
+    The kernel turns them off again when the fd closes, even if the process dies, so
+    ``kernel.bpf_stats_enabled`` is always restored.
+    """
+
+    def __init__(self) -> None:
+        self.fd = _check(lib().bpf_enable_stats(BPF_STATS_RUN_TIME), "bpf_enable_stats")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> BpfStats:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,13 @@
+"""Metrics: the local Prometheus stack, pushing trial results, querying them and the DUT's CPU back.
+
+- ``perfkit.metrics.config``: ``Endpoints`` and ``load_endpoints()`` (URLs, basic auth, TLS).
+- ``perfkit.metrics.stack``: ``up()``, ``down()``, ``status()`` of a local Prometheus + Pushgateway +
+  node-exporter.
+- ``perfkit.metrics.push``: ``push_trial()``, ``store_and_push()``, ``backfill()``.
+- ``perfkit.metrics.query``: ``cpu_frame()``, ``cpu_busy_frame()``, ``trial_metrics_frame()``.
+"""
+from __future__ import annotations
+
+from perfkit.metrics.config import Endpoints, load_endpoints
+
+__all__ = ["Endpoints", "load_endpoints"]

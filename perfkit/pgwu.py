@@ -1,0 +1,268 @@
+"""Control plane of the PGW-U dataplane (``bpf/pgwu.bpf.c``): load it, configure it, fill sessions,
+read its counters.
+
+Addressing plan (all inside the RFC 2544 benchmarking range 198.18.0.0/15):
+
+- UE addresses: 198.18.0.0 upwards, ``UE_POOL`` of them per tenant; a tenant is an SGi VLAN, so
+  more sessions than ``UE_POOL`` need several tenants (seed 001 ran 1000 tenants, 1M bearers);
+- SGW addresses: 198.19.254.1 .. 198.19.254.100 (100 SGWs, as in seed 001);
+- testbed ports and our own GTP-U / SGi addresses: 198.19.255.0/24 (``perfkit.testbed``).
+"""
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from perfkit.errors import ConfigError
+from perfkit.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
+                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
+from perfkit.libbpf import BpfObject, Map, Program
+
+BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "bpf"
+UE_BASE = int(ipaddress.IPv4Address("198.18.0.0"))
+#: UE addresses per tenant: 198.18.0.0 .. 198.19.253.255.
+UE_POOL = 2 * 65536 - 512
+SGW_BASE = int(ipaddress.IPv4Address("198.19.254.1"))
+SGW_COUNT = 100
+UL_TEID_BASE = 0x10000000
+DL_TEID_BASE = 0x20000000
+TENANT_VLAN_BASE = 100
+#: Default capacity of each session map; 1M sessions (seed 001) fit.
+DEFAULT_MAX_SESSIONS = 1 << 20
+
+
+def ip2int(addr: str) -> int:
+    return int(ipaddress.IPv4Address(addr))
+
+
+def int2ip(value: int) -> str:
+    return str(ipaddress.IPv4Address(value))
+
+
+def _be32(value: int) -> int:
+    """A host-order u32 as the integer whose little-endian bytes are network order."""
+    return struct.unpack("=I", struct.pack("!I", value))[0]
+
+
+def _mac_bytes(mac: str) -> bytes:
+    return bytes(int(x, 16) for x in mac.split(":"))
+
+
+@dataclass(frozen=True)
+class Session:
+    """One bearer: what the PGW-U needs in both directions."""
+
+    ul_teid: int
+    """TEID we allocated: the SGW sends uplink G-PDUs with it."""
+    dl_teid: int
+    """TEID the SGW allocated: we encapsulate downlink packets with it."""
+    ue_addr: str
+    sgw_addr: str
+    tenant_vlan: int = 0
+    """The tenant's SGi VLAN id (0 = untagged)."""
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """``count`` sessions laid out deterministically over ``tenants`` tenants (SGi VLANs).
+
+    Session i belongs to tenant ``i % tenants`` and gets UE address number ``i // tenants`` of that
+    tenant, so UE addresses repeat across tenants, as in a multi-APN PGW.
+    """
+
+    count: int = 1
+    tenants: int = 0
+    """0 picks the fewest tenants that give every session a unique (UE address, tenant)."""
+    tagged: bool = False
+    """Whether tenants are VLAN-tagged on the SGi side (needed for more than one tenant)."""
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ConfigError("sessions", self.count, "an integer >= 1")
+        if self.count > DEFAULT_MAX_SESSIONS * 4:
+            raise ConfigError("sessions", self.count, f"1 .. {DEFAULT_MAX_SESSIONS * 4}")
+        if self.tenant_count > 1 and not self.tagged:
+            raise ConfigError("sessions", self.count,
+                              f"at most {UE_POOL} untagged (more need tenant VLANs: use --vlan)")
+        if self.tenant_count > 4094 - TENANT_VLAN_BASE:
+            raise ConfigError("tenants", self.tenant_count, f"1 .. {4094 - TENANT_VLAN_BASE}")
+
+    @property
+    def tenant_count(self) -> int:
+        return self.tenants or -(-self.count // UE_POOL)
+
+    def session(self, i: int) -> Session:
+        tenant, ue_index = i % self.tenant_count, i // self.tenant_count
+        if ue_index >= UE_POOL:
+            raise ConfigError("sessions", self.count, f"at most {UE_POOL} per tenant")
+        return Session(ul_teid=UL_TEID_BASE + i, dl_teid=DL_TEID_BASE + i,
+                       ue_addr=int2ip(UE_BASE + ue_index), sgw_addr=int2ip(SGW_BASE + i % SGW_COUNT),
+                       tenant_vlan=(TENANT_VLAN_BASE + tenant) if self.tagged else 0)
+
+    def __iter__(self) -> Iterator[Session]:
+        return (self.session(i) for i in range(self.count))
+
+    def by_ul_teid(self, teid: int) -> Session | None:
+        """The session whose uplink TEID is ``teid`` (arithmetic, no table)."""
+        i = teid - UL_TEID_BASE
+        return self.session(i) if 0 <= i < self.count else None
+
+    def by_dl_key(self, ue_addr: str, vlan: int) -> Session | None:
+        """The session of UE ``ue_addr`` in the tenant of SGi VLAN ``vlan`` (0 = untagged)."""
+        tenant = vlan - TENANT_VLAN_BASE if self.tagged else (0 if vlan == 0 else -1)
+        ue_index = ip2int(ue_addr) - UE_BASE
+        if not (0 <= tenant < self.tenant_count and 0 <= ue_index < UE_POOL):
+            return None
+        i = ue_index * self.tenant_count + tenant
+        return self.session(i) if i < self.count else None
+
+
+@dataclass(frozen=True)
+class PgwuConfig:
+    """Run-time configuration (``struct pgwu_config``)."""
+
+    s5_ifindex: int = 0
+    sgi_ifindex: int = 0
+    gtpu_addr: str = "198.19.255.1"
+    sgi_addr: str = "198.19.255.5"
+    s5_src_mac: str = "02:00:00:00:01:01"
+    s5_dst_mac: str = "02:00:00:00:01:02"
+    sgi_src_mac: str = "02:00:00:00:02:01"
+    sgi_dst_mac: str = "02:00:00:00:02:02"
+    s5_vlan: int = 0
+    s5_mtu: int = 0
+    udp_csum: bool = False
+    xdp_tx: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.s5_vlan <= 4094:
+            raise ConfigError("s5_vlan", self.s5_vlan, "0 (untagged) .. 4094")
+        if not (self.s5_mtu == 0 or 68 <= self.s5_mtu <= 65535):
+            raise ConfigError("s5_mtu", self.s5_mtu, "0 (unchecked) or 68 .. 65535")
+
+    def to_struct(self) -> pgwu_config:
+        c = pgwu_config()
+        c.s5_ifindex, c.sgi_ifindex = self.s5_ifindex, self.sgi_ifindex
+        c.gtpu_addr, c.sgi_addr = _be32(ip2int(self.gtpu_addr)), _be32(ip2int(self.sgi_addr))
+        for name in ("s5_src_mac", "s5_dst_mac", "sgi_src_mac", "sgi_dst_mac"):
+            ctypes.memmove(getattr(c, name), _mac_bytes(getattr(self, name)), 6)
+        c.s5_vlan, c.s5_mtu = self.s5_vlan, self.s5_mtu
+        c.flags = (PGWU_F_UDP_CSUM if self.udp_csum else 0) | (PGWU_F_XDP_TX if self.xdp_tx else 0)
+        return c
+
+
+@dataclass
+class SessionCounters:
+    """Per-session counters summed over CPUs."""
+
+    packets: int = 0
+    bytes: int = 0
+    """Inner IPv4 bytes."""
+
+
+@dataclass
+class Pgwu:
+    """A loaded PGW-U object. ``Pgwu.load()`` then ``configure()`` and ``add_sessions()``."""
+
+    obj: BpfObject
+    config: PgwuConfig = field(default_factory=PgwuConfig)
+
+    @classmethod
+    def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
+             attach_type: int | None = None) -> Pgwu:
+        """Load ``build/bpf/pgwu.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
+        path = Path(path) if path else BUILD_DIR / "pgwu.o"
+        obj = BpfObject(path, max_entries={"ul_sessions": max_sessions, "dl_sessions": max_sessions},
+                        attach_types={"xdp_pgwu": attach_type} if attach_type is not None else None)
+        pg = cls(obj)
+        pg.configure(pg.config)
+        return pg
+
+    @property
+    def program(self) -> Program:
+        return self.obj.program("xdp_pgwu")
+
+    def map(self, name: str) -> Map:
+        return self.obj.map(name)
+
+    def configure(self, config: PgwuConfig) -> None:
+        self.map("pgwu_config").update(struct.pack("=I", 0), config.to_struct())
+        self.config = config
+
+    # -- sessions --------------------------------------------------------------------------------
+    def add_sessions(self, sessions: SessionPlan | list[Session], batch: int = 65536) -> int:
+        """Install sessions in both tables (batched); returns how many were installed."""
+        ul, dl = self.map("ul_sessions"), self.map("dl_sessions")
+        ncpu = len(ul.percpu_values(b"\0" * ul.value_buf_size))
+        total = 0
+        chunk: list[Session] = []
+        for s in sessions:
+            chunk.append(s)
+            if len(chunk) == batch:
+                total += self._insert(ul, dl, chunk, ncpu)
+                chunk = []
+        if chunk:
+            total += self._insert(ul, dl, chunk, ncpu)
+        return total
+
+    @staticmethod
+    def _insert(ul: Map, dl: Map, chunk: list[Session], ncpu: int) -> int:
+        ul_keys = b"".join(struct.pack("!I", s.ul_teid) for s in chunk)
+        ul_vals = b"".join(bytes(pgwu_ul_session(_be32(ip2int(s.ue_addr)), s.tenant_vlan)) * ncpu
+                           for s in chunk)
+        dl_keys = b"".join(bytes(pgwu_dl_key(_be32(ip2int(s.ue_addr)), s.tenant_vlan)) for s in chunk)
+        dl_vals = b"".join(bytes(pgwu_dl_session(_be32(ip2int(s.sgw_addr)), _be32(s.dl_teid))) * ncpu
+                           for s in chunk)
+        n = ul.update_batch(ul_keys, ul_vals, len(chunk))
+        dl.update_batch(dl_keys, dl_vals, len(chunk))
+        return n
+
+    def ul_session(self, teid: int) -> tuple[str, int, SessionCounters] | None:
+        """(UE address, tenant VLAN, counters) of the uplink session with ``teid``, or None."""
+        m = self.map("ul_sessions")
+        raw = m.lookup(struct.pack("!I", teid))
+        if raw is None:
+            return None
+        vals = [pgwu_ul_session.from_bytes(v) for v in m.percpu_values(raw)]
+        ctr = SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals))
+        return int2ip(_be32(vals[0].ue_addr)), vals[0].sgi_vlan, ctr
+
+    def dl_session(self, ue_addr: str, vlan: int = 0) -> tuple[str, int, SessionCounters] | None:
+        """(SGW address, SGW TEID, counters) of the downlink session, or None."""
+        m = self.map("dl_sessions")
+        raw = m.lookup(pgwu_dl_key(_be32(ip2int(ue_addr)), vlan))
+        if raw is None:
+            return None
+        vals = [pgwu_dl_session.from_bytes(v) for v in m.percpu_values(raw)]
+        ctr = SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals))
+        return int2ip(_be32(vals[0].sgw_addr)), _be32(vals[0].teid), ctr
+
+    def session_count(self) -> tuple[int, int]:
+        """Entries in (ul_sessions, dl_sessions)."""
+        return sum(1 for _ in self.map("ul_sessions").keys()), sum(1 for _ in self.map("dl_sessions").keys())
+
+    # -- counters --------------------------------------------------------------------------------
+    def stats(self) -> dict[str, SessionCounters]:
+        """What happened to packets so far, by ``PgwuStat.label``, summed over CPUs."""
+        m = self.map("pgwu_stats")
+        out = {}
+        for stat in PgwuStat:
+            if stat is PgwuStat.PGWU_STAT_MAX:
+                continue
+            raw = m.lookup(struct.pack("=I", int(stat)))
+            recs = [pgwu_stat_rec.from_bytes(v) for v in m.percpu_values(raw or b"")]
+            out[stat.label] = SessionCounters(sum(r.packets for r in recs), sum(r.bytes for r in recs))
+        return out
+
+    def close(self) -> None:
+        self.obj.close()
+
+    def __enter__(self) -> Pgwu:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,140 @@
+"""Traffic profiles: the packets a trial offers, built with scapy, and how they vary per packet.
+
+A ``TrafficProfile`` gives the template frame of each flow (``packet(flow)``), the frame size on
+the wire, and the per-packet field variation the generator applies (``fields()``), in the spirit of
+TRex's field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
+
+Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag (see ``perfkit.trial``):
+
+- UL: ``Ether / [Dot1Q s5_vlan] / IP(sgw -> gtpu_addr) / UDP(2152, 2152, chksum=0) /
+  GTP_U_Header(teid) / IP(ue -> server) / UDP|TCP / signature / padding``;
+- DL: ``Ether / [Dot1Q tenant] / IP(server -> ue) / UDP|TCP / signature / padding``.
+
+The 12-byte signature (``SIGNATURE``) opens the inner L4 payload: magic, stream id, sequence
+number and the low 32 bits of the transmit time in ns, little-endian, written per packet by the
+generator and read by the sink.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.packet import Packet, Raw
+
+from perfkit.errors import ConfigError
+from perfkit.pgwu import PgwuConfig, Session, SessionPlan
+from perfkit.trial import FCS_LEN, Scenario
+
+#: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
+SIGNATURE = struct.Struct("<HHII")
+SIGNATURE_MAGIC = 0x4B50  # "PK"
+SERVER_ADDR = "198.19.255.130"
+S5_VLAN = 10
+INNER_L4 = ("udp", "tcp")
+GTPU_OVERHEAD = 36
+
+
+@dataclass(frozen=True)
+class TrafficProfile:
+    """The traffic of one scenario: direction, sizes, flows and how GTP-U headers look."""
+
+    direction: str = "ul"
+    frame_size: int = 64
+    flows: int = 1
+    plan: SessionPlan = field(default_factory=SessionPlan)
+    config: PgwuConfig = field(default_factory=PgwuConfig)
+    vlan: bool = False
+    """802.1Q on both sides: S5 VLAN ``S5_VLAN`` and one SGi VLAN per tenant."""
+    inner_l4: str = "udp"
+    gtp_seq: bool = False
+    """Uplink G-PDUs carry a sequence number (S flag)."""
+    gtp_ext: bool = False
+    """Uplink G-PDUs carry a PDU session container extension header (E flag, 5G N3 style)."""
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("ul", "dl"):
+            raise ConfigError("direction", self.direction, ("ul", "dl"))
+        if self.inner_l4 not in INNER_L4:
+            raise ConfigError("inner_l4", self.inner_l4, INNER_L4)
+        if self.flows < 1 or self.flows > self.plan.count:
+            raise ConfigError("flows", self.flows, f"1 .. sessions ({self.plan.count})")
+        if self.frame_size < self.min_frame_size:
+            raise ConfigError("frame_size", self.frame_size,
+                              f">= {self.min_frame_size} bytes for inner {self.inner_l4.upper()} with signature")
+        if self.frame_size > 9018:
+            raise ConfigError("frame_size", self.frame_size, "<= 9018 bytes")
+
+    @classmethod
+    def for_scenario(cls, scenario: Scenario, config: PgwuConfig | None = None, **kw: object) -> TrafficProfile:
+        plan = SessionPlan(count=scenario.session_count, tagged=scenario.vlan)
+        cfg = config or PgwuConfig(s5_vlan=S5_VLAN if scenario.vlan else 0, udp_csum=scenario.udp_csum)
+        return cls(direction=scenario.direction, frame_size=scenario.frame_size, flows=scenario.flows,
+                   plan=plan, config=cfg, vlan=scenario.vlan, **kw)  # type: ignore[arg-type]
+
+    # -- sizes -----------------------------------------------------------------------------------
+    @property
+    def min_frame_size(self) -> int:
+        l4 = 8 if self.inner_l4 == "udp" else 20
+        return max(64, 14 + 20 + l4 + SIGNATURE.size + FCS_LEN)
+
+    @property
+    def inner_len(self) -> int:
+        """Length of the inner (user) IPv4 packet [bytes]."""
+        return self.frame_size - FCS_LEN - 14
+
+    @property
+    def wire_frame_size(self) -> int:
+        """Bytes per offered frame, FCS included."""
+        return len(self.packet(0)) + FCS_LEN
+
+    @property
+    def output_frame_size(self) -> int:
+        """Bytes per frame the DUT should emit, FCS included."""
+        return len(self.expected_output(0)) + FCS_LEN
+
+    # -- packets ---------------------------------------------------------------------------------
+    def session(self, flow: int) -> Session:
+        return self.plan.session(flow % self.flows)
+
+    def inner(self, flow: int, seq: int = 0, stream: int = 0, ts: int = 0) -> Packet:
+        """The user packet of ``flow`` (inner IPv4), padded to the frame size, with a signature."""
+        s = self.session(flow)
+        src, dst = (s.ue_addr, SERVER_ADDR) if self.direction == "ul" else (SERVER_ADDR, s.ue_addr)
+        sport = 10000 + flow % 50000
+        l4 = (UDP(sport=sport, dport=5001, chksum=0) if self.inner_l4 == "udp"
+              else TCP(sport=sport, dport=80, flags="A", seq=1, ack=1, window=65535))
+        hdr = IP(src=src, dst=dst, id=0, flags="DF", ttl=64) / l4
+        pad = self.inner_len - len(hdr) - SIGNATURE.size
+        sig = SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts)
+        return IP(bytes(hdr / Raw(sig + b"\0" * pad)))
+
+    def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
+        """The frame the generator offers for ``flow`` (without FCS)."""
+        s = self.session(flow)
+        cfg = self.config
+        inner = self.inner(flow, seq, stream, ts)
+        if self.direction == "dl":
+            l2 = Ether(src=cfg.sgi_dst_mac, dst=cfg.sgi_src_mac)
+            if s.tenant_vlan:
+                l2 = l2 / Dot1Q(vlan=s.tenant_vlan)
+            return bytes(l2 / inner)
+        l2 = Ether(src=cfg.s5_dst_mac, dst=cfg.s5_src_mac)
+        if cfg.s5_vlan:
+            l2 = l2 / Dot1Q(vlan=cfg.s5_vlan)
+        gtp = GTP_U_Header(teid=s.ul_teid, gtp_type=255)
+        if self.gtp_seq:
+            gtp.S, gtp.seq = 1, seq & 0xFFFF
+        if self.gtp_ext:
+            gtp.E, gtp.next_ex = 1, 0x85
+            gtp = gtp / GTPPDUSessionContainer(type=1, QFI=9)
+        outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=2152, dport=2152, chksum=0)
+        return bytes(l2 / outer / gtp / inner)
+
+    def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
+        """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""
+        from perfkit.pgwu_model import emit
+
+        return emit(self.packet(flow, seq, stream, ts), self.config, self.plan).out or b""
