@@ -289,10 +289,13 @@ def _uptime() -> float:
 
 
 # -- public API ----------------------------------------------------------------------------------
-def snapshot(kthreads: str | Sequence[str] = (), proc: Path = PROC) -> CpuSnapshot:
-    """Counters of every CPU now, plus the kernel threads matching ``kthreads`` (shell patterns)."""
+def snapshot(kthreads: str | Sequence[str] = (), *, kernel_only: bool = True, proc: Path = PROC) -> CpuSnapshot:
+    """Counters of every CPU now, plus the kernel threads matching ``kthreads`` (shell patterns).
+
+    ``kernel_only=False`` also matches the threads of user processes (see ``find_threads``).
+    """
     pats = _patterns(kthreads) if kthreads else ()
-    threads = {t.pid: t for t in find_kthreads(pats, proc)} if pats else {}
+    threads = {t.pid: t for t in find_threads(pats, kernel_only, proc)} if pats else {}
     return CpuSnapshot(time=time.time(), monotonic=time.monotonic(), uptime=_uptime(),
                        ticks=read_proc_stat(proc), threads=threads, patterns=pats)
 

@@ -41,7 +41,7 @@ class pgwu_config(Struct):
 
 
 class pgwu_ul_session(Struct):
-    _fields_ = [("ue_addr", u32), ("sgi_vlan", u16), ("pad", u16), ("packets", u64), ("bytes", u64)]
+    _fields_ = [("ue_addr", u32), ("sgi_vlan", u16), ("pad", u16), ("id", u32)]
 
 
 class pgwu_dl_key(Struct):
@@ -49,7 +49,11 @@ class pgwu_dl_key(Struct):
 
 
 class pgwu_dl_session(Struct):
-    _fields_ = [("sgw_addr", u32), ("teid", u32), ("packets", u64), ("bytes", u64)]
+    _fields_ = [("sgw_addr", u32), ("teid", u32), ("id", u32)]
+
+
+class pgwu_session_stats(Struct):
+    _fields_ = [("ul_packets", u64), ("ul_bytes", u64), ("dl_packets", u64), ("dl_bytes", u64)]
 
 
 class pgwu_stat_rec(Struct):
@@ -84,7 +88,8 @@ class PgwuStat(enum.IntEnum):
 
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
-    cls.__name__: cls for cls in (pgwu_config, pgwu_ul_session, pgwu_dl_key, pgwu_dl_session, pgwu_stat_rec)
+    cls.__name__: cls for cls in (pgwu_config, pgwu_ul_session, pgwu_dl_key, pgwu_dl_session,
+                                  pgwu_session_stats, pgwu_stat_rec)
 }
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat}

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
 from perfkit.errors import ConfigError
 from perfkit.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
-                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
+                             pgwu_dl_session, pgwu_session_stats, pgwu_stat_rec, pgwu_ul_session)
 from perfkit.libbpf import BpfObject, Map, Program
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "bpf"
@@ -155,6 +157,24 @@ class PgwuConfig:
         return c
 
 
+def session_columns(sessions: SessionPlan | list[Session]) -> dict[str, np.ndarray]:
+    """Sessions as columns of host-order integers (vectorised for a plan: 1M in milliseconds)."""
+    if isinstance(sessions, SessionPlan):
+        i = np.arange(sessions.count, dtype=np.int64)
+        tenants = sessions.tenant_count
+        tenant, ue_index = i % tenants, i // tenants
+        if ue_index.max() >= UE_POOL:
+            raise ConfigError("sessions", sessions.count, f"at most {UE_POOL} per tenant")
+        vlan = (TENANT_VLAN_BASE + tenant) if sessions.tagged else np.zeros_like(i)
+        return {"ul_teid": UL_TEID_BASE + i, "dl_teid": DL_TEID_BASE + i, "ue_addr": UE_BASE + ue_index,
+                "sgw_addr": SGW_BASE + i % SGW_COUNT, "tenant_vlan": vlan}
+    return {"ul_teid": np.array([s.ul_teid for s in sessions], dtype=np.int64),
+            "dl_teid": np.array([s.dl_teid for s in sessions], dtype=np.int64),
+            "ue_addr": np.array([ip2int(s.ue_addr) for s in sessions], dtype=np.int64),
+            "sgw_addr": np.array([ip2int(s.sgw_addr) for s in sessions], dtype=np.int64),
+            "tenant_vlan": np.array([s.tenant_vlan for s in sessions], dtype=np.int64)}
+
+
 @dataclass
 class SessionCounters:
     """Per-session counters summed over CPUs."""
@@ -170,13 +190,14 @@ class Pgwu:
 
     obj: BpfObject
     config: PgwuConfig = field(default_factory=PgwuConfig)
+    _next_id: int = 0
 
     @classmethod
     def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
              attach_type: int | None = None) -> Pgwu:
         """Load ``build/bpf/pgwu.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
         path = Path(path) if path else BUILD_DIR / "pgwu.o"
-        obj = BpfObject(path, max_entries={"ul_sessions": max_sessions, "dl_sessions": max_sessions},
+        obj = BpfObject(path, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions", "session_stats")},
                         attach_types={"xdp_pgwu": attach_type} if attach_type is not None else None)
         pg = cls(obj)
         pg.configure(pg.config)
@@ -195,51 +216,54 @@ class Pgwu:
 
     # -- sessions --------------------------------------------------------------------------------
     def add_sessions(self, sessions: SessionPlan | list[Session], batch: int = 65536) -> int:
-        """Install sessions in both tables (batched); returns how many were installed."""
-        ul, dl = self.map("ul_sessions"), self.map("dl_sessions")
-        ncpu = len(ul.percpu_values(b"\0" * ul.value_buf_size))
-        total = 0
-        chunk: list[Session] = []
-        for s in sessions:
-            chunk.append(s)
-            if len(chunk) == batch:
-                total += self._insert(ul, dl, chunk, ncpu)
-                chunk = []
-        if chunk:
-            total += self._insert(ul, dl, chunk, ncpu)
-        return total
+        """Install sessions in both tables (batched); returns how many were installed.
 
-    @staticmethod
-    def _insert(ul: Map, dl: Map, chunk: list[Session], ncpu: int) -> int:
-        ul_keys = b"".join(struct.pack("!I", s.ul_teid) for s in chunk)
-        ul_vals = b"".join(bytes(pgwu_ul_session(_be32(ip2int(s.ue_addr)), s.tenant_vlan)) * ncpu
-                           for s in chunk)
-        dl_keys = b"".join(bytes(pgwu_dl_key(_be32(ip2int(s.ue_addr)), s.tenant_vlan)) for s in chunk)
-        dl_vals = b"".join(bytes(pgwu_dl_session(_be32(ip2int(s.sgw_addr)), _be32(s.dl_teid))) * ncpu
-                           for s in chunk)
-        n = ul.update_batch(ul_keys, ul_vals, len(chunk))
-        dl.update_batch(dl_keys, dl_vals, len(chunk))
+        Session ids (the index of their counters) follow the order given, after any installed before.
+        """
+        cols = session_columns(sessions)
+        n = len(cols["ul_teid"])
+        if self._next_id + n > self.map("session_stats").max_entries:
+            raise ConfigError("sessions", self._next_id + n, f"<= max_sessions ({self.map('session_stats').max_entries})")
+        ids = np.arange(self._next_id, self._next_id + n, dtype=np.uint32)
+        ul_key = cols["ul_teid"].astype(">u4")
+        ul_val = np.zeros(n, dtype=np.dtype(pgwu_ul_session))
+        ul_val["ue_addr"] = cols["ue_addr"].astype(">u4").view("<u4")
+        ul_val["sgi_vlan"], ul_val["id"] = cols["tenant_vlan"], ids
+        dl_key = np.zeros(n, dtype=np.dtype(pgwu_dl_key))
+        dl_key["ue_addr"], dl_key["vlan"] = ul_val["ue_addr"], cols["tenant_vlan"]
+        dl_val = np.zeros(n, dtype=np.dtype(pgwu_dl_session))
+        dl_val["sgw_addr"] = cols["sgw_addr"].astype(">u4").view("<u4")
+        dl_val["teid"] = cols["dl_teid"].astype(">u4").view("<u4")
+        dl_val["id"] = ids
+        ul, dl = self.map("ul_sessions"), self.map("dl_sessions")
+        for lo in range(0, n, batch):
+            ul.update_batch(ul_key[lo:lo + batch].tobytes(), ul_val[lo:lo + batch].tobytes(), len(ul_key[lo:lo + batch]))
+            dl.update_batch(dl_key[lo:lo + batch].tobytes(), dl_val[lo:lo + batch].tobytes(), len(dl_key[lo:lo + batch]))
+        self._next_id += n
         return n
 
+    def session_counters(self, session_id: int) -> tuple[SessionCounters, SessionCounters]:
+        """(uplink, downlink) counters of a session, summed over CPUs."""
+        m = self.map("session_stats")
+        vals = [pgwu_session_stats.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", session_id)) or b"")]
+        return (SessionCounters(sum(v.ul_packets for v in vals), sum(v.ul_bytes for v in vals)),
+                SessionCounters(sum(v.dl_packets for v in vals), sum(v.dl_bytes for v in vals)))
+
     def ul_session(self, teid: int) -> tuple[str, int, SessionCounters] | None:
-        """(UE address, tenant VLAN, counters) of the uplink session with ``teid``, or None."""
-        m = self.map("ul_sessions")
-        raw = m.lookup(struct.pack("!I", teid))
+        """(UE address, tenant VLAN, uplink counters) of the session with ``teid``, or None."""
+        raw = self.map("ul_sessions").lookup(struct.pack("!I", teid))
         if raw is None:
             return None
-        vals = [pgwu_ul_session.from_bytes(v) for v in m.percpu_values(raw)]
-        ctr = SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals))
-        return int2ip(_be32(vals[0].ue_addr)), vals[0].sgi_vlan, ctr
+        v = pgwu_ul_session.from_bytes(raw)
+        return int2ip(_be32(v.ue_addr)), v.sgi_vlan, self.session_counters(v.id)[0]
 
     def dl_session(self, ue_addr: str, vlan: int = 0) -> tuple[str, int, SessionCounters] | None:
-        """(SGW address, SGW TEID, counters) of the downlink session, or None."""
-        m = self.map("dl_sessions")
-        raw = m.lookup(pgwu_dl_key(_be32(ip2int(ue_addr)), vlan))
+        """(SGW address, SGW TEID, downlink counters) of the session, or None."""
+        raw = self.map("dl_sessions").lookup(pgwu_dl_key(_be32(ip2int(ue_addr)), vlan))
         if raw is None:
             return None
-        vals = [pgwu_dl_session.from_bytes(v) for v in m.percpu_values(raw)]
-        ctr = SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals))
-        return int2ip(_be32(vals[0].sgw_addr)), _be32(vals[0].teid), ctr
+        v = pgwu_dl_session.from_bytes(raw)
+        return int2ip(_be32(v.sgw_addr)), _be32(v.teid), self.session_counters(v.id)[1]
 
     def session_count(self) -> tuple[int, int]:
         """Entries in (ul_sessions, dl_sessions)."""

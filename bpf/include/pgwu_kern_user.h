@@ -26,13 +26,12 @@ struct pgwu_config {
 	__u32 flags;		/* PGWU_F_* */
 };
 
-/* ul_sessions value; key: the TEID we allocated (__be32, as on the wire). Per-CPU. */
+/* ul_sessions value; key: the TEID we allocated (__be32, as on the wire). */
 struct pgwu_ul_session {
 	__be32 ue_addr;		/* inner source must be this */
 	__u16 sgi_vlan;		/* tenant VLAN id on SGi egress, 0 = untagged */
 	__u16 pad;
-	__u64 packets;		/* counted by the program */
-	__u64 bytes;		/* inner IPv4 bytes */
+	__u32 id;		/* index into session_stats; the same for both directions of a bearer */
 };
 
 /* dl_sessions key: the UE address within a tenant (the VLAN the packet came in on). */
@@ -42,12 +41,19 @@ struct pgwu_dl_key {
 	__u16 pad;
 };
 
-/* dl_sessions value. Per-CPU. */
+/* dl_sessions value. */
 struct pgwu_dl_session {
 	__be32 sgw_addr;	/* outer destination */
 	__be32 teid;		/* the SGW's TEID for the bearer */
-	__u64 packets;
-	__u64 bytes;		/* inner IPv4 bytes */
+	__u32 id;		/* index into session_stats */
+};
+
+/* session_stats value (per CPU): what a bearer carried. Bytes are inner IPv4 bytes. */
+struct pgwu_session_stats {
+	__u64 ul_packets;
+	__u64 ul_bytes;
+	__u64 dl_packets;
+	__u64 dl_bytes;
 };
 
 /* Index of the per-CPU pgwu_stats array: what happened to a packet. */

@@ -321,7 +321,10 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
        node_exporter_port: int | None = None, basic_auth: tuple[str, str] | None = None,
        retention: str = "15d", binaries: Mapping[str, str] | None = None,
        node_collectors: Sequence[str] = NODE_COLLECTORS, timeout: float = 60.0) -> StackStatus:
-    """Start the stack (idempotent: an already healthy stack is left as it is).
+    """Start the stack; idempotent: running components are left alone, stopped ones restarted.
+
+    A directory that already has a stack keeps its ports and settings: only the components that
+    are not running are started again, with their recorded command lines.
 
     Ports: None or 0 means the standard port if free, else any free port; an explicit port is used
     as given (if taken, the start fails with "port ... is in use"). ``basic_auth=(user, password)``
@@ -334,13 +337,9 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
     with _locked(d):
         state = _read_state(d)
         if state.get("components"):
-            current = _status(d, state)
-            alive = [c.name for c in current.components if c.running]
-            if current.healthy:
-                return current
-            if alive:
-                raise MetricsError(f"the stack in {d} is partly running ({', '.join(alive)} up, "
-                                   "others not); run `perfkit stack down` first")
+            given = {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
+                     "node-exporter": node_exporter_port}
+            return _heal(d, state, given, timeout)
         ports = _resolve_ports(host, {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
                                       "node-exporter": node_exporter_port})
         paths = {name: find_binary(name, binaries) for name in COMPONENTS}
@@ -409,6 +408,42 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
+def _heal(d: Path, state: dict[str, Any], given: Mapping[str, int | None], timeout: float) -> StackStatus:
+    """Restart the recorded components that are not running, with their recorded argv and ports."""
+    recs = state["components"]
+    for name, port in given.items():
+        if port and name in recs and port != recs[name]["port"]:
+            raise ConfigError(f"{name} port", port, f"{recs[name]['port']}, the port of the stack in {d} "
+                              "(run `perfkit stack down` first to change it)")
+    missing = [n for n in COMPONENTS if n not in recs]
+    if missing:
+        raise MetricsError(f"the stack state in {d} lacks {', '.join(missing)}; run `perfkit stack down` first")
+    auth = _stack_auth(d, state)
+    started: list[str] = []
+    try:
+        for name in COMPONENTS:
+            rec = recs[name]
+            if _ours(rec):
+                continue
+            if not Path(rec["argv"][0]).exists():
+                find_binary(name)   # raises with the package name
+            new = _start(name, rec["argv"], d, state["host"], rec["port"])
+            recs[name] = {**rec, **new}
+            _write_state(d, state)
+            started.append(name)
+            _wait_healthy(name, recs[name], state["host"], rec["port"], auth, timeout)
+    except BaseException:
+        for name in reversed(started):
+            if _ours(recs[name]):
+                _stop_pid(recs[name]["pid"], 10)
+            recs[name].update(pid=None, start_ticks=None)
+        _write_state(d, state)
+        raise
+    result = _status(d, state)
+    result.started = started
+    return result
+
+
 def _start(name: str, argv: list[str], d: Path, host: str, port: int) -> dict[str, Any]:
     log_path = d / "logs" / f"{name}.log"
     with open(log_path, "ab") as log:
@@ -462,7 +497,7 @@ def _status(d: Path, state: Mapping[str, Any]) -> StackStatus:
         c = ComponentStatus(name=name, pid=rec.get("pid"), port=rec["port"], url=rec["url"], log=rec.get("log", ""))
         c.running = _ours(rec)
         if not c.running:
-            c.detail = f"pid {c.pid} is not running (see {c.log})"
+            c.detail = "stopped" if c.pid is None else f"pid {c.pid} is not running (see {c.log})"
         else:
             c.healthy, c.detail = _health(rec["url"] + HEALTH_PATHS[name], auth)
         out.components.append(c)
@@ -475,19 +510,25 @@ def status(stack_dir: str | Path | None = None) -> StackStatus:
     return _status(d, _read_state(d))
 
 
-def down(stack_dir: str | Path | None = None, timeout: float = 10.0) -> StackStatus:
+def down(stack_dir: str | Path | None = None, timeout: float = 10.0,
+         components: Sequence[str] | None = None) -> StackStatus:
     """Stop the processes ``up`` recorded in ``stack_dir`` (only those: pid and start time must match).
 
-    The data (TSDB, Pushgateway file, logs) stays. Returns the status before stopping, with
-    ``started`` listing the components actually stopped.
+    ``components`` stops only those (``up`` restarts them later with the same ports); by default all,
+    and the state is removed. The data (TSDB, Pushgateway file, logs) stays. Returns the status before
+    stopping, with ``started`` listing the components actually stopped.
     """
     d = Path(stack_dir or default_stack_dir()).absolute()
+    names = list(COMPONENTS if components is None else components)
+    for name in names:
+        if name not in COMPONENTS:
+            raise ConfigError("component", name, COMPONENTS)
     with _locked(d):
         state = _read_state(d)
         before = _status(d, state)
         for name in reversed(COMPONENTS):
             rec = state.get("components", {}).get(name)
-            if rec is None:
+            if rec is None or name not in names:
                 continue
             comp = before.component(name)
             if _ours(rec):
@@ -497,8 +538,12 @@ def down(stack_dir: str | Path | None = None, timeout: float = 10.0) -> StackSta
                 if proc is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=1)
-            else:
+            elif rec.get("pid"):
                 comp.detail = f"pid {rec.get('pid')} is no longer the process perfkit started; left alone"
-        _state_path(d).unlink(missing_ok=True)
-        (d / STACK_ENDPOINTS_FILE).unlink(missing_ok=True)
+            rec.update(pid=None, start_ticks=None)
+        if components is None or not any(_ours(r) for r in state.get("components", {}).values()):
+            _state_path(d).unlink(missing_ok=True)
+            (d / STACK_ENDPOINTS_FILE).unlink(missing_ok=True)
+        else:
+            _write_state(d, state)
         return before

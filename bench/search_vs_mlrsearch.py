@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""perfkit's ndrpdr search against FD.io CSIT's MLRsearch 1.2.1 (PyPI ``MLRsearch``).
+
+Both tools search NDR (loss 0) and PDR (loss 0.5 %) at relative width 0.5 % on the same DUTs with
+the same min/max rate and the same final trial duration (``--final-duration``) and initial trial
+duration (``--initial-duration``); MLRsearch's warm-up trial is off, since perfkit has none.
+MLRsearch runs in two configurations:
+
+- ``mlr-default``: MLRsearch's own goal defaults for everything else (exceed ratio 0.5, duration
+  sum max(21 s, final duration), 2 preceding targets) -- what CSIT runs;
+- ``mlr-strict``: exceed ratio 0 and duration sum = final duration, i.e. perfkit's acceptance
+  rule: a lower bound needs one good full-duration trial, any bad trial makes an upper bound.
+
+DUTs are ``perfkit.generators.sim`` models (sharp, noisy, smooth; ``--models`` adds ``buffered``),
+each run with ``--seeds`` seeds (only the noisy one differs between seeds). ``--testbed`` adds the
+real veth testbed with the PGW-U (``perfkit.generators.create('xdp', scenario)``).
+
+Printed per DUT and tool: mean trials, mean total trial seconds, the bounds of the first seed, the
+ratio perfkit / MLRsearch of trial seconds, and in how many seeds each tool's lower bound lies
+within the other's bounds (B.lower x (1 - width) <= A.lower <= B.upper; the width allowance is
+there because two correct lower bounds may each sit up to one width below the truth).
+Figures only: nothing here asserts a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E402
+                      MultipleLossRatioSearch, SearchGoal)
+
+from perfkit.generators.base import Generator  # noqa: E402
+from perfkit.generators.sim import SimGenerator  # noqa: E402
+from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
+from perfkit.trial import Rate, Scenario, TrialResult  # noqa: E402
+
+GOALS = (0.0, 0.005)
+WIDTH = 0.005
+TOOLS = ("perfkit", "mlr-default", "mlr-strict")
+
+
+@dataclass
+class Run:
+    """One search by one tool on one DUT."""
+
+    tool: str
+    trials: list[tuple[float, float, float]]
+    """(duration [s], intended rate [pps], loss ratio) per trial."""
+    bounds: dict[float, tuple[float | None, float | None]]
+    """goal loss ratio -> (lower, upper) [pps]."""
+    wall: float
+
+    @property
+    def seconds(self) -> float:
+        return sum(t[0] for t in self.trials)
+
+
+@dataclass
+class Settings:
+    min_rate: float
+    max_rate: float
+    initial: float
+    final: float
+
+
+# -- the two tools -----------------------------------------------------------------------------
+def run_perfkit(gen: Generator, s: Settings) -> Run:
+    start = time.monotonic()
+    res = ndrpdr(gen, NdrPdr(goals=GOALS, relative_width=WIDTH, initial_duration=s.initial,
+                             final_duration=s.final, min_rate=s.min_rate, max_rate=s.max_rate))
+    trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in res.trials]
+    bounds = {b.loss_tolerance: (b.lower_bound, b.upper_bound) for b in res.goals}
+    return Run("perfkit", trials, bounds, time.monotonic() - start)
+
+
+class _MlrMeasurer(AbstractMeasurer):
+    """MLRsearch's measurer interface over a perfkit generator."""
+
+    def __init__(self, gen: Generator):
+        self.gen = gen
+        self.trials: list[TrialResult] = []
+
+    def measure(self, intended_duration: float, intended_load: float) -> MeasurementResult:
+        t = self.gen.measure(intended_load, intended_duration)
+        t.method = "mlrsearch"
+        self.trials.append(t)
+        return MeasurementResult(intended_duration=intended_duration, intended_load=intended_load,
+                                 offered_count=t.tx_packets, forwarding_count=t.rx_packets,
+                                 intended_count=t.intended_packets)
+
+
+def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
+    extra = dict(exceed_ratio=0.0, duration_sum=s.final) if strict else dict(duration_sum=max(21.0, s.final))
+    goals = [SearchGoal(loss_ratio=g, relative_width=WIDTH, initial_trial_duration=s.initial,
+                        final_trial_duration=s.final, **extra) for g in GOALS]
+    config = Config()
+    config.goals = goals
+    config.min_load = s.min_rate
+    config.max_load = s.max_rate
+    config.warmup_duration = None
+    config.search_duration_max = 1e9
+    measurer = _MlrMeasurer(gen)
+    start = time.monotonic()
+    result = MultipleLossRatioSearch(config).search(measurer, debug=lambda _msg: None)
+    bounds = {}
+    for goal, gr in result.items():
+        lo, hi = gr.relevant_lower_bound, gr.relevant_upper_bound
+        bounds[goal.loss_ratio] = (float(lo) if lo else None, float(hi) if hi else None)
+    trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in measurer.trials]
+    return Run("mlr-strict" if strict else "mlr-default", trials, bounds, time.monotonic() - start)
+
+
+RUNNERS: dict[str, Callable[[Generator, Settings], Run]] = {
+    "perfkit": run_perfkit,
+    "mlr-default": lambda g, s: run_mlr(g, s, strict=False),
+    "mlr-strict": lambda g, s: run_mlr(g, s, strict=True),
+}
+
+
+# -- comparing ---------------------------------------------------------------------------------
+def within(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> bool | None:
+    """Whether a's lower bound lies within b's bounds (with one width of allowance below)."""
+    if a[0] is None or b[0] is None:
+        return None if a[0] is None and b[0] is None else False
+    upper = b[1] if b[1] is not None else float("inf")
+    return b[0] * (1 - WIDTH) <= a[0] <= upper
+
+
+def fmt_bounds(b: tuple[float | None, float | None]) -> str:
+    f = (lambda x: "   none" if x is None else f"{x / 1e6:7.4f}")
+    return f"{f(b[0])}..{f(b[1])}"
+
+
+def count(flags: list[bool | None]) -> str:
+    return f"{sum(1 for f in flags if f)}/{len(flags)}"
+
+
+def report(dut: str, runs: dict[str, list[Run]], truth: dict[float, float] | None, verbose: bool) -> None:
+    pk = runs["perfkit"]
+    pk_seconds = statistics.mean(r.seconds for r in pk)
+    for tool in TOOLS:
+        rs = runs[tool]
+        seconds = statistics.mean(r.seconds for r in rs)
+        trials = statistics.mean(len(r.trials) for r in rs)
+        cols = [f"{dut:10s}", f"{tool:11s}", f"{trials:6.1f}", f"{seconds:8.1f}"]
+        cols += [fmt_bounds(rs[0].bounds[g]) for g in GOALS]
+        if tool == "perfkit":
+            cols += [f"{'':>6s}", f"{'':>17s}", f"{'':>17s}"]
+        else:
+            cols.append(f"{pk_seconds / seconds:6.2f}")
+            for g in GOALS:
+                a_in_b = count([within(p.bounds[g], m.bounds[g]) for p, m in zip(pk, rs)])
+                b_in_a = count([within(m.bounds[g], p.bounds[g]) for p, m in zip(pk, rs)])
+                cols.append(f"{a_in_b:>7s} {b_in_a:>9s}")
+        print("  ".join(cols))
+        if verbose:
+            for d, rate, loss in rs[0].trials:
+                print(f"{'':26s}trial {d:5.2f} s at {rate / 1e6:9.5f} Mpps  loss {loss:.6f}")
+    if truth:
+        brackets = {tool: count([all(_brackets(r.bounds[g], truth[g]) for g in GOALS) for r in runs[tool]])
+                    for tool in TOOLS}
+        print(f"{'':10s}  truth: NDR {truth[0.0] / 1e6:.4f} Mpps, PDR {truth[0.005] / 1e6:.4f} Mpps; "
+              "bounds bracket the truth: " + ", ".join(f"{t} {c}" for t, c in brackets.items()))
+
+
+def _brackets(b: tuple[float | None, float | None], true: float) -> bool:
+    return b[0] is not None and b[0] <= true and (b[1] is None or true < b[1])
+
+
+HEADER = (f"{'DUT':10s}  {'tool':11s}  {'trials':>6s}  {'trial s':>8s}  {'NDR lo..hi [Mpps]':>16s}  "
+          f"{'PDR lo..hi [Mpps]':>16s}  {'pk/mlr':>6s}  {'NDR pk∈mlr mlr∈pk':>17s}  "
+          f"{'PDR pk∈mlr mlr∈pk':>17s}")
+
+
+# -- main --------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--final-duration", type=float, default=10.0, help="final trial duration [s] (10)")
+    ap.add_argument("--initial-duration", type=float, default=1.0, help="initial trial duration [s] (1)")
+    ap.add_argument("--threshold", default="1Mpps", help="simulated DUT capacity (1Mpps)")
+    ap.add_argument("--sigma", type=float, default=0.01, help="noisy DUT: relative threshold sigma (0.01)")
+    ap.add_argument("--seeds", type=int, default=5, help="runs per simulated DUT (5)")
+    ap.add_argument("--models", default="sharp,noisy,smooth", help="simulated DUTs (sharp,noisy,smooth[,buffered])")
+    ap.add_argument("--max-rate", default="100%", help="max rate, e.g. 100%% (of 10GbE) or 5Mpps")
+    ap.add_argument("--min-rate", default=None, help="min rate (default max / 1000)")
+    ap.add_argument("--testbed", action="store_true", help="also run on the local veth testbed (PGW-U)")
+    ap.add_argument("--verbose", action="store_true", help="print every trial of the first seed")
+    return ap.parse_args(argv)
+
+
+def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
+    from perfkit.generators.sim import wire_frame_size
+
+    wire = wire_frame_size(scenario)
+    top = Rate.parse(args.max_rate, scenario.line_rate).pps(wire) if args.max_rate else line_rate_pps(scenario)
+    low = Rate.parse(args.min_rate, scenario.line_rate).pps(wire) if args.min_rate else top / 1000
+    return Settings(min_rate=low, max_rate=top, initial=args.initial_duration, final=args.final_duration)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scenario = Scenario(dataplane="pgwu", direction="ul", frame_size=64)
+    s = settings(args, scenario)
+    print(f"NDR (0) and PDR (0.5%) at relative width {WIDTH:.1%}; rates {s.min_rate:.6g}..{s.max_rate:.6g} pps; "
+          f"trials {s.initial:g} s initial, {s.final:g} s final; {args.seeds} seed(s) per simulated DUT")
+    print(HEADER)
+    for model in args.models.split(","):
+        runs: dict[str, list[Run]] = {t: [] for t in TOOLS}
+        sim = None
+        for seed in range(args.seeds):
+            for tool in TOOLS:
+                sim = SimGenerator(scenario, model=model, threshold=args.threshold, sigma=args.sigma, seed=seed)
+                runs[tool].append(RUNNERS[tool](sim, s))
+        truth = {g: sim.model.pdr(g) for g in GOALS} if sim else None
+        report(model, runs, truth, args.verbose)
+    if args.testbed:
+        run_testbed(scenario, s, args.verbose)
+    return 0
+
+
+def run_testbed(scenario: Scenario, s: Settings, verbose: bool) -> None:
+    """The same comparison on the real veth testbed with the PGW-U (one run per tool)."""
+    from perfkit.generators import create
+
+    try:
+        gen = create("xdp", scenario)
+    except ImportError as err:
+        print(f"testbed: the xdp generator is not available ({err})")
+        return
+    with gen:
+        runs = {tool: [RUNNERS[tool](gen, s)] for tool in TOOLS}
+    report("testbed", runs, None, verbose)
+    for tool in TOOLS:
+        print(f"{'':10s}  {tool}: wall {runs[tool][0].wall:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""vNet-SLA's ThroughputBinarySearch: single run, best-of-N and worst-of-N.
+
+The algorithm (vNet-SLA, FD.io/OPNFV vsperf 2015):
+
+1. *linear phase*: start at ``start_rate``; while a rate is good, add ``start_step``; at the first
+   bad rate the bracket is [last good, first bad]. (If the very first rate is bad, walk down by
+   ``start_step`` instead until a rate is good, or the minimum rate is bad.)
+2. *binary phase*: halve the step: measure the middle of the bracket, keep the half the verdict
+   points to, until the bracket is narrower than ``resolution`` [pps] (or ``relative_width``).
+
+A verdict is one trial for *single run*. *best-of-N* calls a rate bad only after N bad trials
+(one good trial is enough for good); *worst-of-N* calls it good only after N good trials: the two
+give the highest and the lowest throughput to expect when repeating the test. They are the same
+search with another ``Rule``. A rate already judged is not measured again.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from perfkit.errors import ConfigError
+from perfkit.search.common import (Bounds, Measurer, OnTrial, SearchResult, TrialLog, check_positive,
+                                   check_rate_range, check_ratio, goal_name, is_good, narrow,
+                                   offered_rate, resolve_max_rate)
+
+#: How many trials a verdict takes: ``single`` one; ``best``/``worst`` up to N (see module doc).
+RULES = ("single", "best", "worst")
+
+
+@dataclass(frozen=True)
+class BinarySearch:
+    """Parameters of a vNet-SLA binary search (NDR with ``loss_tolerance`` 0, else a PDR)."""
+
+    loss_tolerance: float = 0.0
+    """Highest loss ratio (lost / offered) a good trial may have [1]: 0 for NDR; 0.005, 1e-4,
+    1e-6 are common PDRs."""
+    duration: float = 2.0
+    """Length of every trial [s]."""
+    max_rate: float | None = None
+    """Highest rate ever offered [pps]; None = 100 % of the scenario's line rate."""
+    min_rate: float | None = None
+    """Lowest rate ever offered [pps]; None = max_rate / 1000."""
+    start_rate: float | None = None
+    """First rate of the linear phase [pps]; None = start_step."""
+    start_step: float | None = None
+    """Step of the linear phase [pps]; None = max_rate / 10."""
+    resolution: float | None = None
+    """Stop when upper - lower <= this [pps]; None = use ``relative_width``."""
+    relative_width: float = 0.005
+    """Stop when (upper - lower) / upper <= this [1] (if no ``resolution``)."""
+    rule: str = "single"
+    """``single``, ``best`` (best-of-N) or ``worst`` (worst-of-N)."""
+    n: int = 1
+    """N of best-of-N / worst-of-N: trials per verdict at most [1]."""
+
+    def __post_init__(self) -> None:
+        check_ratio("loss_tolerance", self.loss_tolerance)
+        check_positive("duration", self.duration, "s")
+        check_rate_range(self.min_rate, self.max_rate)
+        for name in ("start_rate", "start_step", "resolution"):
+            check_positive(name, getattr(self, name), "pps", optional=True)
+        if not 0 < self.relative_width < 1:
+            raise ConfigError("relative_width", self.relative_width, "0 < x < 1")
+        if self.rule not in RULES:
+            raise ConfigError("rule", self.rule, RULES)
+        if not (isinstance(self.n, int) and self.n >= 1):
+            raise ConfigError("n", self.n, "an integer >= 1")
+        if self.start_rate is not None:
+            if self.max_rate is not None and self.start_rate > self.max_rate:
+                raise ConfigError("start_rate", self.start_rate, f"<= max_rate ({self.max_rate:g} pps)")
+            if self.min_rate is not None and self.start_rate < self.min_rate:
+                raise ConfigError("start_rate", self.start_rate, f">= min_rate ({self.min_rate:g} pps)")
+
+    def resolved(self, measurer: Measurer) -> BinarySearch:
+        """A copy with every None rate replaced by its default."""
+        top = resolve_max_rate(self.max_rate, measurer)
+        step = self.start_step if self.start_step is not None else top / 10
+        return dataclasses.replace(
+            self, max_rate=top, min_rate=self.min_rate if self.min_rate is not None else top / 1000,
+            start_step=step, start_rate=self.start_rate if self.start_rate is not None else min(step, top))
+
+    @property
+    def label(self) -> str:
+        """``ndr``/``pdr0.5%`` for single runs, ``best5``/``worst5`` for best/worst-of-N."""
+        return goal_name(self.loss_tolerance) if self.rule == "single" else f"{self.rule}{self.n}"
+
+
+class _Judge:
+    """Gives verdicts (good/bad) at rates according to the rule, remembering each one."""
+
+    def __init__(self, log: TrialLog, params: BinarySearch):
+        self.log = log
+        self.p = params
+        self.memo: dict[float, bool] = {}
+
+    def __call__(self, rate: float, phase: str) -> tuple[bool, float]:
+        """(good, the rate the verdict holds for) -- lower than ``rate`` if the generator fell short."""
+        if self.log.ceiling is not None:
+            rate = min(rate, self.log.ceiling)
+        if rate in self.memo:
+            return self.memo[rate], rate
+        decisive = self.p.rule != "worst"  # best: one good decides; worst: one bad decides
+        tries = 1 if self.p.rule == "single" else self.p.n
+        good = not decisive
+        for _ in range(tries):
+            trial = self.log.run(rate, self.p.duration, phase)
+            rate = min(rate, offered_rate(trial))
+            if is_good(trial, self.p.loss_tolerance) == decisive:
+                good = decisive
+                break
+        self.memo[rate] = good
+        return good, rate
+
+
+def _linear_phase(judge: _Judge, p: BinarySearch) -> tuple[float | None, float | None]:
+    """Walk from start_rate by start_step until a good and a bad rate are adjacent."""
+    lower: float | None = None
+    upper: float | None = None
+    rate = p.start_rate
+    while True:
+        good, rate = judge(rate, "linear")
+        top = min(p.max_rate, judge.log.ceiling or p.max_rate)
+        if good:
+            lower = rate
+            if upper is not None or rate >= top:
+                return lower, upper
+            rate = min(rate + p.start_step, top)
+        else:
+            upper = rate
+            if lower is not None or rate <= p.min_rate:
+                return lower, upper
+            rate = max(rate - p.start_step, p.min_rate)
+
+
+def _binary_phase(judge: _Judge, p: BinarySearch, lower: float, upper: float) -> tuple[float, float]:
+    """Halve [lower, upper] until it is narrow enough."""
+    while not narrow(lower, upper, p.relative_width, p.resolution):
+        good, rate = judge((lower + upper) / 2, "binary")
+        if not lower < rate < upper:  # the generator could not offer the middle: stop here
+            break
+        if good:
+            lower = rate
+        else:
+            upper = rate
+    return lower, upper
+
+
+def bracket(log: TrialLog, params: BinarySearch) -> Bounds:
+    """Run one binary search through ``log``; ``params`` must be resolved."""
+    judge = _Judge(log, params)
+    lower, upper = _linear_phase(judge, params)
+    notes: list[str] = []
+    if lower is None:
+        notes.append(f"{params.label}: loss above {params.loss_tolerance:g} even at the minimum "
+                     f"rate {params.min_rate:.6g} pps")
+    elif upper is None:
+        notes.append(f"{params.label}: no loss above {params.loss_tolerance:g} up to "
+                     f"{lower:.6g} pps, the highest rate tested")
+    else:
+        lower, upper = _binary_phase(judge, params, lower, upper)
+    return Bounds(params.label, params.loss_tolerance, lower, upper, notes)
+
+
+def binary_search(measurer: Measurer, params: BinarySearch = BinarySearch(), *,
+                  on_trial: OnTrial | None = None, progress: bool = False,
+                  method: str | None = None) -> SearchResult:
+    """vNet-SLA ThroughputBinarySearch (single run, or best/worst-of-N per ``params.rule``).
+
+    ``method`` labels the trials (default ``ndr`` for a zero tolerance, else ``pdr``).
+    """
+    p = params.resolved(measurer)
+    method = method or ("ndr" if p.loss_tolerance == 0 else "pdr")
+    with TrialLog(measurer, method, on_trial, progress) as log:
+        b = bracket(log, p)
+        return log.result(method, b.lower_bound, b.upper_bound, p, goals=[b], notes=b.notes)
+
+
+def best_worst(measurer: Measurer, params: BinarySearch = BinarySearch(n=5), *,
+               on_trial: OnTrial | None = None, progress: bool = False) -> SearchResult:
+    """Best-of-N then worst-of-N: ``lower_bound`` = worst-of-N, ``upper_bound`` = best-of-N
+    throughput, the run-to-run range (``goals`` holds both brackets)."""
+    base = params.resolved(measurer)
+    with TrialLog(measurer, "bestworst", on_trial, progress) as log:
+        found = []
+        for rule in ("best", "worst"):
+            log.method = f"bestworst/{rule}{base.n}"
+            found.append(bracket(log, dataclasses.replace(base, rule=rule)))
+        log.method = "bestworst"
+        best, worst = found
+        return log.result("bestworst", worst.lower_bound, best.lower_bound, base,
+                          goals=found, notes=best.notes + worst.notes)

@@ -1,0 +1,258 @@
+"""What every search shares: the measurer protocol, the trial log and the result.
+
+A *measurer* is anything with ``measure(rate_pps, duration) -> TrialResult`` (every ``Generator``
+qualifies). A search never calls it directly but through a ``TrialLog``, which labels each trial
+``<method>/<phase>`` (e.g. ``ndr/linear``, ``ndrpdr/confirm``) in ``TrialResult.method``, keeps
+it, hands it to ``on_trial`` the moment it ends and advances the progress bar.
+
+Loss is judged against the *offered* packets (``TrialResult.loss_ratio``). When the generator could
+not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) the trial is noted
+and judged at the rate really offered; searches then never ask for more than that (the generator,
+not the DUT, is the limit) and say so in the result (``generator_limited``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from tqdm import tqdm
+
+from perfkit.errors import ConfigError
+from perfkit.trial import Rate, Scenario, TrialResult
+
+#: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
+OFFER_SHORTFALL = 0.05
+#: Relative tolerance used when comparing rates computed along different paths.
+RATE_EPS = 1e-9
+
+OnTrial = Callable[[TrialResult], None]
+
+
+@runtime_checkable
+class Measurer(Protocol):
+    """The one thing a search needs: run a trial at ``rate_pps`` [pps] for ``duration`` [s]."""
+
+    def measure(self, rate_pps: float, duration: float) -> TrialResult: ...
+
+
+# -- validation helpers ------------------------------------------------------------------------
+def check_positive(name: str, value: float | None, unit: str, optional: bool = False) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a finite number > 0 (or None if ``optional``)."""
+    if value is None and optional:
+        return
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(name, value, f"a positive number [{unit}]")
+
+
+def check_ratio(name: str, value: float, upper_inclusive: bool = False) -> None:
+    """Raise ``ConfigError`` unless ``0 <= value < 1`` (``<= 1`` with ``upper_inclusive``)."""
+    ok = isinstance(value, (int, float)) and 0 <= value and (
+        value <= 1 if upper_inclusive else value < 1)
+    if not ok:
+        raise ConfigError(name, value, "0 <= x <= 1" if upper_inclusive else "0 <= x < 1")
+
+
+def check_rate_range(min_rate: float | None, max_rate: float | None) -> None:
+    """Both optional rates positive, and ``min_rate < max_rate`` when both are given."""
+    check_positive("max_rate", max_rate, "pps", optional=True)
+    check_positive("min_rate", min_rate, "pps", optional=True)
+    if min_rate is not None and max_rate is not None and min_rate >= max_rate:
+        raise ConfigError("min_rate", min_rate, f"less than max_rate ({max_rate:g} pps)")
+
+
+def line_rate_pps(scenario: Scenario) -> float:
+    """100 % of the scenario's line rate [pps] for the frames the generator puts on the wire."""
+    from perfkit.generators.sim import wire_frame_size
+
+    return Rate(100, "%", scenario.line_rate).pps(wire_frame_size(scenario))
+
+
+def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:
+    """``max_rate`` if given, else the line rate of the measurer's ``scenario``."""
+    if max_rate is not None:
+        return max_rate
+    scenario = getattr(measurer, "scenario", None)
+    if not isinstance(scenario, Scenario):
+        raise ConfigError("max_rate", None, "a rate [pps] when the measurer has no scenario")
+    return line_rate_pps(scenario)
+
+
+# -- judging a trial ---------------------------------------------------------------------------
+def offered_rate(trial: TrialResult) -> float:
+    """The rate [pps] a trial should be judged at: intended, or what was really offered if less."""
+    return trial.tx_pps if generator_limited(trial) else trial.intended_pps
+
+
+def generator_limited(trial: TrialResult) -> bool:
+    """True when the generator offered clearly less than the intended rate."""
+    seconds = trial.elapsed if trial.elapsed > 0 else trial.duration
+    return trial.tx_packets / seconds < trial.intended_pps * (1 - OFFER_SHORTFALL)
+
+
+def is_good(trial: TrialResult, loss_tolerance: float) -> bool:
+    """Whether the trial's loss ratio (against offered packets) is within ``loss_tolerance``."""
+    return trial.loss_ratio <= loss_tolerance
+
+
+def narrow(lower: float, upper: float, relative_width: float, resolution: float | None = None) -> bool:
+    """Whether ``[lower, upper]`` is within ``resolution`` [pps], or else ``relative_width`` of upper."""
+    if resolution is not None:
+        return upper - lower <= resolution * (1 + RATE_EPS)
+    return upper - lower <= relative_width * upper * (1 + RATE_EPS)
+
+
+# -- results -----------------------------------------------------------------------------------
+@dataclass
+class Bounds:
+    """The bracket one goal (a loss tolerance, or a best/worst-of-N rule) ended with."""
+
+    name: str
+    """``ndr``, ``pdr``, ``pdr0.5%``, ``best5``, ``worst5`` ..."""
+    loss_tolerance: float
+    """Loss ratio (against offered packets) a good trial may have [1]."""
+    lower_bound: float | None
+    """Highest rate judged good below ``upper_bound`` [pps]; None if even the minimum rate lost."""
+    upper_bound: float | None
+    """Lowest rate judged bad [pps]; None if nothing up to the maximum rate was bad."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def relative_width(self) -> float | None:
+        """(upper - lower) / upper, or None if a bound is missing."""
+        if self.lower_bound is None or self.upper_bound is None:
+            return None
+        return (self.upper_bound - self.lower_bound) / self.upper_bound
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["relative_width"] = self.relative_width
+        return d
+
+
+@dataclass
+class SearchResult:
+    """What a search found and every trial it ran to find it (in order)."""
+
+    method: str
+    """``maxrate``, ``sweep``, ``ndr``, ``pdr``, ``bestworst``, ``ndrpdr`` or ``latency``."""
+    lower_bound: float | None
+    """The method's main figure [pps]: throughput (binary searches: the first goal's lower bound;
+    maxrate: the received rate; sweep: the highest step before the first lossy one; bestworst:
+    worst-of-N)."""
+    upper_bound: float | None
+    """Its upper companion [pps] (bestworst: best-of-N; maxrate: the offered rate)."""
+    trials: list[TrialResult]
+    """Every trial, labelled ``<method>/<phase>`` in ``TrialResult.method``."""
+    goals: list[Bounds] = field(default_factory=list)
+    """Per goal brackets (ndrpdr: one per loss ratio; bestworst: best and worst)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The method parameters, resolved (max_rate filled in)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader must know: generator limits, loss at the minimum rate, trial cap hit ..."""
+    generator_limited: bool = False
+    """True if at least one trial could not be offered at its intended rate."""
+    wall_seconds: float = 0.0
+    """Time the search took, overheads included [s]."""
+
+    @property
+    def trial_count(self) -> int:
+        return len(self.trials)
+
+    @property
+    def trial_seconds(self) -> float:
+        """Sum of the trials' intended durations [s] (traffic time, without overheads)."""
+        return sum(t.duration for t in self.trials)
+
+    def goal(self, name: str) -> Bounds:
+        """The bracket called ``name`` (``ndr``, ``pdr``, ``best5`` ...)."""
+        for b in self.goals:
+            if b.name == name:
+                return b
+        raise KeyError(f"{name!r} not in {[b.name for b in self.goals]}")
+
+    def to_dict(self, with_trials: bool = True) -> dict[str, Any]:
+        """JSON-ready: bounds, counts, goals, params, notes and (optionally) every trial."""
+        d: dict[str, Any] = {
+            "method": self.method, "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
+            "trial_count": self.trial_count, "trial_seconds": self.trial_seconds,
+            "wall_seconds": self.wall_seconds, "generator_limited": self.generator_limited,
+            "goals": [g.to_dict() for g in self.goals], "params": dict(self.params),
+            "notes": list(self.notes),
+        }
+        if with_trials:
+            d["trials"] = [trial_dict(t) for t in self.trials]
+        return d
+
+
+def trial_dict(trial: TrialResult) -> dict[str, Any]:
+    """``TrialResult.to_dict`` plus ``phase`` split off the ``<method>/<phase>`` label."""
+    d = trial.to_dict()
+    d["phase"] = trial.method.partition("/")[2]
+    return d
+
+
+# -- running trials ----------------------------------------------------------------------------
+class TrialLog:
+    """Runs, labels, keeps and reports the trials of one search (a context manager)."""
+
+    def __init__(self, measurer: Measurer, method: str, on_trial: OnTrial | None = None,
+                 progress: bool = False, total: int | None = None):
+        if not callable(getattr(measurer, "measure", None)):
+            raise ConfigError("measurer", type(measurer).__name__, "an object with measure(rate_pps, duration)")
+        self.measurer = measurer
+        self.method = method
+        self.on_trial = on_trial
+        self.trials: list[TrialResult] = []
+        self.notes: list[str] = []
+        self.ceiling: float | None = None
+        """The highest rate [pps] the generator has been seen to offer, once it fell short."""
+        self._start = time.monotonic()
+        self._bar = tqdm(total=total, desc=method, unit="trial", disable=not progress, leave=False)
+
+    def __enter__(self) -> TrialLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+
+    @property
+    def wall_seconds(self) -> float:
+        return time.monotonic() - self._start
+
+    def run(self, rate_pps: float, duration: float, phase: str) -> TrialResult:
+        """One trial at ``rate_pps`` [pps] for ``duration`` [s], labelled ``<method>/<phase>``."""
+        trial = self.measurer.measure(rate_pps, duration)
+        trial.method = f"{self.method}/{phase}"
+        if generator_limited(trial):
+            self._note_shortfall(trial)
+        self.trials.append(trial)
+        if self.on_trial is not None:
+            self.on_trial(trial)
+        self._bar.update(1)
+        self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.loss_ratio:.3g}")
+        return trial
+
+    def _note_shortfall(self, trial: TrialResult) -> None:
+        note = (f"generator offered {trial.tx_pps:.6g} pps of the intended {trial.intended_pps:.6g} pps; "
+                "judged at the offered rate")
+        trial.notes.append(note)
+        if self.ceiling is None or trial.tx_pps < self.ceiling:
+            self.ceiling = trial.tx_pps
+            self.notes.append(f"generator-limited: it could not offer more than {trial.tx_pps:.6g} pps; "
+                              "rates above were not tested")
+
+    def result(self, method: str, lower: float | None, upper: float | None, params: Any,
+               goals: list[Bounds] | None = None, notes: list[str] | None = None) -> SearchResult:
+        """Assemble the ``SearchResult`` from the trials logged so far."""
+        return SearchResult(
+            method=method, lower_bound=lower, upper_bound=upper, trials=list(self.trials),
+            goals=goals or [], params=dataclasses.asdict(params), notes=self.notes + (notes or []),
+            generator_limited=self.ceiling is not None, wall_seconds=self.wall_seconds)
+
+
+def goal_name(loss_tolerance: float) -> str:
+    """``ndr`` for 0, else ``pdr<percent>%`` (e.g. ``pdr0.5%``)."""
+    return "ndr" if loss_tolerance == 0 else f"pdr{loss_tolerance * 100:g}%"
