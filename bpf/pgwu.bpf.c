@@ -31,9 +31,13 @@ struct {
 } pgwu_config SEC(".maps");
 
 /* Uplink sessions by our TEID. Never an LRU map: with 1M entries an LRU hash silently evicted
- * 30-70% of live sessions (seed 001). Not preallocated, so memory follows the session count.
- * Not per-CPU either: a PERCPU_HASH without preallocation inserted only ~70k sessions/s here, with
- * transient ENOMEMs from the per-CPU allocator; the counters live in session_stats instead. */
+ * 30-70% of live sessions (seed 001). Not preallocated: memory follows the session count, and the
+ * elements come from kmalloc'd memory, which the kernel maps with huge pages (fewer TLB misses
+ * than a preallocated table's vmalloc area).
+ * Not per-CPU: a PERCPU_HASH without preallocation inserted only ~70k sessions/s here (per-CPU
+ * allocator, transient ENOMEM), and per-CPU counters in a side array cost two more cache misses
+ * per packet (measured: 652 vs 401 ns at 200k sessions). The counters are atomic adds on the
+ * element the lookup just fetched; a session's packets stay on one core, so they rarely contend. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -50,14 +54,6 @@ struct {
 	__type(key, struct pgwu_dl_key);
 	__type(value, struct pgwu_dl_session);
 } dl_sessions SEC(".maps");
-
-/* Per-session counters by session id, per CPU so that no packet pays for an atomic. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PGWU_MAX_SESSIONS);
-	__type(key, __u32);
-	__type(value, struct pgwu_session_stats);
-} session_stats SEC(".maps");
 
 /* What happened to each packet, per CPU, indexed by enum pgwu_stat. */
 struct {
@@ -167,7 +163,6 @@ static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg
 	void *data_end = (void *)(long)ctx->data_end;
 	enum pgwu_stat stat = PGWU_DROP_INTERNAL;
 	struct pgwu_ul_session *sess;
-	struct pgwu_session_stats *ss;
 	struct iphdr *inner;
 	__u32 gtp_len, hdr_extra, inner_len, avail, outer_len, l2_len;
 	int ret;
@@ -205,11 +200,8 @@ static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg
 		return count(PGWU_DROP_UNKNOWN_TEID, XDP_DROP, frame_len);
 	if (inner->saddr != sess->ue_addr)
 		return count(PGWU_DROP_UE_MISMATCH, XDP_DROP, frame_len);
-	ss = bpf_map_lookup_elem(&session_stats, &sess->id);
-	if (ss) {
-		ss->ul_packets++;
-		ss->ul_bytes += inner_len;
-	}
+	__sync_fetch_and_add(&sess->packets, 1);
+	__sync_fetch_and_add(&sess->bytes, inner_len);
 
 	outer_len = ((void *)inner - data) & 0xffff;
 	l2_len = sess->sgi_vlan ? sizeof(struct ethhdr) + sizeof(struct vlan_hdr) : sizeof(struct ethhdr);
@@ -234,7 +226,6 @@ static __always_inline int handle_dl(struct xdp_md *ctx, struct pgwu_config *cfg
 	void *data_end = (void *)(long)ctx->data_end;
 	struct pgwu_dl_key key = { .ue_addr = iph->daddr, .vlan = vlan };
 	struct pgwu_dl_session *sess;
-	struct pgwu_session_stats *ss;
 	struct iphdr *oip;
 	struct udphdr *udp;
 	struct gtpu_hdr *gh;
@@ -248,11 +239,8 @@ static __always_inline int handle_dl(struct xdp_md *ctx, struct pgwu_config *cfg
 		return count(PGWU_DROP_DL_NO_SESSION, XDP_DROP, frame_len);
 	if (cfg->s5_mtu && tot_len + GTPU_ENCAP_LEN > cfg->s5_mtu)
 		return count(PGWU_DROP_TOO_BIG, XDP_DROP, frame_len);
-	ss = bpf_map_lookup_elem(&session_stats, &sess->id);
-	if (ss) {
-		ss->dl_packets++;
-		ss->dl_bytes += tot_len;
-	}
+	__sync_fetch_and_add(&sess->packets, 1);
+	__sync_fetch_and_add(&sess->bytes, tot_len);
 	sgw_addr = sess->sgw_addr;
 	teid = sess->teid;
 

@@ -312,7 +312,7 @@ def delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuDelta:
         b = before.threads.get(pid)
         if b is not None and b.start == t.start:
             threads[pid] = (t, (t.utime - b.utime) / tck, (t.stime - b.stime) / tck)
-        elif b is None and t.start / tck >= before.uptime and before.patterns:
+        elif b is None and t.start >= int(before.uptime * tck) and before.patterns:
             threads[pid] = (t, t.utime / tck, t.stime / tck)   # started inside the window
     return CpuDelta(start=before.time, end=after.time, wall=after.monotonic - before.monotonic,
                     seconds=seconds, threads=threads)

@@ -41,7 +41,7 @@ class pgwu_config(Struct):
 
 
 class pgwu_ul_session(Struct):
-    _fields_ = [("ue_addr", u32), ("sgi_vlan", u16), ("pad", u16), ("id", u32)]
+    _fields_ = [("ue_addr", u32), ("sgi_vlan", u16), ("pad", u16), ("packets", u64), ("bytes", u64)]
 
 
 class pgwu_dl_key(Struct):
@@ -49,11 +49,7 @@ class pgwu_dl_key(Struct):
 
 
 class pgwu_dl_session(Struct):
-    _fields_ = [("sgw_addr", u32), ("teid", u32), ("id", u32)]
-
-
-class pgwu_session_stats(Struct):
-    _fields_ = [("ul_packets", u64), ("ul_bytes", u64), ("dl_packets", u64), ("dl_bytes", u64)]
+    _fields_ = [("sgw_addr", u32), ("teid", u32), ("packets", u64), ("bytes", u64)]
 
 
 class pgwu_stat_rec(Struct):
@@ -86,12 +82,30 @@ class PgwuStat(enum.IntEnum):
         return self.name.removeprefix("PGWU_").lower()
 
 
+# --- bench_kern_user.h -------------------------------------------------------------------------
+BENCH_RESTORE_MAX = 128
+
+
+class bench_config(Struct):
+    _fields_ = [("frame_len", u32), ("restore_len", u32), ("nkeys", u32), ("teid_off", u16),
+                ("ue_off", u16), ("vlan_off", u16), ("pad", u16)]
+
+
+class bench_key(Struct):
+    _fields_ = [("teid", u32), ("ue_addr", u32), ("vlan", u16), ("pad", u16)]
+
+
+class bench_template(Struct):
+    _fields_ = [("bytes", u8 * BENCH_RESTORE_MAX)]
+
+
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (pgwu_config, pgwu_ul_session, pgwu_dl_key, pgwu_dl_session,
-                                  pgwu_session_stats, pgwu_stat_rec)
+                                  pgwu_stat_rec, bench_config, bench_key,
+                                  bench_template)
 }
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat}
 #: Which compiled object holds each struct's BTF.
-BTF_OBJECTS: dict[str, str] = {name: "pgwu.o" for name in STRUCTS} | {"pgwu_stat": "pgwu.o"}
+BTF_OBJECTS: dict[str, str] = {name: "bench.o" if name.startswith("bench_") else "pgwu.o" for name in STRUCTS}

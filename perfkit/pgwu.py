@@ -21,7 +21,7 @@ import numpy as np
 
 from perfkit.errors import ConfigError
 from perfkit.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
-                             pgwu_dl_session, pgwu_session_stats, pgwu_stat_rec, pgwu_ul_session)
+                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
 from perfkit.libbpf import BpfObject, Map, Program
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "bpf"
@@ -190,14 +190,13 @@ class Pgwu:
 
     obj: BpfObject
     config: PgwuConfig = field(default_factory=PgwuConfig)
-    _next_id: int = 0
 
     @classmethod
     def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
              attach_type: int | None = None) -> Pgwu:
         """Load ``build/bpf/pgwu.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
         path = Path(path) if path else BUILD_DIR / "pgwu.o"
-        obj = BpfObject(path, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions", "session_stats")},
+        obj = BpfObject(path, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")},
                         attach_types={"xdp_pgwu": attach_type} if attach_type is not None else None)
         pg = cls(obj)
         pg.configure(pg.config)
@@ -216,38 +215,23 @@ class Pgwu:
 
     # -- sessions --------------------------------------------------------------------------------
     def add_sessions(self, sessions: SessionPlan | list[Session], batch: int = 65536) -> int:
-        """Install sessions in both tables (batched); returns how many were installed.
-
-        Session ids (the index of their counters) follow the order given, after any installed before.
-        """
+        """Install (or replace, counters reset) sessions in both tables; returns how many."""
         cols = session_columns(sessions)
         n = len(cols["ul_teid"])
-        if self._next_id + n > self.map("session_stats").max_entries:
-            raise ConfigError("sessions", self._next_id + n, f"<= max_sessions ({self.map('session_stats').max_entries})")
-        ids = np.arange(self._next_id, self._next_id + n, dtype=np.uint32)
         ul_key = cols["ul_teid"].astype(">u4")
         ul_val = np.zeros(n, dtype=np.dtype(pgwu_ul_session))
         ul_val["ue_addr"] = cols["ue_addr"].astype(">u4").view("<u4")
-        ul_val["sgi_vlan"], ul_val["id"] = cols["tenant_vlan"], ids
+        ul_val["sgi_vlan"] = cols["tenant_vlan"]
         dl_key = np.zeros(n, dtype=np.dtype(pgwu_dl_key))
         dl_key["ue_addr"], dl_key["vlan"] = ul_val["ue_addr"], cols["tenant_vlan"]
         dl_val = np.zeros(n, dtype=np.dtype(pgwu_dl_session))
         dl_val["sgw_addr"] = cols["sgw_addr"].astype(">u4").view("<u4")
         dl_val["teid"] = cols["dl_teid"].astype(">u4").view("<u4")
-        dl_val["id"] = ids
-        ul, dl = self.map("ul_sessions"), self.map("dl_sessions")
-        for lo in range(0, n, batch):
-            ul.update_batch(ul_key[lo:lo + batch].tobytes(), ul_val[lo:lo + batch].tobytes(), len(ul_key[lo:lo + batch]))
-            dl.update_batch(dl_key[lo:lo + batch].tobytes(), dl_val[lo:lo + batch].tobytes(), len(dl_key[lo:lo + batch]))
-        self._next_id += n
+        for m, keys, vals in ((self.map("ul_sessions"), ul_key, ul_val), (self.map("dl_sessions"), dl_key, dl_val)):
+            for lo in range(0, n, batch):
+                k, v = keys[lo:lo + batch], vals[lo:lo + batch]
+                m.update_batch(k.tobytes(), v.tobytes(), len(k))
         return n
-
-    def session_counters(self, session_id: int) -> tuple[SessionCounters, SessionCounters]:
-        """(uplink, downlink) counters of a session, summed over CPUs."""
-        m = self.map("session_stats")
-        vals = [pgwu_session_stats.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", session_id)) or b"")]
-        return (SessionCounters(sum(v.ul_packets for v in vals), sum(v.ul_bytes for v in vals)),
-                SessionCounters(sum(v.dl_packets for v in vals), sum(v.dl_bytes for v in vals)))
 
     def ul_session(self, teid: int) -> tuple[str, int, SessionCounters] | None:
         """(UE address, tenant VLAN, uplink counters) of the session with ``teid``, or None."""
@@ -255,7 +239,7 @@ class Pgwu:
         if raw is None:
             return None
         v = pgwu_ul_session.from_bytes(raw)
-        return int2ip(_be32(v.ue_addr)), v.sgi_vlan, self.session_counters(v.id)[0]
+        return int2ip(_be32(v.ue_addr)), v.sgi_vlan, SessionCounters(v.packets, v.bytes)
 
     def dl_session(self, ue_addr: str, vlan: int = 0) -> tuple[str, int, SessionCounters] | None:
         """(SGW address, SGW TEID, downlink counters) of the session, or None."""
@@ -263,7 +247,7 @@ class Pgwu:
         if raw is None:
             return None
         v = pgwu_dl_session.from_bytes(raw)
-        return int2ip(_be32(v.sgw_addr)), _be32(v.teid), self.session_counters(v.id)[1]
+        return int2ip(_be32(v.sgw_addr)), _be32(v.teid), SessionCounters(v.packets, v.bytes)
 
     def session_count(self) -> tuple[int, int]:
         """Entries in (ul_sessions, dl_sessions)."""

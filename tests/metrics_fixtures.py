@@ -1,6 +1,6 @@
 """Fixtures and helpers of the metrics tests: real servers on free 127.0.0.1 ports, always stopped.
 
-Import the fixtures into a test module (``from metrics_fixtures import metrics_stack``); every
+Import the fixtures into a test module (``from tests.metrics_fixtures import metrics_stack``); every
 server started here is stopped in a ``finally`` (test failure, error or Ctrl-C alike).
 """
 from __future__ import annotations

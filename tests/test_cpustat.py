@@ -10,7 +10,7 @@ import pytest
 
 from perfkit import cpustat
 from perfkit.errors import ConfigError
-from metrics_fixtures import BURNER_NAME, burner
+from tests.metrics_fixtures import BURNER_NAME, burner
 
 CPUS = sorted(os.sched_getaffinity(0))
 

@@ -31,7 +31,8 @@ struct pgwu_ul_session {
 	__be32 ue_addr;		/* inner source must be this */
 	__u16 sgi_vlan;		/* tenant VLAN id on SGi egress, 0 = untagged */
 	__u16 pad;
-	__u32 id;		/* index into session_stats; the same for both directions of a bearer */
+	__u64 packets;		/* counted by the program (atomic adds) */
+	__u64 bytes;		/* inner IPv4 bytes */
 };
 
 /* dl_sessions key: the UE address within a tenant (the VLAN the packet came in on). */
@@ -45,15 +46,8 @@ struct pgwu_dl_key {
 struct pgwu_dl_session {
 	__be32 sgw_addr;	/* outer destination */
 	__be32 teid;		/* the SGW's TEID for the bearer */
-	__u32 id;		/* index into session_stats */
-};
-
-/* session_stats value (per CPU): what a bearer carried. Bytes are inner IPv4 bytes. */
-struct pgwu_session_stats {
-	__u64 ul_packets;
-	__u64 ul_bytes;
-	__u64 dl_packets;
-	__u64 dl_bytes;
+	__u64 packets;		/* counted by the program (atomic adds) */
+	__u64 bytes;		/* inner IPv4 bytes */
 };
 
 /* Index of the per-CPU pgwu_stats array: what happened to a packet. */

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 
 from perfkit.errors import PerfkitError
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `perfkit ... | head` ends quietly
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -44,3 +44,39 @@ def emit(obj: Any, as_json: bool, human: Callable[[Any], str]) -> None:
         sys.stdout.write("\n")
     else:
         print(human(obj))
+
+
+def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> None:
+    """--rate --duration --packets --generator --capture, and the simulated DUT's --sim-* options.
+
+    ``duration`` is the default of ``--duration`` (None lets the command pick per method).
+    """
+    from perfkit.generators import BACKENDS
+
+    g = parser.add_argument_group("trial")
+    g.add_argument("--rate", default=None,
+                   help="offered rate: 2Mpps, 150kpps, 5Gbps (L1) or 40%% of --line-rate; "
+                        "searches: the maximum rate (default 100%%)")
+    g.add_argument("--duration", type=float, default=duration,
+                   help="trial duration in seconds" + (f" (default {duration:g})" if duration else ""))
+    g.add_argument("--packets", type=int, default=None, help="send exactly this many packets")
+    g.add_argument("--generator", default="xdp", choices=list(BACKENDS),
+                   help="traffic generator backend (default xdp: the local testbed; sim: simulated DUT)")
+    g.add_argument("--capture", default=None, metavar="FILE", help="write received packets to a pcap")
+    s = parser.add_argument_group("simulated DUT (--generator sim)")
+    s.add_argument("--sim-model", default="sharp", help="sharp, noisy, smooth or buffered (default sharp)")
+    s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
+    s.add_argument("--sim-sigma", type=float, default=0.02,
+                   help="noisy model: relative sigma of the per-trial threshold (default 0.02)")
+    s.add_argument("--sim-seed", type=int, default=0, help="random seed of the noisy model (default 0)")
+
+
+def generator_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Constructor options for ``perfkit.generators.create(args.generator, scenario, **options)``."""
+    options: dict[str, Any] = {}
+    if args.capture:
+        options["capture"] = args.capture
+    if args.generator == "sim":
+        options.update(model=args.sim_model, threshold=args.sim_threshold, sigma=args.sim_sigma,
+                       seed=args.sim_seed)
+    return options

@@ -29,23 +29,11 @@ from dataclasses import dataclass
 
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
+from perfkit.profiles import TrafficProfile
 from perfkit.trial import Rate, Scenario, TrialResult
 
 #: The models a ``SimModel`` can be.
 MODELS = ("sharp", "noisy", "smooth", "buffered")
-#: Bytes the GTP-U tunnel (outer IPv4 20 + UDP 8 + GTPv1-U 8) adds on the uplink wire.
-GTPU_OVERHEAD = 36
-#: Bytes an 802.1Q tag adds.
-VLAN_TAG = 4
-
-
-def wire_frame_size(scenario: Scenario) -> int:
-    """Bytes per frame the generator puts on the wire [bytes], FCS included.
-
-    Uplink traffic is GTP-U encapsulated (+36 bytes); a VLAN tag adds 4.
-    """
-    size = scenario.frame_size + (GTPU_OVERHEAD if scenario.direction == "ul" else 0)
-    return size + (VLAN_TAG if scenario.vlan else 0)
 
 
 @dataclass(frozen=True)
@@ -83,13 +71,13 @@ class SimModel:
         if self.buffer_packets < 0:
             raise ConfigError("sim buffer_packets", self.buffer_packets, "an integer >= 0")
 
-    def pdr(self, loss_tolerance: float) -> float:
-        """The true highest rate [pps] whose loss ratio is <= ``loss_tolerance`` (long trials).
-
-        For ``noisy`` this is the value at the median threshold, without spikes.
-        """
+    def pdr(self, loss_tolerance: float, duration: float = math.inf) -> float:
+        """The true highest rate [pps] whose loss ratio is <= ``loss_tolerance`` in trials of
+        ``duration`` [s] (only ``buffered`` depends on it). ``noisy``: at the median threshold."""
         if self.kind == "smooth":
             return self.threshold / (1.0 - math.sqrt(loss_tolerance))
+        if self.kind == "buffered":
+            return (self.threshold + self.buffer_packets / duration) / (1.0 - loss_tolerance)
         return self.threshold / (1.0 - loss_tolerance)
 
     def lost(self, rate_pps: float, duration: float, offered: int, rng: random.Random) -> int:
@@ -128,9 +116,11 @@ class SimGenerator(Generator):
 
     def __init__(self, scenario: Scenario, model: str | SimModel = "sharp",
                  threshold: float | str | None = None, sigma: float | None = None,
-                 seed: int | None = 0, max_offer: float | str | None = None, **model_options: float):
+                 seed: int | None = 0, max_offer: float | str | None = None, capture: str | None = None,
+                 **model_options: float):
         """``model`` is a ``SimModel`` or its kind; ``threshold``/``sigma`` and ``model_options``
-        override its fields; ``max_offer`` [pps] caps what the simulated generator can send."""
+        override its fields; ``max_offer`` [pps] caps what the simulated generator can send;
+        ``capture`` is accepted for interface parity and ignored (nothing is on a wire)."""
         super().__init__(scenario)
         if isinstance(model, str):
             fields: dict[str, object] = dict(model_options)
@@ -143,7 +133,9 @@ class SimGenerator(Generator):
             raise ConfigError("sim model", model, "a model kind when threshold/sigma are given")
         self.model = model
         self.max_offer = _pps(max_offer, scenario) if max_offer is not None else None
-        self.wire_frame_size = wire_frame_size(scenario)
+        profile = TrafficProfile.for_scenario(scenario)
+        self.wire_frame_size = profile.wire_frame_size
+        self.output_frame_size = profile.output_frame_size
         self._rng = random.Random(seed)
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
@@ -160,14 +152,12 @@ class SimGenerator(Generator):
         received = offered - lost
         start = time.time()
         sc = self.scenario
-        out_size = sc.frame_size + (VLAN_TAG if sc.vlan else 0) + (
-            GTPU_OVERHEAD if sc.direction == "dl" else 0)
         return TrialResult(
             dataplane=sc.dataplane, direction=sc.direction, frame_size=sc.frame_size,
             wire_frame_size=self.wire_frame_size, flows=sc.flows, dut_cores=sc.dut_cores,
             generator=self.name, duration=duration, intended_pps=rate_pps,
             intended_packets=intended, tx_packets=offered, rx_packets=received,
-            tx_bytes=offered * self.wire_frame_size, rx_bytes=received * out_size,
+            tx_bytes=offered * self.wire_frame_size, rx_bytes=received * self.output_frame_size,
             elapsed=duration, start_time=start, end_time=start + duration,
             udp_csum=sc.udp_csum, sessions=sc.session_count,
             latency_ns=self.model.latency_ns(offered_pps) if received else {},
@@ -178,4 +168,4 @@ class SimGenerator(Generator):
 
 
 def _pps(value: float | str, scenario: Scenario) -> float:
-    return Rate.parse(value, scenario.line_rate).pps(wire_frame_size(scenario))
+    return Rate.parse(value, scenario.line_rate).pps(TrafficProfile.for_scenario(scenario).wire_frame_size)

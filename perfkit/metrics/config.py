@@ -85,6 +85,8 @@ class Endpoints:
     def __post_init__(self) -> None:
         _check_url("prometheus_url", self.prometheus_url, self.source)
         _check_url("pushgateway_url", self.pushgateway_url, self.source)
+        for name in ("prometheus_url", "pushgateway_url"):   # one spelling: no trailing slash
+            object.__setattr__(self, name, getattr(self, name).rstrip("/"))
         if self.password is not None and not self.username:
             raise ConfigError("username", self.username,
                               "a user name whenever a password is set (PERFKIT_METRICS_USER)")

@@ -55,6 +55,7 @@ import logging
 import math
 import subprocess
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote_plus
@@ -168,20 +169,21 @@ def percentile_to_quantile(key: str) -> str | None:
         return "1"
     if key.startswith("p"):
         try:
-            return _fmt(float(key[1:]) / 100)
-        except ValueError:
+            q = Decimal(key[1:]) / 100
+        except InvalidOperation:
             return None
+        return format(q.normalize(), "f") if 0 < q < 1 else None
     return None
 
 
 def quantile_to_key(q: str) -> str:
     """``0.999`` -> ``p999`` (the store's column spelling), ``0`` -> ``min``, ``1`` -> ``max``."""
-    v = float(q)
+    v = Decimal(q)
     if v == 0:
         return "min"
     if v == 1:
         return "max"
-    return "p" + _fmt(round(v * 100, 9)).replace(".", "")
+    return "p" + format((v * 100).normalize(), "f").replace(".", "")
 
 
 def column_name(metric: str, extra: Mapping[str, str]) -> str:

@@ -59,6 +59,7 @@ HEALTH_PATHS: dict[str, str] = {"prometheus": "/-/ready", "pushgateway": "/-/rea
 NODE_COLLECTORS: tuple[str, ...] = ("cpu", "stat", "loadavg", "meminfo", "netdev", "softnet",
                                     "interrupts", "pressure", "schedstat")
 SCRAPE_INTERVAL = 1.0
+_LOG_MARKER = "--- perfkit stack up"
 
 
 @dataclass
@@ -257,6 +258,16 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def _log_section(path: Path) -> str:
+    """What the server logged since the last ``perfkit stack up`` marker (at most 64 KiB)."""
+    try:
+        text = path.read_text(errors="replace")[-65536:]
+    except FileNotFoundError:
+        return ""
+    i = text.rfind(_LOG_MARKER)
+    return text[text.find("\n", i) + 1:] if i >= 0 else text
+
+
 def explain_log(log: str, host: str, port: int) -> str:
     """A one-line reason from a server's log after it failed to start."""
     low = log.lower()
@@ -275,7 +286,7 @@ def explain_log(log: str, host: str, port: int) -> str:
 
 def _first_error(log: str) -> str:
     for line in log.splitlines():
-        if "level=error" in line or "err=" in line or "error" in line.lower():
+        if "level=error" in line or "err=" in line or "error" in line.lower() or "level=fatal" in line:
             return line.strip()[:400]
     return log.strip().splitlines()[-1][:400] if log.strip() else ""
 
@@ -447,7 +458,7 @@ def _heal(d: Path, state: dict[str, Any], given: Mapping[str, int | None], timeo
 def _start(name: str, argv: list[str], d: Path, host: str, port: int) -> dict[str, Any]:
     log_path = d / "logs" / f"{name}.log"
     with open(log_path, "ab") as log:
-        log.write(f"--- perfkit stack up {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
+        log.write(f"{_LOG_MARKER} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
         log.flush()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -475,7 +486,7 @@ def _wait_healthy(name: str, rec: Mapping[str, Any], host: str, port: int,
         exited = proc.poll() is not None if proc else not _ours(rec)
         if exited:
             time.sleep(0.1)   # let the log be flushed
-            log = _log_tail(Path(rec["log"]))
+            log = _log_section(Path(rec["log"]))
             code = f" with status {proc.returncode}" if proc else ""
             raise MetricsError(f"{name} exited during start{code}: {explain_log(log, host, port)} "
                                f"(log: {rec['log']})")

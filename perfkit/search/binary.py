@@ -41,7 +41,7 @@ class BinarySearch:
     min_rate: float | None = None
     """Lowest rate ever offered [pps]; None = max_rate / 1000."""
     start_rate: float | None = None
-    """First rate of the linear phase [pps]; None = start_step."""
+    """First rate of the linear phase [pps]; None = start_step (within min_rate..max_rate)."""
     start_step: float | None = None
     """Step of the linear phase [pps]; None = max_rate / 10."""
     resolution: float | None = None
@@ -74,10 +74,10 @@ class BinarySearch:
     def resolved(self, measurer: Measurer) -> BinarySearch:
         """A copy with every None rate replaced by its default."""
         top = resolve_max_rate(self.max_rate, measurer)
+        low = self.min_rate if self.min_rate is not None else top / 1000
         step = self.start_step if self.start_step is not None else top / 10
-        return dataclasses.replace(
-            self, max_rate=top, min_rate=self.min_rate if self.min_rate is not None else top / 1000,
-            start_step=step, start_rate=self.start_rate if self.start_rate is not None else min(step, top))
+        start = self.start_rate if self.start_rate is not None else min(max(step, low), top)
+        return dataclasses.replace(self, max_rate=top, min_rate=low, start_step=step, start_rate=start)
 
     @property
     def label(self) -> str:

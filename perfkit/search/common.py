@@ -65,9 +65,9 @@ def check_rate_range(min_rate: float | None, max_rate: float | None) -> None:
 
 def line_rate_pps(scenario: Scenario) -> float:
     """100 % of the scenario's line rate [pps] for the frames the generator puts on the wire."""
-    from perfkit.generators.sim import wire_frame_size
+    from perfkit.profiles import TrafficProfile  # scapy: imported only when needed
 
-    return Rate(100, "%", scenario.line_rate).pps(wire_frame_size(scenario))
+    return Rate(100, "%", scenario.line_rate).pps(TrafficProfile.for_scenario(scenario).wire_frame_size)
 
 
 def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:

@@ -1,0 +1,246 @@
+"""``perfkit search METHOD``: run one benchmark methodology against a generator and print the result.
+
+Methods: maxrate, sweep, ndr, pdr, ndrpdr, bestworst, latency (see ``perfkit.search``). Every
+method takes the scenario and trial options of ``perfkit trial``; ``--rate`` is the maximum rate
+(default 100 % of --line-rate). ``--generator sim --sim-model sharp --sim-threshold 1Mpps`` runs
+without a testbed. ``--json`` prints the result with every trial.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any, Callable
+
+from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generator_options, scenario_from_args
+from perfkit.errors import ConfigError, SearchError
+from perfkit.generators import create
+from perfkit.search import (BinarySearch, LatencyAt, MaxRate, Measurer, NdrPdr, SearchResult, Sweep,
+                            best_worst, binary_search, latency_at, max_rate, ndrpdr, sweep)
+from perfkit.trial import Rate, Scenario, l1_bps
+
+Runner = Callable[[Measurer, Any, bool], SearchResult]
+"""(measurer, on_trial, progress) -> result."""
+
+
+# -- parsing helpers ---------------------------------------------------------------------------
+def parse_fraction(name: str, text: str) -> float:
+    """``0.5%`` -> 0.005, ``0.005`` -> 0.005; a ConfigError naming ``name`` otherwise."""
+    try:
+        value = float(text[:-1]) / 100 if text.strip().endswith("%") else float(text)
+    except ValueError:
+        raise ConfigError(name, text, "a ratio like 0.005 or a percentage like 0.5%") from None
+    return value
+
+
+def parse_fractions(name: str, text: str) -> tuple[float, ...]:
+    """``10%,50%,90%`` -> (0.1, 0.5, 0.9)."""
+    return tuple(parse_fraction(name, part) for part in text.split(",") if part.strip())
+
+
+def rate_pps(name: str, text: str | None, scenario: Scenario) -> float | None:
+    """A ``Rate`` string in pps for the scenario's wire frames (None stays None)."""
+    if text is None:
+        return None
+    from perfkit.profiles import TrafficProfile
+
+    try:
+        rate = Rate.parse(text, scenario.line_rate)
+    except ConfigError as err:
+        raise ConfigError(name, text, err.allowed) from None
+    return rate.pps(TrafficProfile.for_scenario(scenario).wire_frame_size)
+
+
+# -- per-method options and runners -------------------------------------------------------------
+def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool = False) -> None:
+    g = p.add_argument_group("binary search (vNet-SLA)")
+    if tolerance is not None:
+        g.add_argument("--loss-tolerance", default=tolerance,
+                       help=f"loss ratio a good trial may have, e.g. 0.5%%, 0.01%%, 0.0001%% (default {tolerance})")
+    g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
+    g.add_argument("--start-rate", default=None, help="first rate of the linear phase (default max / 10)")
+    g.add_argument("--start-step", default=None, help="step of the linear phase (default max / 10)")
+    g.add_argument("--resolution", default=None, help="stop at this bracket width, a rate (e.g. 1kpps)")
+    g.add_argument("--relative-width", default="0.5%", help="else stop at this relative width (default 0.5%%)")
+    if n:
+        g.add_argument("-n", type=int, default=5, help="N of best-of-N / worst-of-N (default 5)")
+
+
+def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float, **kw: Any) -> BinarySearch:
+    return BinarySearch(
+        loss_tolerance=tolerance, duration=args.duration or 2.0,
+        max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
+        start_rate=rate_pps("start_rate", args.start_rate, sc),
+        start_step=rate_pps("start_step", args.start_step, sc),
+        resolution=rate_pps("resolution", args.resolution, sc),
+        relative_width=parse_fraction("relative_width", args.relative_width), **kw)
+
+
+def _tolerance(args: argparse.Namespace) -> float:
+    return parse_fraction("loss_tolerance", args.loss_tolerance)
+
+
+def build_maxrate(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = MaxRate(max_rate=rate_pps("rate", args.rate, sc), duration=args.duration or 2.0)
+    return lambda m, cb, prog: max_rate(m, p, on_trial=cb, progress=prog)
+
+
+def opts_sweep(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sweep (fractions of --rate, default 100%% of --line-rate)")
+    g.add_argument("--start", default="10%", help="first load (default 10%%)")
+    g.add_argument("--stop", default="100%", help="last load (default 100%%)")
+    g.add_argument("--step", default="10%", help="increment (default 10%%; vNet-SLA uses 1%%)")
+    g.add_argument("--loss-tolerance", default="0", help="loss ratio counted as no loss (default 0)")
+
+
+def build_sweep(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = Sweep(nominal_rate=rate_pps("rate", args.rate, sc), start=parse_fraction("start", args.start),
+              stop=parse_fraction("stop", args.stop), step=parse_fraction("step", args.step),
+              duration=args.duration or 2.0, loss_tolerance=_tolerance(args))
+    return lambda m, cb, prog: sweep(m, p, on_trial=cb, progress=prog)
+
+
+def build_ndr(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = _binary_params(args, sc, 0.0)
+    return lambda m, cb, prog: binary_search(m, p, on_trial=cb, progress=prog)
+
+
+def build_pdr(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = _binary_params(args, sc, _tolerance(args))
+    return lambda m, cb, prog: binary_search(m, p, on_trial=cb, progress=prog)
+
+
+def build_bestworst(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = _binary_params(args, sc, _tolerance(args), n=args.n)
+    return lambda m, cb, prog: best_worst(m, p, on_trial=cb, progress=prog)
+
+
+def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("ndrpdr (--duration is the final, confirming trial duration, default 10)")
+    g.add_argument("--goals", default="0,0.5%", help="loss ratios to search, comma-separated (default 0,0.5%%)")
+    g.add_argument("--relative-width", default="0.5%", help="target relative width (default 0.5%%)")
+    g.add_argument("--initial-duration", type=float, default=1.0, help="short trial duration (default 1 s)")
+    g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
+
+
+def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Runner:
+    p = NdrPdr(goals=parse_fractions("goals", args.goals),
+               relative_width=parse_fraction("relative_width", args.relative_width),
+               initial_duration=args.initial_duration, final_duration=args.duration or 10.0,
+               max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
+    return lambda m, cb, prog: ndrpdr(m, p, on_trial=cb, progress=prog)
+
+
+def opts_latency(p: argparse.ArgumentParser) -> None:
+    _binary_options(p, None)
+    p.add_argument("--fractions", default="10%,50%,90%", help="fractions of NDR (default 10%%,50%%,90%%)")
+
+
+def build_latency(args: argparse.Namespace, sc: Scenario) -> Runner:
+    ndr_params = _binary_params(args, sc, 0.0)
+    lat = LatencyAt(fractions=parse_fractions("fractions", args.fractions), duration=args.duration or 2.0)
+
+    def run(m: Measurer, cb: Any, prog: bool) -> SearchResult:
+        found = binary_search(m, ndr_params, on_trial=cb, progress=prog)
+        if found.lower_bound is None:
+            return found
+        return latency_at(m, found, lat, on_trial=cb, progress=prog)
+    return run
+
+
+#: name -> (help, add method options, build the runner)
+METHODS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
+                         Callable[[argparse.Namespace, Scenario], Runner]]] = {
+    "maxrate": ("offer the maximum rate, report what comes through", lambda p: None, build_maxrate),
+    "sweep": ("frame-loss-rate sweep from --start to --stop of the rate", opts_sweep, build_sweep),
+    "ndr": ("NDR: vNet-SLA binary search, loss tolerance 0", lambda p: _binary_options(p, None), build_ndr),
+    "pdr": ("PDR: vNet-SLA binary search at --loss-tolerance", lambda p: _binary_options(p, "0.5%"), build_pdr),
+    "ndrpdr": ("NDR and PDRs in one search: short trials, then full-duration confirmation",
+               opts_ndrpdr, build_ndrpdr),
+    "bestworst": ("best-of-N and worst-of-N binary searches: the run-to-run range",
+                  lambda p: _binary_options(p, "0", n=True), build_bestworst),
+    "latency": ("NDR, then latency at fractions of it", opts_latency, build_latency),
+}
+#: Methods whose result is meaningless without a lower bound (exit code 2 then).
+NEEDS_LOWER = ("ndr", "pdr", "ndrpdr", "bestworst", "latency")
+
+
+# -- output ------------------------------------------------------------------------------------
+def human(d: dict[str, Any]) -> str:
+    """A short table: the bounds per goal, or one line per trial for sweep and latency."""
+    lines = [f"{d['method']} on {d['scenario_key']} (generator {d['generator']}): {d['trial_count']} trials, "
+             f"{d['trial_seconds']:.1f} trial s, {d['wall_seconds']:.1f} s wall"]
+    if d["method"] in ("sweep", "latency", "maxrate"):
+        lines += _trial_table([t for t in d["trials"] if t["method"].startswith(d["method"])])
+    if d["goals"]:
+        lines.append(f"{'goal':10s} {'lower [Mpps]':>12s} {'upper [Mpps]':>12s} {'lower [Gbps L1]':>15s} "
+                     f"{'width':>7s}")
+        for g in d["goals"]:
+            lines.append(f"{g['name']:10s} {_mpps(g['lower_bound']):>12s} {_mpps(g['upper_bound']):>12s} "
+                         f"{_gbps(g['lower_bound'], d):>15s} {_pct(g['relative_width']):>7s}")
+    elif d["method"] == "maxrate":
+        lines.append(f"offered {_mpps(d['upper_bound'])} Mpps, received {_mpps(d['lower_bound'])} Mpps")
+    else:
+        lines.append(f"lower {_mpps(d['lower_bound'])} Mpps, upper {_mpps(d['upper_bound'])} Mpps")
+    lines += [f"note: {n}" for n in d["notes"]]
+    return "\n".join(lines)
+
+
+def _trial_table(trials: list[dict[str, Any]]) -> list[str]:
+    rows = [f"{'phase':8s} {'rate [Mpps]':>11s} {'rx [Mpps]':>10s} {'loss':>9s} {'p50 [us]':>9s} "
+            f"{'p99 [us]':>9s} {'DUT CPU':>7s}"]
+    for t in trials:
+        lat = t["latency_ns"]
+        cpu = max(t["dut_cpu"].values(), default=None)
+        rows.append(f"{t['phase']:8s} {t['intended_pps'] / 1e6:11.4f} {t['rx_pps'] / 1e6:10.4f} "
+                    f"{_pct(t['loss_ratio'], 4):>9s} {_us(lat.get('p50')):>9s} {_us(lat.get('p99')):>9s} "
+                    f"{_pct(cpu, 0):>7s}")
+    return rows
+
+
+def _mpps(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.4f}"
+
+
+def _gbps(pps: float | None, d: dict[str, Any]) -> str:
+    wire = d["trials"][0]["wire_frame_size"] if d["trials"] else 0
+    return "-" if pps is None or not wire else f"{l1_bps(pps, wire) / 1e9:.3f}"
+
+
+def _pct(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def _us(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f}"
+
+
+# -- the command -------------------------------------------------------------------------------
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.packets is not None:
+        raise ConfigError("packets", args.packets, "not used by searches (their trials last --duration)")
+    scenario = scenario_from_args(args)
+    runner = args.build(args, scenario)
+    with create(args.generator, scenario, **generator_options(args)) as gen:
+        result = runner(gen, None, not args.no_progress and sys.stderr.isatty())
+    d = result.to_dict()
+    d.update(scenario=dataclasses.asdict(scenario), scenario_key=scenario.key, generator=args.generator)
+    emit(d, args.json, human)
+    if args.method in NEEDS_LOWER and result.lower_bound is None:
+        raise SearchError(f"{args.method}: no lower bound found: {'; '.join(result.notes) or 'see the trials'}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="run a benchmark methodology (maxrate, sweep, ndr, pdr, ndrpdr ...)",
+                       description=__doc__)
+    methods = p.add_subparsers(dest="method", required=True, metavar="METHOD")
+    for name, (help_, add_options, build) in METHODS.items():
+        m = methods.add_parser(name, help=help_, description=help_)
+        add_scenario(m)
+        add_trial(m, duration=None)
+        add_options(m)
+        m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+        add_json(m)
+        m.set_defaults(func=cmd_search, build=build)
+

@@ -1,0 +1,337 @@
+"""The benchmark methodologies on simulated DUTs whose thresholds are known."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from perfkit.cli import main
+from perfkit.errors import ConfigError
+from perfkit.generators.sim import SimGenerator
+from perfkit.search import (BinarySearch, LatencyAt, MaxRate, NdrPdr, SearchResult, Sweep, best_worst,
+                            binary_search, latency_at, line_rate_pps, max_rate, ndrpdr, sweep)
+from perfkit.trial import Scenario, TrialResult
+
+T = 1e6
+"""Threshold of the simulated DUTs [pps]."""
+SCENARIO = Scenario()
+
+
+def sim(model: str = "sharp", seed: int = 0, **kw: object) -> SimGenerator:
+    return SimGenerator(SCENARIO, model=model, threshold=T, seed=seed, **kw)
+
+
+def brackets(lower: float | None, upper: float | None, truth: float) -> bool:
+    return lower is not None and upper is not None and lower <= truth < upper
+
+
+def assert_trials_recorded(result: SearchResult, method: str) -> None:
+    assert result.trial_count == len(result.trials) > 0
+    assert result.trial_seconds == pytest.approx(sum(t.duration for t in result.trials))
+    for t in result.trials:
+        assert t.method.startswith(f"{method}/") and t.method.partition("/")[2], t.method
+        assert t.intended_pps > 0 and t.duration > 0 and t.start_time > 0
+        assert t.intended_packets == round(t.intended_pps * t.duration)
+        assert 0 <= t.rx_packets <= t.tx_packets <= t.intended_packets
+    d = result.to_dict()
+    assert len(d["trials"]) == result.trial_count
+    assert {"phase", "intended_pps", "duration", "tx_packets", "rx_packets", "loss_ratio"} <= set(d["trials"][0])
+    json.dumps(d)
+
+
+# -- NDR / PDR binary search (vNet-SLA) ----------------------------------------------------------
+@pytest.mark.parametrize("threshold", [2.5e5, 1e6, 7.3e6])
+def test_ndr_single_run_within_relative_width(threshold: float) -> None:
+    gen = SimGenerator(SCENARIO, model="sharp", threshold=threshold)
+    res = binary_search(gen, BinarySearch(relative_width=0.005))
+    assert brackets(res.lower_bound, res.upper_bound, threshold)
+    assert (res.upper_bound - res.lower_bound) / res.upper_bound <= 0.005
+    assert res.method == "ndr" and res.goals[0].name == "ndr"
+    assert {t.method for t in res.trials} <= {"ndr/linear", "ndr/binary"}
+    assert_trials_recorded(res, "ndr")
+
+
+def test_ndr_absolute_resolution() -> None:
+    res = binary_search(sim(), BinarySearch(resolution=2000.0, start_rate=5e5, start_step=2e5))
+    assert brackets(res.lower_bound, res.upper_bound, T)
+    assert res.upper_bound - res.lower_bound <= 2000.0
+    # linear phase climbs 0.5, 0.7, 0.9 Mpps (good) then 1.1 (bad), then halves
+    rates = [t.intended_pps for t in res.trials]
+    assert rates[:4] == pytest.approx([5e5, 7e5, 9e5, 1.1e6])
+    assert all(t.method == "ndr/binary" for t in res.trials[4:])
+
+
+def test_ndr_walks_down_when_start_rate_loses() -> None:
+    res = binary_search(sim(), BinarySearch(start_rate=5e6, start_step=1e6, min_rate=1e5))
+    assert brackets(res.lower_bound, res.upper_bound, T)
+    assert [t.intended_pps for t in res.trials[:5]] == pytest.approx([5e6, 4e6, 3e6, 2e6, 1e6])
+
+
+def test_pdr_on_smooth_dut_brackets_computable_pdr() -> None:
+    gen = sim("smooth")
+    truth = gen.model.pdr(0.005)
+    assert truth == pytest.approx(T / (1 - math.sqrt(0.005)))
+    res = binary_search(gen, BinarySearch(loss_tolerance=0.005, relative_width=0.005))
+    assert res.method == "pdr" and res.goals[0].name == "pdr0.5%"
+    assert brackets(res.lower_bound, res.upper_bound, truth)
+    assert (res.upper_bound - res.lower_bound) / res.upper_bound <= 0.005
+    lowest_bad = min(t.loss_ratio for t in res.trials if t.intended_pps == res.upper_bound)
+    assert lowest_bad > 0.005
+
+
+def test_no_loss_at_max_rate_has_no_upper_bound() -> None:
+    res = binary_search(SimGenerator(SCENARIO, threshold=1e7), BinarySearch(max_rate=5e5))
+    assert res.lower_bound == pytest.approx(5e5) and res.upper_bound is None
+    assert any("no loss" in n for n in res.notes)
+
+
+def test_loss_at_min_rate_gives_no_lower_bound() -> None:
+    res = binary_search(sim(), BinarySearch(max_rate=1e7, min_rate=2e6))
+    assert res.lower_bound is None and res.upper_bound == pytest.approx(2e6)
+    assert any("minimum rate" in n for n in res.notes)
+
+
+def test_rate_already_judged_is_not_measured_again() -> None:
+    res = binary_search(sim(), BinarySearch())
+    rates = [t.intended_pps for t in res.trials]
+    assert len(rates) == len(set(rates))
+
+
+# -- best-of-N / worst-of-N ----------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bestn_worstn_on_noisy_dut_bracket_the_truth(seed: int) -> None:
+    gen = sim("noisy", seed=seed, sigma=0.02)
+    res = best_worst(gen, BinarySearch(n=5))
+    best, worst = res.goal("best5"), res.goal("worst5")
+    assert best.lower_bound >= worst.lower_bound
+    assert worst.lower_bound <= T <= best.upper_bound
+    assert (res.lower_bound, res.upper_bound) == (worst.lower_bound, best.lower_bound)
+    assert {t.method.split("/")[1] for t in res.trials} == {"best5", "worst5"}
+    assert_trials_recorded(res, "bestworst")
+
+
+def test_bestn_and_worstn_agree_on_deterministic_dut() -> None:
+    res = best_worst(sim(), BinarySearch(n=3))
+    assert res.goal("best3").lower_bound == res.goal("worst3").lower_bound
+    assert brackets(res.lower_bound, res.goal("best3").upper_bound, T)
+
+
+def test_worst_of_n_needs_n_good_trials_for_a_good_verdict() -> None:
+    res = best_worst(sim(), BinarySearch(n=4, start_rate=5e5, start_step=2e5))
+    worst = [t for t in res.trials if "/worst4/" in t.method]
+    best = [t for t in res.trials if "/best4/" in t.method]
+    assert [t.intended_pps for t in worst[:4]] == [5e5] * 4  # good: repeated N times
+    assert [t.intended_pps for t in best[:2]] == [5e5, 7e5]  # good: decided by the first
+    bad_rate = next(t.intended_pps for t in best if t.loss_ratio > 0)
+    assert sum(t.intended_pps == bad_rate for t in best) == 4  # bad: only after N bad
+
+
+# -- max rate, sweep, latency -------------------------------------------------------------------
+def test_maxrate_reports_what_comes_through() -> None:
+    gen = sim()
+    res = max_rate(gen, MaxRate(duration=1.5))
+    top = line_rate_pps(SCENARIO)
+    assert res.trial_count == 1 and res.trials[0].intended_pps == pytest.approx(top)
+    assert res.lower_bound == pytest.approx(T, rel=1e-6)  # received
+    assert res.upper_bound == pytest.approx(top, rel=1e-6)  # offered
+    assert res.trial_seconds == 1.5
+    assert_trials_recorded(res, "maxrate")
+
+
+def test_sweep_covers_start_to_stop_in_steps() -> None:
+    res = sweep(sim(), Sweep(nominal_rate=2e6, start=0.1, stop=1.0, step=0.1, duration=0.5))
+    rates = [t.intended_pps for t in res.trials]
+    assert rates == pytest.approx([2e5 * i for i in range(1, 11)])
+    assert res.lower_bound == pytest.approx(1e6) and res.upper_bound == pytest.approx(1.2e6)
+    assert [t.method for t in res.trials][:2] == ["sweep/10%", "sweep/20%"]
+    losses = [t.loss_ratio for t in res.trials]
+    assert losses == sorted(losses) and losses[4] == 0 and losses[5] > 0
+    assert all(t.latency_ns and t.dut_cpu for t in res.trials)
+    assert_trials_recorded(res, "sweep")
+
+
+def test_sweep_one_percent_steps_count() -> None:
+    assert len(Sweep(start=0.01, stop=1.0, step=0.01).fractions()) == 100
+
+
+def test_latency_at_fractions_of_ndr() -> None:
+    gen = sim()
+    found = binary_search(gen, BinarySearch())
+    res = latency_at(gen, found, LatencyAt(fractions=(0.1, 0.5, 0.9)))
+    lat = [t for t in res.trials if t.method.startswith("latency/")]
+    assert [t.method for t in lat] == ["latency/10%", "latency/50%", "latency/90%"]
+    assert [t.intended_pps for t in lat] == pytest.approx([found.lower_bound * f for f in (0.1, 0.5, 0.9)])
+    p50 = [t.latency_ns["p50"] for t in lat]
+    assert p50 == sorted(p50) and p50[0] < p50[-1]
+    assert res.trials[:found.trial_count] == found.trials  # the NDR trials come first
+    assert res.lower_bound == found.lower_bound
+
+
+def test_latency_without_throughput_is_a_clear_error() -> None:
+    found = binary_search(sim(), BinarySearch(max_rate=1e7, min_rate=2e6))
+    with pytest.raises(Exception, match="no throughput"):
+        latency_at(sim(), found)
+
+
+# -- NDR + PDR in one search --------------------------------------------------------------------
+@pytest.mark.parametrize("model", ["sharp", "smooth", "buffered"])
+def test_ndrpdr_brackets_each_goal_within_width(model: str) -> None:
+    gen = sim(model)
+    params = NdrPdr(goals=(0.0, 0.005, 0.0001), relative_width=0.005, final_duration=5.0)
+    res = ndrpdr(gen, params)
+    assert [g.name for g in res.goals] == ["ndr", "pdr0.01%", "pdr0.5%"]  # strictest first
+    for g in res.goals:
+        truth = gen.model.pdr(g.loss_tolerance, params.final_duration)
+        assert brackets(g.lower_bound, g.upper_bound, truth), (g, truth)
+        assert g.relative_width <= 0.005 + 1e-12
+        confirming = [t for t in res.trials if t.duration == params.final_duration
+                      and t.intended_pps == g.lower_bound and t.loss_ratio <= g.loss_tolerance]
+        assert confirming, f"{g.name}: the lower bound rests on a full-duration trial"
+    assert (res.lower_bound, res.upper_bound) == (res.goals[0].lower_bound, res.goals[0].upper_bound)
+    assert_trials_recorded(res, "ndrpdr")
+
+
+def test_ndrpdr_short_trials_first_then_confirmation() -> None:
+    res = ndrpdr(sim(), NdrPdr(initial_duration=0.5, final_duration=8.0))
+    phases = [t.method.split("/")[1] for t in res.trials]
+    assert phases[0] == "max" and phases[-1] == "confirm"
+    first_confirm = phases.index("confirm")
+    assert all(t.duration == 0.5 for t in res.trials[:first_confirm])
+    assert all(t.duration == 8.0 for t in res.trials if t.method.endswith("/confirm"))
+
+
+def test_ndrpdr_consistent_with_single_searches() -> None:
+    for model in ("sharp", "smooth"):
+        multi = ndrpdr(sim(model), NdrPdr(final_duration=2.0))
+        for goal in multi.goals:
+            single = binary_search(sim(model), BinarySearch(loss_tolerance=goal.loss_tolerance, duration=2.0))
+            # both brackets contain the truth, so they overlap
+            assert max(goal.lower_bound, single.lower_bound) < min(goal.upper_bound, single.upper_bound)
+
+
+def test_ndrpdr_on_noisy_dut_stays_near_truth() -> None:
+    for seed in range(5):
+        res = ndrpdr(sim("noisy", seed=seed, sigma=0.01), NdrPdr(final_duration=2.0))
+        for g in res.goals:
+            assert g.relative_width <= 0.005 + 1e-12
+            assert abs(g.lower_bound / (T / (1 - g.loss_tolerance)) - 1) < 0.04  # within 4 sigma
+
+
+def test_ndrpdr_equal_durations_need_no_separate_confirmation() -> None:
+    res = ndrpdr(sim(), NdrPdr(initial_duration=2.0, final_duration=2.0))
+    assert not any(t.method.endswith("/confirm") for t in res.trials)
+    assert brackets(res.lower_bound, res.upper_bound, T)
+
+
+# -- generator limits, callbacks, plain measurers ------------------------------------------------
+def test_generator_limit_is_reported_not_taken_for_dut_loss() -> None:
+    gen = sim(max_offer=4e5)  # the generator cannot send more than 0.4 Mpps; the DUT does 1 Mpps
+    for res in (binary_search(gen, BinarySearch()), ndrpdr(gen, NdrPdr(final_duration=2.0))):
+        assert res.generator_limited
+        assert res.upper_bound is None
+        assert res.lower_bound == pytest.approx(4e5, rel=1e-6)
+        assert any("generator" in n for n in res.notes)
+        assert any("generator offered" in n for t in res.trials for n in t.notes)
+
+
+def test_on_trial_sees_every_trial_as_it_ends() -> None:
+    seen: list[TrialResult] = []
+    res = ndrpdr(sim("smooth"), NdrPdr(final_duration=2.0), on_trial=seen.append)
+    assert seen == res.trials and len({id(t) for t in seen}) == len(seen)
+    seen.clear()
+    res = best_worst(sim(), BinarySearch(n=2), on_trial=seen.append)
+    assert seen == res.trials
+
+
+def test_any_object_with_measure_is_a_measurer() -> None:
+    inner = sim()
+    calls: list[tuple[float, float]] = []
+
+    class Plain:
+        def measure(self, rate_pps: float, duration: float) -> TrialResult:
+            calls.append((rate_pps, duration))
+            return inner.measure(rate_pps, duration)
+
+    res = ndrpdr(Plain(), NdrPdr(max_rate=5e6, final_duration=3.0))
+    assert brackets(res.lower_bound, res.upper_bound, T) and len(calls) == res.trial_count
+    with pytest.raises(ConfigError, match="max_rate"):
+        ndrpdr(Plain(), NdrPdr())  # no scenario to take the line rate from
+
+
+def test_searches_stay_within_min_and_max_rate() -> None:
+    for res in (binary_search(sim("smooth"), BinarySearch(max_rate=3e6, min_rate=5e5)),
+                ndrpdr(sim("smooth"), NdrPdr(max_rate=3e6, min_rate=5e5, final_duration=2.0))):
+        assert all(5e5 * (1 - 1e-9) <= t.intended_pps <= 3e6 * (1 + 1e-9) for t in res.trials)
+
+
+# -- invalid parameters ---------------------------------------------------------------------------
+@pytest.mark.parametrize("factory, field", [
+    (lambda: BinarySearch(loss_tolerance=1.0), "loss_tolerance"),
+    (lambda: BinarySearch(loss_tolerance=-0.1), "loss_tolerance"),
+    (lambda: BinarySearch(relative_width=0), "relative_width"),
+    (lambda: BinarySearch(resolution=-5), "resolution"),
+    (lambda: BinarySearch(min_rate=2e6, max_rate=1e6), "min_rate"),
+    (lambda: BinarySearch(n=0), "n"),
+    (lambda: BinarySearch(rule="median"), "rule"),
+    (lambda: BinarySearch(duration=0), "duration"),
+    (lambda: BinarySearch(start_rate=5e6, max_rate=1e6), "start_rate"),
+    (lambda: NdrPdr(goals=()), "goals"),
+    (lambda: NdrPdr(goals=(0.0, 0.0)), "goals"),
+    (lambda: NdrPdr(goals=(0.0, 1.5)), "goals"),
+    (lambda: NdrPdr(initial_duration=5, final_duration=1), "initial_duration"),
+    (lambda: NdrPdr(max_rate=float("nan")), "max_rate"),
+    (lambda: Sweep(start=0.5, stop=0.2), "stop"),
+    (lambda: Sweep(step=0), "step"),
+    (lambda: LatencyAt(fractions=(0.5, 1.5)), "fractions"),
+    (lambda: MaxRate(duration=-1), "duration"),
+])
+def test_invalid_parameters_name_the_field(factory, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        factory()
+    assert err.value.field == field
+    assert field in str(err.value) and "allowed" in str(err.value)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SIM = ("--generator", "sim", "--sim-model", "sharp", "--sim-threshold", "1Mpps")
+
+
+@pytest.mark.parametrize("method", ["ndr", "pdr", "ndrpdr", "bestworst", "maxrate", "sweep", "latency"])
+def test_cli_json_with_sim_generator(capsys: pytest.CaptureFixture[str], method: str) -> None:
+    code, out, _ = run_cli(capsys, "search", method, *SIM, "--duration", "1", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert {"lower_bound", "upper_bound", "trial_count", "trial_seconds", "trials"} <= set(d)
+    assert d["trial_count"] == len(d["trials"]) > 0
+    assert d["trial_seconds"] == pytest.approx(sum(t["duration"] for t in d["trials"]))
+    assert d["scenario"]["dataplane"] == "pgwu" and d["generator"] == "sim"
+    if method in ("ndr", "ndrpdr"):
+        assert brackets(d["lower_bound"], d["upper_bound"], T)
+
+
+def test_cli_human_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "search", "ndrpdr", *SIM, "--goals", "0,0.5%")
+    assert code == 0
+    assert "ndr " in out and "pdr0.5%" in out and "lower [Mpps]" in out
+
+
+def test_cli_rejects_bad_input_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "search", "pdr", *SIM, "--loss-tolerance", "150%")
+    assert code == 2 and "loss_tolerance" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "search", "ndr", *SIM, "--rate", "fast")
+    assert code == 2 and "rate" in err
+    code, _, err = run_cli(capsys, "search", "ndr", *SIM, "--packets", "100")
+    assert code == 2 and "packets" in err
+
+
+def test_cli_no_lower_bound_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "search", "ndr", *SIM, "--min-rate", "2Mpps", "--json")
+    assert code == 2 and "no lower bound" in err
+    assert json.loads(out)["lower_bound"] is None
