@@ -70,4 +70,4 @@ def test_cli_json_has_the_figures():
     for key in ("ns_per_packet", "baseline_ns_per_packet", "net_ns_per_packet", "ratio", "path_verified"):
         assert key in d
     assert d["path_verified"] is True
-    assert d["wire_frame_size"] == 256 + 36
+    assert d["wire_frame_size"] == 256  # downlink offers the user frame itself
