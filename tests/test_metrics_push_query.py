@@ -111,63 +111,103 @@ def test_metric_names_follow_conventions():
 
 
 # -- CPU per trial window ------------------------------------------------------------------------
+def _nearest(snaps: list[cpustat.CpuSnapshot], t: float) -> cpustat.CpuSnapshot:
+    return min(snaps, key=lambda s: abs(s.time - t))
+
+
+def _procstat_busy(snaps: list[cpustat.CpuSnapshot], t0: float, t1: float) -> dict[int, float]:
+    return cpustat.delta(_nearest(snaps, t0), _nearest(snaps, t1)).busy()
+
+
 @pytest.fixture(scope="module")
 def burner_trial(metrics_stack):
-    """A ~7 s 'trial' with a busy loop pinned to cpu 1, measured by /proc/stat snapshots too."""
+    """A ~7 s 'trial' with a busy loop pinned to cpu 1, with /proc/stat snapshots every 50 ms."""
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs cpus 0 and 1")
+    snaps = []
     with burner(1):
         time.sleep(1.5)                   # at full speed before the window opens, until after it closes
-        a = cpustat.snapshot()
-        time.sleep(7.0)
-        b = cpustat.snapshot()
+        end = time.monotonic() + 7.0
+        while time.monotonic() < end:
+            snaps.append(cpustat.snapshot())
+            time.sleep(0.05)
+        snaps.append(cpustat.snapshot())
         time.sleep(1.5)
-    procstat = cpustat.delta(a, b)
+    a, b = snaps[0], snaps[-1]
     trial = make_result(_run_id(), start_time=a.time, end_time=b.time,
-                        dut_cpu={str(c): v for c, v in procstat.busy([1]).items()})
+                        dut_cpu={str(c): v for c, v in cpustat.delta(a, b).busy([1]).items()})
     frame = query.cpu_frame([trial], metrics_stack.endpoints())
-    return trial, procstat, frame
+    return trial, snaps, frame
 
 
 def test_cpu_frame_is_tidy_with_dut_flag(burner_trial):
-    trial, procstat, frame = burner_trial
+    trial, snaps, frame = burner_trial
     assert list(frame.columns) == query.CPU_COLUMNS
     cpus = sorted(set(frame["cpu"]))
-    assert cpus == procstat.cpus
+    assert cpus == snaps[0].cpus
     assert len(frame) == len(cpus) * len(cpustat.MODES)          # one row per trial x cpu x mode
     assert set(frame["mode"]) == set(cpustat.MODES)
     assert (frame["trial_id"] == trial.trial_id).all() and (frame["run_id"] == trial.run_id).all()
     assert set(frame.loc[frame["dut"], "cpu"]) == {1}              # from the trial's dut_cpu keys
     for _, g in frame.groupby("cpu"):
         assert g["fraction"].sum() == pytest.approx(1.0)
-    assert (frame["span_s"] <= frame["window_s"] + 1e-9).all() and (frame["span_s"] >= 4.0).all()
+    assert (frame["span_start"] >= trial.start_time).all() and (frame["span_end"] <= trial.end_time).all()
+    assert (frame["span_s"] >= 4.0).all()
 
 
 def test_burner_core_busy_and_the_other_not(burner_trial):
-    trial, procstat, frame = burner_trial
+    trial, snaps, frame = burner_trial
     busy = query.cpu_busy_frame(frame).set_index("cpu")["busy"]
-    print(f"prometheus busy: {busy.to_dict()}  /proc/stat busy: {procstat.busy()}")
+    ref = _procstat_busy(snaps, trial.start_time, trial.end_time)
+    print(f"prometheus busy: {busy.to_dict()}  /proc/stat busy: {ref}")
     assert busy[1] > 0.8
-    other = procstat.busy([0])[0]
-    if other > 0.4:
-        pytest.skip(f"cpu0 was {other:.0%} busy with other processes during the window (/proc/stat): "
+    if ref[0] > 0.4:
+        pytest.skip(f"cpu0 was {ref[0]:.0%} busy with other processes during the window (/proc/stat): "
                     "no idle core to contrast with")
     assert busy[0] < 0.5 and busy[0] < busy[1] - 0.4
 
 
+def _steady_edges(snaps: list[cpustat.CpuSnapshot], cpu: int) -> bool:
+    """The first and last second of the window look like the whole window (so edge sampling is harmless)."""
+    t0, t1 = snaps[0].time, snaps[-1].time
+    whole = _procstat_busy(snaps, t0, t1)[cpu]
+    first = _procstat_busy(snaps, t0, t0 + 1.0)[cpu]
+    last = _procstat_busy(snaps, t1 - 1.0, t1)[cpu]
+    return abs(first - whole) <= 0.1 and abs(last - whole) <= 0.1
+
+
 @pytest.mark.parametrize("method", ["inner", "interpolate"])
 def test_prometheus_agrees_with_proc_stat_within_5_points(burner_trial, metrics_stack, method):
-    trial, procstat, frame = burner_trial
+    """Per core, the trial's busy fraction from Prometheus and from its /proc/stat delta.
+
+    Prometheus only sees the counters once a second, so a core whose load changed in the first or
+    last second of the window (another process on this shared machine) cannot be compared this way;
+    the next test compares those over the exact span Prometheus saw.
+    """
+    trial, snaps, frame = burner_trial
     if method != "inner":
         frame = query.cpu_frame([trial], metrics_stack.endpoints(), method=method)
     busy = query.cpu_busy_frame(frame).set_index("cpu")["busy"]
-    ref = procstat.busy()
-    diffs = {cpu: abs(busy[cpu] - ref[cpu]) for cpu in ref}
-    print(f"{method}: prometheus {busy.to_dict()} /proc/stat {ref} diff {diffs}")
-    assert all(d <= 0.05 for d in diffs.values()), diffs
-    # per mode too: user time of the burner core
+    ref = _procstat_busy(snaps, trial.start_time, trial.end_time)
+    diffs = {cpu: round(abs(busy[cpu] - ref[cpu]), 4) for cpu in ref}
+    steady = [cpu for cpu in ref if _steady_edges(snaps, cpu)]
+    print(f"{method}: prometheus {busy.round(4).to_dict()} /proc/stat {ref} diff {diffs} steady {steady}")
+    assert 1 in steady                          # the burner core
+    assert all(diffs[cpu] <= 0.05 for cpu in steady), diffs
     user = frame[(frame["cpu"] == 1) & (frame["mode"] == "user")]["fraction"].item()
-    assert user == pytest.approx(procstat.fraction(1, "user"), abs=0.05)
+    assert user == pytest.approx(cpustat.delta(snaps[0], snaps[-1]).fraction(1, "user"), abs=0.05)
+
+
+def test_prometheus_matches_proc_stat_over_the_same_span(burner_trial):
+    """Every core, whatever ran on it: the counters Prometheus scraped are the /proc/stat counters."""
+    trial, snaps, frame = burner_trial
+    busy = query.cpu_busy_frame(frame).set_index("cpu")
+    diffs = {}
+    for cpu, row in busy.iterrows():
+        ref = _procstat_busy(snaps, row["span_start"], row["span_end"])[cpu]
+        diffs[cpu] = round(abs(row["busy"] - ref), 4)
+    print(f"same span: diff {diffs}")
+    assert all(d <= 0.05 for d in diffs.values()), diffs
 
 
 def test_short_window_is_refused_naming_the_trial(metrics_stack):
@@ -322,7 +362,7 @@ def test_tls_verification(tmp_path):
             warnings.simplefilter("ignore")
             push.push_trial(r, insecure)
         plain = load_endpoints(env={"PERFKIT_PUSHGATEWAY_URL": f"http://127.0.0.1:{port}"}, stack_dir=tmp_path)
-        with pytest.raises(MetricsError, match=f"Pushgateway http://127.0.0.1:{port}: HTTP 400"):
+        with pytest.raises(MetricsError, match=f"Pushgateway http://127.0.0.1:{port}: (HTTP 400|the server closed)"):
             push.push_trial(r, plain)
 
 

@@ -9,8 +9,8 @@ import pytest
 from perfkit.cli import main
 from perfkit.errors import ConfigError
 from perfkit.generators.sim import SimGenerator
-from perfkit.search import (BinarySearch, LatencyAt, MaxRate, NdrPdr, SearchResult, Sweep, best_worst,
-                            binary_search, latency_at, line_rate_pps, max_rate, ndrpdr, sweep)
+from perfkit.search import (METHODS, BinarySearch, LatencyAt, MaxRate, NdrPdr, SearchResult, Sweep, best_worst,
+                            binary_search, latency_at, line_rate_pps, max_rate, ndrpdr, run_method, sweep)
 from perfkit.trial import Scenario, TrialResult
 
 T = 1e6
@@ -218,6 +218,21 @@ def test_ndrpdr_on_noisy_dut_stays_near_truth() -> None:
             assert abs(g.lower_bound / (T / (1 - g.loss_tolerance)) - 1) < 0.04  # within 4 sigma
 
 
+def test_ndrpdr_on_a_dut_that_never_loses() -> None:
+    res = ndrpdr(SimGenerator(SCENARIO, threshold=1e8), NdrPdr(max_rate=5e6, final_duration=4.0))
+    assert [(t.method, t.intended_pps, t.duration) for t in res.trials] == [
+        ("ndrpdr/max", 5e6, 1.0), ("ndrpdr/confirm", 5e6, 4.0)]
+    assert all(g.lower_bound == 5e6 and g.upper_bound is None for g in res.goals)
+
+
+def test_ndrpdr_distrusts_short_trials_after_failed_confirmations() -> None:
+    gen = sim("buffered")  # 200k packets of buffer: 1 s trials pass up to 1.2 Mpps, 10 s ones 1.02
+    res = ndrpdr(gen, NdrPdr(goals=(0.0,), final_duration=10.0))
+    phases = [t.method.split("/")[1] for t in res.trials]
+    assert phases.count("confirm") == 2 and "long" in phases
+    assert brackets(res.lower_bound, res.upper_bound, gen.model.pdr(0.0, 10.0))
+
+
 def test_ndrpdr_equal_durations_need_no_separate_confirmation() -> None:
     res = ndrpdr(sim(), NdrPdr(initial_duration=2.0, final_duration=2.0))
     assert not any(t.method.endswith("/confirm") for t in res.trials)
@@ -263,6 +278,30 @@ def test_searches_stay_within_min_and_max_rate() -> None:
     for res in (binary_search(sim("smooth"), BinarySearch(max_rate=3e6, min_rate=5e5)),
                 ndrpdr(sim("smooth"), NdrPdr(max_rate=3e6, min_rate=5e5, final_duration=2.0))):
         assert all(5e5 * (1 - 1e-9) <= t.intended_pps <= 3e6 * (1 + 1e-9) for t in res.trials)
+
+
+# -- methods by name ------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_run_method_by_name(method: str) -> None:
+    res = run_method(method, sim(), {"duration": 1.0} if method != "ndrpdr" else {"final_duration": 2.0})
+    assert res.method == method and res.trial_count > 0
+    if method in ("ndr", "ndrpdr", "latency"):
+        assert brackets(res.lower_bound, res.upper_bound, T)
+
+
+def test_run_method_params_from_data() -> None:
+    res = run_method("ndrpdr", sim(), {"goals": [0, 0.001], "final_duration": 2.0})
+    assert [g.loss_tolerance for g in res.goals] == [0, 0.001]
+    res = run_method("latency", sim(), {"fractions": [0.5], "duration": 1.0})
+    assert [t.method for t in res.trials if t.method.startswith("latency/")] == ["latency/50%"]
+    assert run_method("pdr", sim(), {}).goals[0].loss_tolerance == 0.005
+    with pytest.raises(ConfigError) as err:
+        run_method("ndrpdr", sim(), {"final_duraton": 2.0})
+    assert err.value.field == "final_duraton" and "final_duration" in str(err.value)
+    with pytest.raises(ConfigError, match="method"):
+        run_method("rfc2544", sim())
+    with pytest.raises(ConfigError, match="loss_tolerance"):
+        run_method("ndr", sim(), {"loss_tolerance": 0.01})
 
 
 # -- invalid parameters ---------------------------------------------------------------------------

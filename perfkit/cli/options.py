@@ -58,7 +58,8 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
                    help="offered rate: 2Mpps, 150kpps, 5Gbps (L1) or 40%% of --line-rate; "
                         "searches: the maximum rate (default 100%%)")
     g.add_argument("--duration", type=float, default=duration,
-                   help="trial duration in seconds" + (f" (default {duration:g})" if duration else ""))
+                   help="trial duration in seconds " + (f"(default {duration:g})" if duration else
+                                                            "(default 2; ndrpdr: of the final trials, 10)"))
     g.add_argument("--packets", type=int, default=None, help="send exactly this many packets")
     g.add_argument("--generator", default="xdp", choices=list(BACKENDS),
                    help="traffic generator backend (default xdp: the local testbed; sim: simulated DUT)")

@@ -16,7 +16,7 @@ from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generat
 from perfkit.errors import ConfigError, SearchError
 from perfkit.generators import create
 from perfkit.search import (BinarySearch, LatencyAt, MaxRate, Measurer, NdrPdr, SearchResult, Sweep,
-                            best_worst, binary_search, latency_at, max_rate, ndrpdr, sweep)
+                            best_worst, binary_search, max_rate, ndr_then_latency, ndrpdr, sweep)
 from perfkit.trial import Rate, Scenario, l1_bps
 
 Runner = Callable[[Measurer, Any, bool], SearchResult]
@@ -137,15 +137,9 @@ def opts_latency(p: argparse.ArgumentParser) -> None:
 
 
 def build_latency(args: argparse.Namespace, sc: Scenario) -> Runner:
-    ndr_params = _binary_params(args, sc, 0.0)
-    lat = LatencyAt(fractions=parse_fractions("fractions", args.fractions), duration=args.duration or 2.0)
-
-    def run(m: Measurer, cb: Any, prog: bool) -> SearchResult:
-        found = binary_search(m, ndr_params, on_trial=cb, progress=prog)
-        if found.lower_bound is None:
-            return found
-        return latency_at(m, found, lat, on_trial=cb, progress=prog)
-    return run
+    p = (_binary_params(args, sc, 0.0),
+         LatencyAt(fractions=parse_fractions("fractions", args.fractions), duration=args.duration or 2.0))
+    return lambda m, cb, prog: ndr_then_latency(m, p, on_trial=cb, progress=prog)
 
 
 #: name -> (help, add method options, build the runner)
@@ -180,6 +174,9 @@ def human(d: dict[str, Any]) -> str:
                          f"{_gbps(g['lower_bound'], d):>15s} {_pct(g['relative_width']):>7s}")
     elif d["method"] == "maxrate":
         lines.append(f"offered {_mpps(d['upper_bound'])} Mpps, received {_mpps(d['lower_bound'])} Mpps")
+    elif d["method"] == "sweep":
+        lines.append(f"highest step of the lossless run from the start: {_mpps(d['lower_bound'])} Mpps; "
+                     f"first lossy step: {_mpps(d['upper_bound'])} Mpps")
     else:
         lines.append(f"lower {_mpps(d['lower_bound'])} Mpps, upper {_mpps(d['upper_bound'])} Mpps")
     lines += [f"note: {n}" for n in d["notes"]]

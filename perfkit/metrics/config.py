@@ -167,6 +167,7 @@ def _normalise(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
                 raise ConfigError(f"password_file (from {source})", str(value), "a readable file")
             key, value = "password", p.read_text().rstrip("\r\n")
         elif key in ("prometheus_url", "pushgateway_url"):
+            _check_url(key, value, source)
             value = str(value).rstrip("/")
         else:
             value = str(value)
@@ -249,7 +250,7 @@ def describe_request_error(err: BaseException, endpoints: Endpoints | None = Non
     if "invalid url" in low or "no connection adapters" in low or "invalid label" in low:
         return f"malformed URL ({text[:200]})"
     if "remote end closed" in low or "connection reset" in low or "connection aborted" in low:
-        return "the server closed the connection (not an HTTP server of that kind?)"
+        return "the server closed the connection (is it https://, or not a server of that kind?)"
     return f"{type(err).__name__}: {text[:300]}"
 
 

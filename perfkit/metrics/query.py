@@ -33,12 +33,14 @@ busy        bool     the mode counts as busy (all but idle and iowait)
 dut         bool     the cpu is one of the trial's DUT cores
 start, end  float    the window [unix s]
 window_s    float    end - start [s]
-span_s      float    time the counter differences cover [s] (<= window_s with ``inner``)
+span_start  float    first counter sample used [unix s] (= start with ``interpolate``)
+span_end    float    last counter sample used [unix s] (= end with ``interpolate``)
+span_s      float    span_end - span_start: the time the differences cover (<= window_s)
 ==========  =======  =====================================================================
 
 ``cpu_busy_frame(frame)`` sums it to one row per trial x instance x cpu: run_id, trial_id, instance,
 cpu, ``busy`` (busy fraction 0..1), ``seconds`` (accounted CPU seconds), dut, start, end, window_s,
-span_s.
+span_start, span_end, span_s.
 
 DUT cores: ``dut_cpus`` given as a set of cpu numbers (all trials) or {trial_id: cpus}; by default
 the keys of each trial's ``dut_cpu`` (the /proc/stat busy fractions the trial recorded).
@@ -81,9 +83,9 @@ from perfkit.trial import TrialResult
 MIN_SCRAPES = 3
 CPU_METRIC = "node_cpu_seconds_total"
 CPU_COLUMNS = ["run_id", "trial_id", "instance", "cpu", "mode", "seconds", "fraction", "busy", "dut",
-               "start", "end", "window_s", "span_s"]
+               "start", "end", "window_s", "span_start", "span_end", "span_s"]
 BUSY_COLUMNS = ["run_id", "trial_id", "instance", "cpu", "busy", "seconds", "dut", "start", "end", "window_s",
-                "span_s"]
+                "span_start", "span_end", "span_s"]
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,8 @@ def cpu_frame(trials: Any, endpoints: Endpoints, dut_cpus: Iterable[int] | Mappi
                                  "mode": mode, "seconds": modes[mode],
                                  "fraction": modes[mode] / total if total > 0 else math.nan,
                                  "busy": mode not in IDLE_MODES, "dut": cpu in dut, "start": w.start,
-                                 "end": w.end, "window_s": w.length,
+                                 "end": w.end, "window_s": w.length, "span_start": spans[(instance, cpu)][0],
+                                 "span_end": spans[(instance, cpu)][1],
                                  "span_s": spans[(instance, cpu)][1] - spans[(instance, cpu)][0]})
     finally:
         pc.close()
@@ -299,7 +302,8 @@ def cpu_busy_frame(cpu: pd.DataFrame) -> pd.DataFrame:
     keys = ["run_id", "trial_id", "instance", "cpu"]
     g = cpu.groupby(keys, sort=False)
     out = g.agg(seconds=("seconds", "sum"), dut=("dut", "first"), start=("start", "first"),
-                end=("end", "first"), window_s=("window_s", "first"), span_s=("span_s", "first")).reset_index()
+                end=("end", "first"), window_s=("window_s", "first"), span_start=("span_start", "first"),
+                span_end=("span_end", "first"), span_s=("span_s", "first")).reset_index()
     busy = cpu[cpu["busy"]].groupby(keys, sort=False)["seconds"].sum()
     out["busy"] = [busy.get(tuple(k), 0.0) / s if s > 0 else math.nan
                    for k, s in zip(out[keys].itertuples(index=False), out["seconds"])]

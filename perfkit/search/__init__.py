@@ -8,7 +8,10 @@ The same searches run on the local generator, TRex or a simulated DUT:
   halving the step to a resolution); ``best_worst`` runs it as best-of-N and worst-of-N;
 - ``ndrpdr(NdrPdr)``: NDR and several PDRs in one search, short trials then full-duration
   confirmations (perfkit's design after MLRsearch's idea);
-- ``latency_at(LatencyAt)``: latency at fractions of a throughput found.
+- ``latency_at(LatencyAt)``: latency at fractions of a throughput found (``ndr_then_latency``
+  does both).
+
+``run_method(name, measurer, {field: value})`` runs any of them by name (for declarative campaigns).
 
 Each returns a ``SearchResult`` (``lower_bound``/``upper_bound`` [pps], ``trial_count``,
 ``trial_seconds``, every trial labelled ``<method>/<phase>``); ``on_trial`` sees each trial as
@@ -17,11 +20,13 @@ soon as it ends.
 from perfkit.search.binary import RULES, BinarySearch, best_worst, binary_search
 from perfkit.search.common import (OFFER_SHORTFALL, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
                                    generator_limited, is_good, line_rate_pps, offered_rate)
+from perfkit.search.methods import METHODS, ndr_then_latency, run_method
 from perfkit.search.multi import NdrPdr, ndrpdr
 from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rate, sweep
 
 __all__ = [
-    "OFFER_SHORTFALL", "RULES", "BinarySearch", "Bounds", "LatencyAt", "MaxRate", "Measurer", "NdrPdr",
+    "METHODS", "OFFER_SHORTFALL", "RULES", "BinarySearch", "Bounds", "LatencyAt", "MaxRate", "Measurer", "NdrPdr",
     "OnTrial", "SearchResult", "Sweep", "TrialLog", "best_worst", "binary_search", "generator_limited",
-    "is_good", "latency_at", "line_rate_pps", "max_rate", "ndrpdr", "offered_rate", "sweep",
+    "is_good", "latency_at", "line_rate_pps", "max_rate", "ndr_then_latency", "ndrpdr", "offered_rate",
+    "run_method", "sweep",
 ]

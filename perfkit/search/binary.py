@@ -187,5 +187,7 @@ def best_worst(measurer: Measurer, params: BinarySearch = BinarySearch(n=5), *,
             found.append(bracket(log, dataclasses.replace(base, rule=rule)))
         log.method = "bestworst"
         best, worst = found
-        return log.result("bestworst", worst.lower_bound, best.lower_bound, base,
-                          goals=found, notes=best.notes + worst.notes)
+        result = log.result("bestworst", worst.lower_bound, best.lower_bound, base,
+                            goals=found, notes=best.notes + worst.notes)
+        result.params["rule"] = "best, worst"
+        return result

@@ -47,12 +47,10 @@ def check_positive(name: str, value: float | None, unit: str, optional: bool = F
         raise ConfigError(name, value, f"a positive number [{unit}]")
 
 
-def check_ratio(name: str, value: float, upper_inclusive: bool = False) -> None:
-    """Raise ``ConfigError`` unless ``0 <= value < 1`` (``<= 1`` with ``upper_inclusive``)."""
-    ok = isinstance(value, (int, float)) and 0 <= value and (
-        value <= 1 if upper_inclusive else value < 1)
-    if not ok:
-        raise ConfigError(name, value, "0 <= x <= 1" if upper_inclusive else "0 <= x < 1")
+def check_ratio(name: str, value: float) -> None:
+    """Raise ``ConfigError`` unless ``0 <= value < 1`` (a loss ratio)."""
+    if not (isinstance(value, (int, float)) and 0 <= value < 1):
+        raise ConfigError(name, value, "a loss ratio, 0 <= x < 1 (0.005 = 0.5 %)")
 
 
 def check_rate_range(min_rate: float | None, max_rate: float | None) -> None:

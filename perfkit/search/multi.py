@@ -8,13 +8,16 @@ trials are short until the interval is narrow. The design here is perfkit's own:
    near F).
 2. *short*: for the strictest unfinished goal, short (``initial_duration``) trials: first just
    below its guess, then *expand* away from it in log-rate steps that double (one width, two,
-   four ...) until the verdict flips, then *bisect* in log space. Each trial classifies every goal at once
-   (bad for NDR can be good for a PDR). A bad trial gives a new guess (its forwarding rate,
-   corrected for the goal) that the expansion jumps to when it is further.
+   four ...) until the verdict flips, then *bisect* in log space. Each trial classifies every goal
+   at once (bad for NDR can be good for a PDR). A bad trial gives a new guess (its forwarding
+   rate, corrected for the goal) that the expansion jumps to when it is further. Short trials for
+   every goal come before any confirmation.
 3. *confirm*: once a goal's bracket is narrower than ``relative_width``, one ``final_duration``
    trial at its lower rate. If it is good, that is the goal's lower bound; if not, that rate becomes
-   the upper bound and the goal continues with full-duration trials only (short trials were too
-   optimistic there).
+   the upper bound and the goal goes on from just below it (a noisy DUT). After ``LONG_AFTER``
+   failed confirmations short trials are taken to be optimistic (a DUT whose buffers hide loss in
+   short trials): a short trial then only *probes* (bad: an upper bound; good: repeated at full
+   duration, ``long``), and once a good probe proves wrong, only full-duration trials are run.
 
 Bounds: a goal's upper bound is its lowest bad rate (any duration); its lower bound the highest
 rate below that with a good full-duration trial (so a load with both counts as bad, and loss
@@ -32,7 +35,6 @@ from perfkit.search.common import (RATE_EPS, Bounds, Measurer, OnTrial, SearchRe
                                    check_positive, check_rate_range, check_ratio, goal_name, narrow,
                                    offered_rate, resolve_max_rate)
 from perfkit.trial import TrialResult
-
 
 #: Failed confirmations of a goal after which its short good trials are no longer trusted.
 LONG_AFTER = 2
@@ -122,7 +124,6 @@ class _Goal:
     """Set once the goal's own trials flipped verdict: from then on only bisection."""
     probe: bool = True
     """In long_only mode: probe with a short trial first (cleared once a probe proved optimistic)."""
-    failed: bool = False
 
 
 @dataclass
@@ -148,7 +149,7 @@ def _view(obs: list[_Obs], goal: _Goal) -> _View:
 
 @dataclass
 class _Search:
-    """The state of one ndrpdr search; ``step`` picks and runs the next trial."""
+    """The state of one ndrpdr search: the observations so far and each goal's expansion state."""
 
     p: NdrPdr
     log: TrialLog
@@ -170,11 +171,12 @@ class _Search:
         return trial
 
     # -- per goal decisions ------------------------------------------------------------------
-    def finished(self, goal: _Goal, v: _View) -> bool:
-        if v.hi is not None and v.hi.rate <= self.p.min_rate * (1 + RATE_EPS):
-            goal.failed = True
-            return True
-        return v.lo is not None and self._closed(v.lo, v.hi)
+    def failed(self, v: _View) -> bool:
+        """Whether the goal was missed even at the minimum rate."""
+        return v.hi is not None and v.hi.rate <= self.p.min_rate * (1 + RATE_EPS)
+
+    def finished(self, v: _View) -> bool:
+        return self.failed(v) or (v.lo is not None and self._closed(v.lo, v.hi))
 
     def _closed(self, lower: float, hi: _Obs | None) -> bool:
         if hi is None:
@@ -234,14 +236,16 @@ class _Search:
         confirms: list[float] = []
         for goal in self.goals:
             v = _view(self.obs, goal)
-            if self.finished(goal, v):
+            if self.finished(v):
                 continue
             if v.plo is not None and self._closed(v.plo, v.hi):
                 confirms.append(v.plo)
                 continue
-            if goal.long_only and not goal.probe:
-                return self.candidate(goal, v), self.p.final_duration, "long", goal
-            return self.candidate(goal, v), self.p.initial_duration, "short", goal
+            if not goal.long_only:
+                return self.candidate(goal, v), self.p.initial_duration, "short", goal
+            if goal.probe:
+                return self.candidate(goal, v), self.p.initial_duration, "probe", goal
+            return self.candidate(goal, v), self.p.final_duration, "long", goal
         if confirms:
             return min(confirms), self.p.final_duration, "confirm", None
         return None
@@ -262,7 +266,7 @@ class _Search:
                 self._after_confirm(self.obs[-1])
                 continue
             good = trial.loss_ratio <= goal.loss
-            if good and goal.long_only:  # a short good trial is only a probe here: go long
+            if good and phase == "probe":  # a short good trial is not trusted here: go long
                 good = self.measure(self.obs[-1].rate, self.p.final_duration, "long").loss_ratio <= goal.loss
                 goal.probe = goal.probe and good
             self.after(goal, self.obs[-1].rate, good)
@@ -283,7 +287,7 @@ class _Search:
         v = _view(self.obs, goal)
         name = goal_name(goal.loss)
         b = Bounds(name, goal.loss, v.lo, v.hi.rate if v.hi else None, list(notes))
-        if goal.failed:
+        if self.failed(v):
             b.lower_bound = None
             b.notes.append(f"{name}: loss above {goal.loss:g} even at the minimum rate "
                            f"{self.p.min_rate:.6g} pps")
