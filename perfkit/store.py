@@ -110,6 +110,21 @@ class RunStore:
             return pd.DataFrame()
         return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
+    def cpu_frame(self) -> pd.DataFrame:
+        """CPU time per trial x cpu x mode from /proc/stat, tidy.
+
+        Columns: trial_id, scenario_key, cpu (int), mode (user, nice, system, idle, iowait, irq,
+        softirq, steal), fraction (0..1 of the trial's wall time), dut_core (bool).
+        """
+        rows = []
+        for r in self.results():
+            dut = set(r.dut_cpu)
+            for cpu, modes in r.cpu_modes.items():
+                for mode, frac in modes.items():
+                    rows.append({"trial_id": r.trial_id, "scenario_key": r.scenario_key, "cpu": int(cpu),
+                                 "mode": mode, "fraction": float(frac), "dut_core": cpu in dut})
+        return pd.DataFrame(rows, columns=["trial_id", "scenario_key", "cpu", "mode", "fraction", "dut_core"])
+
     def results(self) -> list[TrialResult]:
         return [TrialResult.from_record(r) for r in self.trials().to_dict("records")]
 

@@ -217,6 +217,9 @@ class TrialResult:
     """Packets the DUT dropped, per reason (dataplane counters and interface counters)."""
     dut_cpu: dict[str, float] = field(default_factory=dict)
     """Busy fraction (0..1) per DUT CPU, from /proc/stat deltas; keys are cpu numbers as strings."""
+    cpu_modes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Fraction of the trial (0..1) each CPU spent per mode (user, system, softirq, irq, idle ...),
+    from /proc/stat deltas, for every CPU of the machine: ``{"1": {"softirq": 0.93, ...}}``."""
     dut_kthread_cpu: dict[str, float] = field(default_factory=dict)
     """Busy fraction (0..1) of each DUT kernel thread (threaded NAPI, cpumap), by thread name."""
     bpf_ns_per_packet: float | None = None
@@ -282,7 +285,7 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "dut_cpu", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
             d[name] = json.dumps(d[name], sort_keys=True)
         return d
 
@@ -291,7 +294,7 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "dut_cpu", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -341,6 +344,7 @@ RECORD_COLUMNS = {
     "reordered, duplicates, mismatched_packets": "sequence and content checks at the sink",
     "dut_drops": "JSON {reason: packets}",
     "dut_cpu": "JSON {cpu: busy fraction} over DUT cores",
+    "cpu_modes": "JSON {cpu: {mode: fraction}} over all CPUs (/proc/stat); see RunStore.cpu_frame",
     "dut_kthread_cpu": "JSON {kthread: busy fraction}",
     "bpf_ns_per_packet": "DUT XDP program run time per packet [ns]",
     "shared_cores": "DUT and generator shared a core",
