@@ -107,65 +107,16 @@ static __always_inline int write_l2(void *data, void *data_end, const __u8 *dst,
 	return sizeof(*eth);
 }
 
-/* Skip the optional fields and walk the extension-header chain. Returns the T-PDU start or NULL
- * with *stat telling why. */
-static __always_inline void *gtpu_payload(struct gtpu_hdr *gh, void *data_end, enum pgwu_stat *stat)
-{
-	void *pos = gh + 1;
-	struct gtpu_opt *opt;
-	__u8 next;
-
-	if (!(gh->flags & (GTPU_F_E | GTPU_F_S | GTPU_F_PN)))
-		return pos;
-	opt = pos;
-	if ((void *)(opt + 1) > data_end) {
-		*stat = PGWU_DROP_TRUNCATED;
-		return NULL;
-	}
-	pos = opt + 1;
-	next = (gh->flags & GTPU_F_E) ? opt->next_ext : 0;
-#pragma unroll
-	for (int i = 0; i < GTPU_MAX_EXT; i++) {
-		__u8 *len, *last;
-
-		if (!next)
-			return pos;
-		len = pos;
-		if ((void *)(len + 1) > data_end) {
-			*stat = PGWU_DROP_TRUNCATED;
-			return NULL;
-		}
-		/* length is in 4-octet units and covers the length and next-type octets */
-		if (*len == 0) {
-			*stat = PGWU_DROP_GTP_EXT;
-			return NULL;
-		}
-		last = pos + (*len * 4) - 1;
-		if ((void *)(last + 1) > data_end) {
-			*stat = PGWU_DROP_TRUNCATED;
-			return NULL;
-		}
-		next = *last;
-		pos = last + 1;
-	}
-	if (next) {
-		*stat = PGWU_DROP_GTP_EXT;
-		return NULL;
-	}
-	return pos;
-}
-
 /* Uplink: GTP-U G-PDU to us -> strip outer Ethernet/IPv4/UDP/GTP-U, forward the inner packet. */
 static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg, struct gtpu_hdr *gh,
 				     __u32 udp_payload, __u64 frame_len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	enum pgwu_stat stat = PGWU_DROP_INTERNAL;
 	struct pgwu_ul_session *sess;
 	struct iphdr *inner;
 	__u32 gtp_len, hdr_extra, inner_len, avail, outer_len, l2_len;
-	int ret;
+	int ret, err = 0;
 
 	if ((void *)(gh + 1) > data_end)
 		return count(PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
@@ -177,9 +128,9 @@ static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg
 	if (gtp_len + sizeof(*gh) > udp_payload)
 		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);
 
-	inner = gtpu_payload(gh, data_end, &stat);
+	inner = gtpu_payload(gh, data_end, &err);
 	if (!inner)
-		return count(stat, XDP_DROP, frame_len);
+		return count(err == GTPU_ERR_EXT ? PGWU_DROP_GTP_EXT : PGWU_DROP_TRUNCATED, XDP_DROP, frame_len);
 	hdr_extra = (void *)inner - (void *)(gh + 1);
 	if (hdr_extra > gtp_len)
 		return count(PGWU_DROP_BAD_HEADER, XDP_DROP, frame_len);

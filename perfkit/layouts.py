@@ -1,8 +1,9 @@
 """The one Python mirror of the structs and enums in ``bpf/include/*_kern_user.h``.
 
 Each ctypes Structure here has the C struct's name; ``tests/test_layouts.py`` compares every one,
-field by field (name, offset, size), with the BTF of the compiled objects, so a change to a header
-that is not made here too fails the tests. Byte order: fields typed ``__be*`` in C hold network
+field by field (name, offset, size), with the BTF of the compiled objects (what the kernel sees)
+and with a C program compiled from the headers, so a change to a header that is not made here too
+fails the tests. Byte order: fields typed ``__be*`` in C hold network
 order; the helpers that fill them (``perfkit.pgwu``) convert.
 """
 from __future__ import annotations
@@ -99,13 +100,81 @@ class bench_template(Struct):
     _fields_ = [("bytes", u8 * BENCH_RESTORE_MAX)]
 
 
+# --- trafficgen_kern_user.h ----------------------------------------------------------------------
+GEN_TEMPLATE_MAX, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_MAX_CSUMS = 128, 2, 4, 3
+SIGNATURE_MAGIC = 0x4B50
+SINK_MAX_STREAMS, SINK_WINDOW_WORDS, SINK_HIST_BUCKETS, SINK_SNAPLEN = 64, 16, 1024, 4096
+
+
+class GenOp(enum.IntEnum):
+    """enum gen_op: how a flow variable changes from packet to packet."""
+
+    GEN_OP_INC = 0
+    GEN_OP_DEC = 1
+    GEN_OP_RANDOM = 2
+
+
+class gen_var(Struct):
+    _fields_ = [("min", u32), ("max", u32), ("step", u32), ("op", u8), ("pad", u8 * 3)]
+
+
+class gen_write(Struct):
+    _fields_ = [("offset", u16), ("size", u8), ("var", u8), ("add", u32), ("csum_mask", u8), ("pad", u8 * 3)]
+
+
+class gen_config(Struct):
+    _fields_ = [("tx_ifindex", u32), ("frame_len", u32), ("restore_len", u16), ("sig_off", u16),
+                ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8), ("pad", u8),
+                ("csum_off", u16 * GEN_MAX_CSUMS), ("pad2", u16), ("vars", gen_var * GEN_MAX_VARS),
+                ("writes", gen_write * GEN_MAX_WRITES), ("tmpl", u8 * GEN_TEMPLATE_MAX)]
+
+
+GEN_MAX_STREAMS = 64
+
+
+class gen_state(Struct):
+    _fields_ = [("tx_packets", u64), ("tx_bytes", u64), ("stream_base", u16), ("stream_mask", u16),
+                ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS)]
+
+
+class signature(Struct):
+    _fields_ = [("magic", u16), ("stream", u16), ("seq", u32), ("tx_ns", u32)]
+
+
+class sink_config(Struct):
+    _fields_ = [("capture_max", u32), ("pad", u32)]
+
+
+class sink_stream(Struct):
+    _fields_ = [("packets", u64), ("bytes", u64), ("reordered", u64), ("duplicates", u64), ("late", u64),
+                ("max_seq", u32), ("started", u32), ("last_delay", u32), ("lat_min", u32), ("lat_max", u32),
+                ("pad", u32), ("window", u64 * SINK_WINDOW_WORDS)]
+
+
+class sink_totals(Struct):
+    _fields_ = [("packets", u64), ("bytes", u64), ("unsigned_packets", u64), ("captured", u64)]
+
+
+class sink_capture(Struct):
+    _fields_ = [("len", u32), ("caplen", u32), ("ts_ns", u64), ("data", u8 * SINK_SNAPLEN)]
+
+
+# --- steer_kern_user.h --------------------------------------------------------------------------
+STEER_MAX_CPUS = 64
+
+
+class steer_config(Struct):
+    _fields_ = [("ncpus", u32), ("cpus", u32 * STEER_MAX_CPUS)]
+
+
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (pgwu_config, pgwu_ul_session, pgwu_dl_key, pgwu_dl_session,
-                                  pgwu_stat_rec, bench_config, bench_key,
-                                  bench_template)
+                                  pgwu_stat_rec, bench_config, bench_key, bench_template, gen_var,
+                                  gen_write, gen_config, gen_state, signature, sink_config, sink_stream,
+                                  sink_totals, sink_capture, steer_config)
 }
 #: Every mirrored enum, by C name.
-ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat}
-#: Which compiled object holds each struct's BTF.
-BTF_OBJECTS: dict[str, str] = {name: "bench.o" if name.startswith("bench_") else "pgwu.o" for name in STRUCTS}
+ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat, "gen_op": GenOp}
+#: The headers mirrored here (the layout tests compile them).
+HEADERS = ("pgwu_kern_user.h", "bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h")

@@ -25,7 +25,7 @@ from perfkit.errors import BpfError
 
 # enum bpf_map_type / bpf_attach_type values used here (uapi/linux/bpf.h)
 BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
-BPF_XDP_CPUMAP = 43
+BPF_XDP_CPUMAP = 35  # enum bpf_attach_type
 BPF_STATS_RUN_TIME = 0
 # XDP attach flags (uapi/linux/if_link.h)
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
@@ -132,6 +132,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_map_delete_elem": (i, [i, vp]),
         "bpf_map_get_next_key": (i, [i, vp, vp]),
         "bpf_map_update_batch": (i, [i, vp, vp, ctypes.POINTER(u32), vp]),
+        "bpf_map_lookup_batch": (i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
         "bpf_prog_test_run_opts": (i, [i, vp]),
         "bpf_xdp_attach": (i, [i, i, u32, vp]),
         "bpf_xdp_detach": (i, [i, u32, vp]),
@@ -141,6 +142,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_obj_get_info_by_fd": (i, [i, vp, ctypes.POINTER(u32)]),
         "bpf_prog_get_fd_by_id": (i, [u32]),
         "bpf_enable_stats": (i, [i]),
+        "ring_buffer__new": (vp, [i, vp, vp, vp]),
+        "ring_buffer__consume": (i, [vp]),
+        "ring_buffer__free": (None, [vp]),
         "libbpf_num_possible_cpus": (i, []),
     }
     for name, (res, args) in sigs.items():
@@ -202,6 +206,15 @@ class Map:
         self.percpu = percpu
 
     @property
+    def id(self) -> int:
+        """The map's kernel id (as bpftool shows it)."""
+        info = (ctypes.c_uint32 * 24)()  # struct bpf_map_info starts with type, id
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        _check(lib().bpf_obj_get_info_by_fd(self.fd, ctypes.byref(info), ctypes.byref(size)),
+               f"bpf_obj_get_info_by_fd({self.name})")
+        return info[1]
+
+    @property
     def value_buf_size(self) -> int:
         """Bytes a lookup returns: per-CPU maps hold one 8-byte aligned slot per possible CPU."""
         if self.percpu:
@@ -245,6 +258,27 @@ class Map:
         _check(lib().bpf_map_update_batch(self.fd, _buf(keys), _buf(values), ctypes.byref(n),
                                           ctypes.byref(opts)), f"bpf_map_update_batch({self.name})")
         return n.value
+
+    def array_values(self) -> list[bytes]:
+        """Every value of an array map (per-CPU: every CPU's slots, as ``lookup`` returns them)."""
+        n = self.max_entries
+        keys = ctypes.create_string_buffer(4 * n)
+        vals = ctypes.create_string_buffer(self.value_buf_size * n)
+        out_batch = ctypes.c_uint32(0)
+        count = ctypes.c_uint32(n)
+        opts = _BatchOpts(ctypes.sizeof(_BatchOpts), 0, 0)
+        ret = lib().bpf_map_lookup_batch(self.fd, None, ctypes.byref(out_batch), keys, vals, ctypes.byref(count),
+                                         ctypes.byref(opts))
+        if ret < 0 and ret != -errno.ENOENT:  # ENOENT: the batch reached the end
+            _check(ret, f"bpf_map_lookup_batch({self.name})")
+        raw, size = vals.raw, self.value_buf_size
+        return [raw[i * size:(i + 1) * size] for i in range(count.value)]
+
+    def zero_all(self) -> None:
+        """Set every entry of an array map to zero (one batch call)."""
+        n = self.max_entries
+        keys = b"".join(i.to_bytes(4, "little") for i in range(n))
+        self.update_batch(keys, bytes(self.value_buf_size * n), n)
 
     def percpu_values(self, raw: bytes) -> list[bytes]:
         """Split a per-CPU lookup result into one value per CPU."""
@@ -322,13 +356,15 @@ class BpfObject:
 
     ``max_entries`` overrides map sizes and ``reuse_maps`` shares maps (name -> fd) with another
     object before loading; ``attach_types`` sets a program's expected attach type (e.g. to run a
-    program in a cpumap, ``BPF_XDP_CPUMAP``); ``disable`` leaves programs unloaded.
+    program in a cpumap, ``BPF_XDP_CPUMAP``); ``rodata`` (or ``initial_values`` by map name) sets
+    the ``const volatile`` globals, which the verifier then treats as constants.
     """
 
     def __init__(self, path: str | Path, max_entries: dict[str, int] | None = None,
                  reuse_maps: dict[str, int] | None = None, attach_types: dict[str, int] | None = None,
-                 initial_values: dict[str, bytes] | None = None):
+                 initial_values: dict[str, bytes] | None = None, rodata: bytes | ctypes.Structure | None = None):
         self.path = Path(path)
+        self._obj = None
         if not self.path.exists():
             raise BpfError(f"open {self.path} (run `make bpf`)", errno.ENOENT)
         ctypes.set_errno(0)
@@ -340,9 +376,15 @@ class BpfObject:
                 _check(lib().bpf_map__set_max_entries(self._map_ptr(name), n), f"set_max_entries({name})")
             for name, fd in (reuse_maps or {}).items():
                 _check(lib().bpf_map__reuse_fd(self._map_ptr(name), fd), f"bpf_map__reuse_fd({name})")
-            for name, data in (initial_values or {}).items():
-                self._initial = _buf(data)  # libbpf copies it, but keep it alive until load anyway
-                _check(lib().bpf_map__set_initial_value(self._map_ptr(name), self._initial, len(data)),
+            initial = dict(initial_values or {})
+            if rodata is not None:
+                names = [n for n in self.map_names() if n.endswith(".rodata")]
+                if len(names) != 1:
+                    raise BpfError(f"{self.path.name}: expected one .rodata map, found {names}", errno.EINVAL)
+                initial[names[0]] = bytes(rodata)
+            for name, data in initial.items():
+                buf = _buf(data)  # libbpf copies it
+                _check(lib().bpf_map__set_initial_value(self._map_ptr(name), buf, len(buf)),
                        f"bpf_map__set_initial_value({name})")
             for name, t in (attach_types or {}).items():
                 _check(lib().bpf_program__set_expected_attach_type(self._prog_ptr(name), t),
@@ -427,6 +469,36 @@ def xdp_query_id(ifindex: int) -> int:
     pid = ctypes.c_uint32(0)
     _check(lib().bpf_xdp_query_id(ifindex, 0, ctypes.byref(pid)), f"bpf_xdp_query_id({ifindex})")
     return pid.value
+
+
+_RINGBUF_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class RingBuffer:
+    """Reader of a BPF_MAP_TYPE_RINGBUF map: ``drain()`` returns the records submitted so far."""
+
+    def __init__(self, m: Map):
+        self._records: list[bytes] = []
+
+        def _cb(_ctx: int, data: int, size: int) -> int:
+            self._records.append(ctypes.string_at(data, size))
+            return 0
+
+        self._cb = _RINGBUF_CB(_cb)  # keep a reference: libbpf calls it later
+        ctypes.set_errno(0)
+        self._rb = lib().ring_buffer__new(m.fd, ctypes.cast(self._cb, ctypes.c_void_p), None, None)
+        if not self._rb:
+            raise BpfError(f"ring_buffer__new({m.name})", ctypes.get_errno() or errno.EINVAL)
+
+    def drain(self) -> list[bytes]:
+        _check(lib().ring_buffer__consume(self._rb), "ring_buffer__consume")
+        out, self._records = self._records, []
+        return out
+
+    def close(self) -> None:
+        if self._rb:
+            lib().ring_buffer__free(self._rb)
+            self._rb = None
 
 
 class BpfStats:

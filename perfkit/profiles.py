@@ -25,7 +25,7 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
 from perfkit.errors import ConfigError
-from perfkit.pgwu import PgwuConfig, Session, SessionPlan
+from perfkit.pgwu import UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
 from perfkit.trial import FCS_LEN, Scenario
 
 #: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
@@ -35,6 +35,46 @@ SERVER_ADDR = "198.19.255.130"
 S5_VLAN = 10
 INNER_L4 = ("udp", "tcp")
 GTPU_OVERHEAD = 36
+FLOW_OPS = ("inc", "dec", "random")
+SPORT_BASE = 10000
+
+
+@dataclass(frozen=True)
+class FlowVar:
+    """A value computed once per packet (TRex: STLVmFlowVar)."""
+
+    op: str
+    """inc, dec or random."""
+    min: int
+    max: int
+    """Inclusive."""
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class FieldWrite:
+    """Write a variable plus a constant into the frame (TRex: STLVmWrFlowVar with add_value)."""
+
+    name: str
+    """What it writes, for people: ``gtp.teid``, ``inner.src`` ..."""
+    offset: int
+    size: int
+    var: int
+    add: int
+    csum_mask: int
+    """Bit i: the i-th checksum of ``FieldEngine.csum_offsets`` covers these bytes."""
+
+
+@dataclass(frozen=True)
+class FieldEngine:
+    """How the generator varies frames and which checksums it fixes up, with byte offsets."""
+
+    vars: tuple[FlowVar, ...]
+    writes: tuple[FieldWrite, ...]
+    csum_offsets: tuple[int, ...]
+    """Offsets of the 16-bit checksums kept valid (inner IPv4 header, inner TCP)."""
+    sig_offset: int
+    sig_csum_mask: int
 
 
 @dataclass(frozen=True)
@@ -132,6 +172,53 @@ class TrafficProfile:
             gtp = gtp / GTPPDUSessionContainer(type=1, QFI=9)
         outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=2152, dport=2152, chksum=0)
         return bytes(l2 / outer / gtp / inner)
+
+    # -- per-packet variation --------------------------------------------------------------------
+    def offsets(self) -> dict[str, int]:
+        """Byte offsets in ``packet()`` of the inner IPv4 header, inner L4 header and signature."""
+        frame = self.packet(0)
+        inner = len(frame) - self.inner_len
+        ihl = (frame[inner] & 0xF) * 4
+        l4 = inner + ihl
+        sig = l4 + (8 if self.inner_l4 == "udp" else (frame[l4 + 12] >> 4) * 4)
+        out = {"inner_ip": inner, "inner_l4": l4, "signature": sig}
+        if self.direction == "ul":
+            out["gtp"] = frame.index(struct.pack("!I", self.session(0).ul_teid)) - 4
+        return out
+
+    def field_engine(self, flow_op: str = "inc") -> FieldEngine:
+        """The variation that walks the ``flows`` flows: flow i is ``packet(i)`` (uplink: but for the
+        outer source address, which stays flow 0's SGW; the PGW-U does not look at it).
+
+        One variable (the flow number) is written into every field that names the flow: the TEID
+        and UE source address uplink, the UE destination address downlink, and the source port.
+        The inner IPv4 checksum (and TCP's, which covers the addresses) are fixed up.
+        """
+        if flow_op not in FLOW_OPS:
+            raise ConfigError("flow_op", flow_op, FLOW_OPS)
+        off = self.offsets()
+        ip, l4 = off["inner_ip"], off["inner_l4"]
+        csums = [ip + 10] + ([l4 + 16] if self.inner_l4 == "tcp" else [])
+        # checksum i covers these byte ranges (TCP: pseudo-header addresses and the segment)
+        covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, len(self.packet(0)))]] if self.inner_l4 == "tcp" else [])
+
+        def mask(start: int, size: int) -> int:
+            return sum(1 << i for i, ranges in enumerate(covers)
+                       if any(start < hi and lo < start + size for lo, hi in ranges))
+
+        writes: list[tuple[str, int, int, int]] = []
+        if self.flows > 1:
+            if self.plan.tenant_count > 1:
+                raise ConfigError("flows", self.flows, "1 when sessions span several tenants "
+                                  f"(more than {self.plan.count // self.plan.tenant_count} sessions)")
+            if self.direction == "ul":
+                writes += [("gtp.teid", off["gtp"] + 4, 4, UL_TEID_BASE), ("inner.src", ip + 12, 4, UE_BASE)]
+            else:
+                writes += [("inner.dst", ip + 16, 4, UE_BASE)]
+            writes.append(("inner.sport", l4, 2, SPORT_BASE))
+        fws = tuple(FieldWrite(n, o, sz, 0, add, mask(o, sz)) for n, o, sz, add in writes)
+        variables = (FlowVar(flow_op, 0, self.flows - 1),) if writes else ()
+        return FieldEngine(variables, fws, tuple(csums), off["signature"], mask(off["signature"], SIGNATURE.size))
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""

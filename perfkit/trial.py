@@ -138,6 +138,13 @@ class Scenario:
         return max(self.sessions, self.flows)
 
     @property
+    def wire_frame_size(self) -> int:
+        """Bytes per offered frame, FCS included (uplink: the GTP-U encapsulated frame)."""
+        from perfkit.profiles import TrafficProfile  # profiles builds on this module
+
+        return TrafficProfile.for_scenario(self).wire_frame_size
+
+    @property
     def key(self) -> str:
         """A short stable name, e.g. ``pgwu-ul-64B-1flow-1core``; used to match runs when comparing."""
         return (f"{self.dataplane}-{self.direction}-{self.frame_size}B-{self.flows}flow-"
@@ -215,6 +222,8 @@ class TrialResult:
     """Received packets that are not what the DUT should emit for the profile."""
     dut_drops: dict[str, int] = field(default_factory=dict)
     """Packets the DUT dropped, per reason (dataplane counters and interface counters)."""
+    tester_drops: dict[str, int] = field(default_factory=dict)
+    """Packets the DUT sent that the tester failed to receive (its own receive ring was full)."""
     dut_cpu: dict[str, float] = field(default_factory=dict)
     """Busy fraction (0..1) per DUT CPU, from /proc/stat deltas; keys are cpu numbers as strings."""
     cpu_modes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -240,6 +249,13 @@ class TrialResult:
     @property
     def lost_packets(self) -> int:
         return max(0, self.tx_packets - self.rx_packets)
+
+    @property
+    def dut_loss_ratio(self) -> float:
+        """Loss attributable to the DUT: (offered - received - tester-side drops) / offered."""
+        if self.tx_packets <= 0:
+            return 0.0
+        return max(0, self.tx_packets - self.rx_packets - sum(self.tester_drops.values())) / self.tx_packets
 
     @property
     def tx_pps(self) -> float:
@@ -274,7 +290,7 @@ class TrialResult:
     def to_dict(self) -> dict[str, Any]:
         """All fields plus the derived figures, JSON-ready (what ``--json`` prints)."""
         d = dataclasses.asdict(self)
-        for name in ("loss_ratio", "lost_packets", "tx_pps", "rx_pps", "tx_bps_l1", "rx_bps_l1",
+        for name in ("loss_ratio", "dut_loss_ratio", "lost_packets", "tx_pps", "rx_pps", "tx_bps_l1", "rx_bps_l1",
                      "rx_bps_l2", "rx_frame_size"):
             d[name] = getattr(self, name)
         return d
@@ -285,7 +301,7 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
             d[name] = json.dumps(d[name], sort_keys=True)
         return d
 
@@ -294,7 +310,7 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -338,6 +354,8 @@ RECORD_COLUMNS = {
     "elapsed": "sending time [s]",
     "start_time, end_time": "unix time [s]",
     "loss_ratio, lost_packets": "(tx - rx) / tx and tx - rx",
+    "dut_loss_ratio": "(tx - rx - tester_drops) / tx: the loss the DUT itself caused",
+    "tester_drops": "JSON {reason: packets} lost at the tester's own receive side",
     "tx_pps, rx_pps, tx_bps_l1, rx_bps_l1, rx_bps_l2, rx_frame_size": "derived rates",
     "latency_<p>_ns": "one-way latency percentiles min, p50, p90, p99, p999, max, mean [ns]",
     "ipdv_<p>_ns": "|IPDV| percentiles [ns]",

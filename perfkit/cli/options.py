@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Callable
 
+from perfkit.errors import ConfigError
 from perfkit.trial import DATAPLANES, DIRECTIONS, LINE_RATES, Scenario
 
 
@@ -64,6 +65,8 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
     g.add_argument("--generator", default="xdp", choices=list(BACKENDS),
                    help="traffic generator backend (default xdp: the local testbed; sim: simulated DUT)")
     g.add_argument("--capture", default=None, metavar="FILE", help="write received packets to a pcap")
+    g.add_argument("--tester-cores", default=None, metavar="CPUS",
+                   help="xdp: CPUs for generator and sink threads, e.g. 0 or 0,2 (default: all but the DUT's)")
     s = parser.add_argument_group("simulated DUT (--generator sim)")
     s.add_argument("--sim-model", default="sharp", help="sharp, noisy, smooth or buffered (default sharp)")
     s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
@@ -77,6 +80,11 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if args.capture:
         options["capture"] = args.capture
+    if args.generator == "xdp" and getattr(args, "tester_cores", None):
+        try:
+            options["tester_cores"] = [int(c) for c in args.tester_cores.split(",")]
+        except ValueError:
+            raise ConfigError("tester_cores", args.tester_cores, "CPU numbers separated by commas") from None
     if args.generator == "sim":
         options.update(model=args.sim_model, threshold=args.sim_threshold, sigma=args.sim_sigma,
                        seed=args.sim_seed)

@@ -48,7 +48,7 @@ def rate_pps(name: str, text: str | None, scenario: Scenario) -> float | None:
         rate = Rate.parse(text, scenario.line_rate)
     except ConfigError as err:
         raise ConfigError(name, text, err.allowed) from None
-    return rate.pps(TrafficProfile.for_scenario(scenario).wire_frame_size)
+    return rate.pps(scenario.wire_frame_size)
 
 
 # -- per-method options and runners -------------------------------------------------------------

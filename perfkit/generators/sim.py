@@ -168,4 +168,4 @@ class SimGenerator(Generator):
 
 
 def _pps(value: float | str, scenario: Scenario) -> float:
-    return Rate.parse(value, scenario.line_rate).pps(TrafficProfile.for_scenario(scenario).wire_frame_size)
+    return Rate.parse(value, scenario.line_rate).pps(scenario.wire_frame_size)

@@ -65,7 +65,7 @@ def line_rate_pps(scenario: Scenario) -> float:
     """100 % of the scenario's line rate [pps] for the frames the generator puts on the wire."""
     from perfkit.profiles import TrafficProfile  # scapy: imported only when needed
 
-    return Rate(100, "%", scenario.line_rate).pps(TrafficProfile.for_scenario(scenario).wire_frame_size)
+    return Rate(100, "%", scenario.line_rate).pps(scenario.wire_frame_size)
 
 
 def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+/* perfkit's traffic generator. Userspace runs it with BPF_PROG_TEST_RUN in live-frames mode
+ * (BPF_F_TEST_XDP_LIVE_FRAMES, Linux >= 5.18): every run turns one page-pool frame into a packet
+ * and redirects it out of the tester port. The kernel recycles frames through its page pool,
+ * and frames come back from the DUT rewritten (decapsulated, encapsulated), so each run first
+ * restores the header bytes from the template, then applies the field engine and the signature.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "trafficgen_kern_user.h"
+
+#define FCS_LEN 4
+
+const volatile struct gen_config gen_cfg = {};
+
+/* Per generator thread (one per CPU): counters, sequence number, stream id, variable positions. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_state);
+} gen_state SEC(".maps");
+
+/* Next value of a flow variable. Multiply-shift instead of a modulo keeps random values cheap. */
+static __always_inline __u32 var_next(const volatile struct gen_var *v, __u32 *pos)
+{
+	__u32 range = v->max - v->min + 1; /* 0 means the full 32-bit range */
+	__u32 off;
+
+	if (v->op == GEN_OP_RANDOM) {
+		off = bpf_get_prandom_u32();
+		if (range)
+			off = ((__u64)off * range) >> 32;
+	} else {
+		off = *pos;
+		*pos = off + v->step;
+		if (range && *pos >= range)
+			*pos -= range;
+	}
+	return v->op == GEN_OP_DEC ? v->max - off : v->min + off;
+}
+
+/* Add the change of the 16-bit word at off (template -> packet) to every checksum in mask. */
+static __always_inline void csum_account(__u32 *acc, __u8 mask, void *data, __u16 off)
+{
+	__u16 old = *(const volatile __u16 *)&gen_cfg.tmpl[off & (GEN_TEMPLATE_MAX - 2)];
+	__u16 new = *(__u16 *)(data + (off & (GEN_TEMPLATE_MAX - 2)));
+
+#pragma unroll
+	for (int c = 0; c < GEN_MAX_CSUMS; c++)
+		if (mask & (1 << c))
+			acc[c] += (__u16)~old + new;
+}
+
+SEC("xdp")
+int xdp_gen(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 acc[GEN_MAX_CSUMS] = {};
+	__u32 var0 = 0, var1 = 0; /* GEN_MAX_VARS; scalars, since a variable index into the stack is refused */
+	struct gen_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&gen_state, &zero);
+	if (!st)
+		return XDP_ABORTED;
+
+#pragma unroll
+	for (int i = 0; i < GEN_TEMPLATE_MAX / 8; i++) {
+		__u64 *dst = data + i * 8;
+
+		if (i * 8 >= gen_cfg.restore_len)
+			break;
+		if ((void *)(dst + 1) > data_end)
+			return XDP_ABORTED;
+		*dst = *(const volatile __u64 *)&gen_cfg.tmpl[i * 8];
+	}
+
+	if (gen_cfg.nvars > 0)
+		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0]);
+	if (gen_cfg.nvars > 1)
+		var1 = var_next(&gen_cfg.vars[1], &st->var_pos[1]);
+
+#pragma unroll
+	for (int w = 0; w < GEN_MAX_WRITES; w++) {
+		const volatile struct gen_write *wr = &gen_cfg.writes[w];
+		__u16 off = wr->offset & (GEN_TEMPLATE_MAX - 1);
+		__u8 *p = data + off;
+		__u32 val;
+
+		if (w >= gen_cfg.nwrites)
+			break;
+		if ((void *)(p + 4) > data_end)
+			return XDP_ABORTED;
+		val = (wr->var ? var1 : var0) + wr->add;
+		if (wr->size == 4) {
+			*(__be32 *)p = bpf_htonl(val);
+		} else if (wr->size == 2) {
+			*(__be16 *)p = bpf_htons(val);
+		} else {
+			*p = val;
+		}
+		if (wr->csum_mask) {
+			/* every 16-bit word the write touched: at most 3 for 4 bytes at an odd offset */
+#pragma unroll
+			for (int k = 0; k < 3; k++) {
+				__u16 word = (off & ~1) + 2 * k;
+
+				if (word >= off + wr->size)
+					break;
+				csum_account(acc, wr->csum_mask, data, word);
+			}
+		}
+	}
+
+	if (gen_cfg.sig_off) {
+		__u16 off = gen_cfg.sig_off & (GEN_TEMPLATE_MAX - 1);
+		struct signature *sig = data + off;
+		__u32 slot;
+
+		if ((void *)(sig + 1) > data_end)
+			return XDP_ABORTED;
+		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
+
+		sig->magic = SIGNATURE_MAGIC;
+		sig->stream = st->stream_base + slot;
+		sig->seq = st->seq[slot]++;
+		sig->tx_ns = bpf_ktime_get_ns();
+		if (gen_cfg.sig_csum_mask) {
+#pragma unroll
+			for (int k = 0; k < (int)sizeof(*sig); k += 2)
+				csum_account(acc, gen_cfg.sig_csum_mask, data, off + k);
+		}
+	}
+
+#pragma unroll
+	for (int c = 0; c < GEN_MAX_CSUMS; c++) {
+		__u16 off = gen_cfg.csum_off[c] & (GEN_TEMPLATE_MAX - 2);
+		__u16 *p = data + off;
+		__u32 sum;
+
+		if (!gen_cfg.csum_off[c] || !acc[c])
+			continue;
+		if ((void *)(p + 1) > data_end)
+			return XDP_ABORTED;
+		/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') */
+		sum = (__u16)~*p + acc[c];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		*p = (__u16)~sum;
+	}
+
+	st->tx_packets++;
+	st->tx_bytes += gen_cfg.frame_len + FCS_LEN;
+	return bpf_redirect(gen_cfg.tx_ifindex, 0);
+}
+
+char _license[] SEC("license") = "GPL";

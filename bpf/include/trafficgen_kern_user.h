@@ -1,0 +1,125 @@
+/* Types the traffic generator (gen.bpf.c) and the sink (sink.bpf.c) share with userspace;
+ * mirrored in perfkit/layouts.py. The field engine follows TRex's: flow variables (STLVmFlowVar)
+ * computed once per packet, and writes (STLVmWrFlowVar) of a variable plus a constant into the
+ * frame, with the checksums they touch fixed up incrementally (RFC 1624).
+ */
+#ifndef TRAFFICGEN_KERN_USER_H
+#define TRAFFICGEN_KERN_USER_H
+
+#include <linux/types.h>
+
+#define GEN_TEMPLATE_MAX 128	/* header bytes restored from the template for every packet */
+#define GEN_MAX_VARS 2
+#define GEN_MAX_WRITES 4
+#define GEN_MAX_CSUMS 3
+#define SIGNATURE_MAGIC 0x4b50	/* "PK" */
+
+enum gen_op {
+	GEN_OP_INC = 0,
+	GEN_OP_DEC,
+	GEN_OP_RANDOM,
+};
+
+/* A flow variable: a value in [min, max] computed once per packet. */
+struct gen_var {
+	__u32 min;
+	__u32 max;		/* inclusive */
+	__u32 step;		/* inc/dec step */
+	__u8 op;		/* enum gen_op */
+	__u8 pad[3];
+};
+
+/* Write var + add, as a big-endian integer of size bytes, at offset. */
+struct gen_write {
+	__u16 offset;
+	__u8 size;		/* 1, 2 or 4 */
+	__u8 var;		/* index into vars */
+	__u32 add;
+	__u8 csum_mask;		/* bit i: csums[i] covers these bytes */
+	__u8 pad[3];
+};
+
+/* The generator's whole configuration, a `const volatile` global set before load, so the
+ * verifier sees the counts as constants and drops the unused steps. */
+struct gen_config {
+	__u32 tx_ifindex;	/* port to send on (in the caller's network namespace) */
+	__u32 frame_len;	/* frame length without FCS */
+	__u16 restore_len;	/* template bytes rewritten per packet, multiple of 8 */
+	__u16 sig_off;		/* where the signature goes, 0 = no signature */
+	__u8 sig_csum_mask;	/* checksums covering the signature */
+	__u8 nvars;
+	__u8 nwrites;
+	__u8 pad;
+	__u16 csum_off[GEN_MAX_CSUMS];	/* offsets of 16-bit checksum fields, 0 = unused */
+	__u16 pad2;
+	struct gen_var vars[GEN_MAX_VARS];
+	struct gen_write writes[GEN_MAX_WRITES];
+	__u8 tmpl[GEN_TEMPLATE_MAX];	/* the frame's first bytes as built by userspace */
+};
+
+/* Streams: each generator thread owns 2^k consecutive stream ids (sequence spaces) and puts flow
+ * f into stream base + (f mod 2^k), so that sequence numbers are per flow while flows are few:
+ * a multi-core DUT keeps each flow in order but interleaves flows. */
+#define GEN_MAX_STREAMS 64
+
+/* Per CPU: one generator thread runs on each CPU, so this is per thread. */
+struct gen_state {
+	__u64 tx_packets;
+	__u64 tx_bytes;		/* FCS included */
+	__u16 stream_base;	/* first stream id of this thread */
+	__u16 stream_mask;	/* 2^k - 1: flow number bits that select the stream */
+	__u32 var_pos[GEN_MAX_VARS];	/* inc/dec position of each variable */
+	__u32 seq[GEN_MAX_STREAMS];	/* next sequence number per stream of this thread */
+};
+
+/* 12 bytes opening the innermost L4 payload, little-endian. */
+struct signature {
+	__u16 magic;
+	__u16 stream;
+	__u32 seq;
+	__u32 tx_ns;		/* bpf_ktime_get_ns(), low 32 bits */
+};
+
+/* --- sink ------------------------------------------------------------------------------------ */
+#define SINK_MAX_STREAMS 64
+#define SINK_WINDOW_WORDS 16	/* sequence window: 16 x 64 = 1024 packets */
+#define SINK_HIST_BUCKETS 1024	/* log-linear: exact below 64 ns, then 32 per power of two */
+#define SINK_SNAPLEN 4096	/* captured bytes per frame */
+
+struct sink_config {
+	__u32 capture_max;	/* frames to capture into the ring buffer */
+	__u32 pad;
+};
+
+/* Per stream; the sink port has one receive queue, so one CPU writes it. */
+struct sink_stream {
+	__u64 packets;
+	__u64 bytes;		/* FCS included */
+	__u64 reordered;	/* arrived after a higher sequence number (not duplicates) */
+	__u64 duplicates;
+	__u64 late;		/* older than the window: reordered or duplicate, cannot tell */
+	__u32 max_seq;
+	__u32 started;
+	__u32 last_delay;	/* ns, of the packet with sequence max_seq (for IPDV) */
+	__u32 lat_min;		/* ns */
+	__u32 lat_max;		/* ns */
+	__u32 pad;
+	__u64 window[SINK_WINDOW_WORDS];	/* bit per sequence number seen, mod 1024 */
+};
+
+/* Per CPU totals. */
+struct sink_totals {
+	__u64 packets;		/* every frame seen */
+	__u64 bytes;
+	__u64 unsigned_packets;	/* no valid signature: not ours, or corrupted */
+	__u64 captured;
+};
+
+struct sink_capture {
+	__u32 len;		/* frame length */
+	__u32 caplen;		/* bytes in data */
+	__u64 ts_ns;		/* bpf_ktime_get_ns() at arrival */
+	__u8 data[SINK_SNAPLEN];
+};
+
+#endif /* TRAFFICGEN_KERN_USER_H */

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+/* perfkit's sink, attached to the receiving tester port: counts what comes back per stream,
+ * checks sequence numbers (loss, reordering, duplicates), histograms one-way latency and IPDV
+ * (RFC 5481) from the generator's signature, captures the first frames, then drops everything.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "parsing.h"
+#include "gtpu.h"
+#include "trafficgen_kern_user.h"
+
+#define FCS_LEN 4
+#define WINDOW_BITS (SINK_WINDOW_WORDS * 64)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sink_config);
+} sink_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SINK_MAX_STREAMS);
+	__type(key, __u32);
+	__type(value, struct sink_stream);
+} sink_streams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sink_totals);
+} sink_totals SEC(".maps");
+
+/* One-way latency [ns] and |IPDV| [ns], log-linear buckets (see hist_bucket). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SINK_HIST_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} latency_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SINK_HIST_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} ipdv_hist SEC(".maps");
+
+/* The first capture_max frames, for the content check and --capture. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} capture SEC(".maps");
+
+/* Exact below 64 ns, then 32 buckets per power of two (3% resolution). perfkit/sink.py inverts it. */
+static __always_inline __u32 hist_bucket(__u32 v)
+{
+	__u32 b = 0, x = v, idx;
+
+	if (v < 64)
+		return v;
+	if (x >> 16) { b += 16; x >>= 16; }
+	if (x >> 8) { b += 8; x >>= 8; }
+	if (x >> 4) { b += 4; x >>= 4; }
+	if (x >> 2) { b += 2; x >>= 2; }
+	if (x >> 1) { b += 1; }
+	idx = 64 + (b - 6) * 32 + ((v >> (b - 5)) & 31);
+	return idx < SINK_HIST_BUCKETS ? idx : SINK_HIST_BUCKETS - 1;
+}
+
+static __always_inline void hist_add(void *map, __u32 value)
+{
+	__u32 key = hist_bucket(value);
+	__u64 *cnt = bpf_map_lookup_elem(map, &key);
+
+	if (cnt)
+		(*cnt)++;
+}
+
+/* Find the signature: through an optional VLAN tag, IPv4, and a GTP-U tunnel if there is one,
+ * to the innermost UDP or TCP payload. */
+static __always_inline struct signature *find_signature(void *data, void *data_end)
+{
+	struct hdr_cursor nh = { .pos = data };
+	struct ethhdr *eth;
+	struct iphdr *iph;
+	struct udphdr *udp;
+	__u16 vlan;
+	int proto;
+
+	proto = parse_ethhdr_vlan(&nh, data_end, &eth, &vlan);
+	if (proto != bpf_htons(ETH_P_IP))
+		return NULL;
+	proto = parse_iphdr(&nh, data_end, &iph);
+	if (proto == IPPROTO_UDP) {
+		if (parse_udphdr(&nh, data_end, &udp) < 0)
+			return NULL;
+		if (udp->dest == bpf_htons(GTPU_PORT)) {
+			struct gtpu_hdr *gh = nh.pos;
+			int err;
+
+			if ((void *)(gh + 1) > data_end)
+				return NULL;
+			nh.pos = gtpu_payload(gh, data_end, &err);
+			if (!nh.pos)
+				return NULL;
+			proto = parse_iphdr(&nh, data_end, &iph);
+			if (proto == IPPROTO_UDP && parse_udphdr(&nh, data_end, &udp) < 0)
+				return NULL;
+		}
+	}
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = nh.pos;
+
+		if ((void *)(tcp + 1) > data_end || tcp->doff < 5)
+			return NULL;
+		nh.pos += tcp->doff * 4;
+	} else if (proto != IPPROTO_UDP) {
+		return NULL;
+	}
+	if (nh.pos + sizeof(struct signature) > data_end)
+		return NULL;
+	return nh.pos;
+}
+
+static __always_inline void window_mark(struct sink_stream *s, __u32 seq)
+{
+	s->window[(seq / 64) % SINK_WINDOW_WORDS] |= 1ULL << (seq % 64);
+}
+
+/* Sequence bookkeeping (RFC 4737 style): a higher number advances the window (clearing the
+ * words it enters), a lower one inside the window is a duplicate if already seen, else reordered. */
+static __always_inline void track_seq(struct sink_stream *s, __u32 seq, __u32 delay)
+{
+	if (!s->started) {
+		s->started = 1;
+		s->max_seq = seq;
+		s->last_delay = delay;
+		window_mark(s, seq);
+		return;
+	}
+	if ((__s32)(seq - s->max_seq) > 0) {
+		__u32 old_word = s->max_seq / 64, new_word = seq / 64;
+
+		if (new_word - old_word >= SINK_WINDOW_WORDS) {
+#pragma unroll
+			for (int i = 0; i < SINK_WINDOW_WORDS; i++)
+				s->window[i] = 0;
+		} else {
+#pragma unroll
+			for (int i = 1; i < SINK_WINDOW_WORDS; i++) {
+				if (old_word + i > new_word)
+					break;
+				s->window[(old_word + i) % SINK_WINDOW_WORDS] = 0;
+			}
+		}
+		if (seq == s->max_seq + 1)
+			hist_add(&ipdv_hist, delay > s->last_delay ? delay - s->last_delay : s->last_delay - delay);
+		s->max_seq = seq;
+		s->last_delay = delay;
+		window_mark(s, seq);
+		return;
+	}
+	if (s->max_seq - seq >= WINDOW_BITS) {
+		s->late++;
+		return;
+	}
+	if (s->window[(seq / 64) % SINK_WINDOW_WORDS] & (1ULL << (seq % 64))) {
+		s->duplicates++;
+		return;
+	}
+	s->reordered++;
+	window_mark(s, seq);
+}
+
+static __always_inline void capture_frame(struct xdp_md *ctx, struct sink_totals *tot, __u32 len, __u64 now)
+{
+	__u32 zero = 0, caplen = len;
+	struct sink_config *cfg = bpf_map_lookup_elem(&sink_config, &zero);
+	struct sink_capture *rec;
+
+	if (!cfg || tot->captured >= cfg->capture_max)
+		return;
+	rec = bpf_ringbuf_reserve(&capture, sizeof(*rec), 0);
+	if (!rec)
+		return;
+	if (caplen > SINK_SNAPLEN)
+		caplen = SINK_SNAPLEN;
+	if (caplen < 1 || bpf_xdp_load_bytes(ctx, 0, rec->data, caplen)) {
+		bpf_ringbuf_discard(rec, 0);
+		return;
+	}
+	rec->len = len;
+	rec->caplen = caplen;
+	rec->ts_ns = now;
+	bpf_ringbuf_submit(rec, 0);
+	tot->captured++;
+}
+
+SEC("xdp")
+int xdp_sink(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 len = (data_end - data) & 0xffff, zero = 0, delay, key;
+	__u64 now = bpf_ktime_get_ns();
+	struct sink_totals *tot = bpf_map_lookup_elem(&sink_totals, &zero);
+	struct signature *sig;
+	struct sink_stream *s;
+
+	if (!tot)
+		return XDP_DROP;
+	tot->packets++;
+	tot->bytes += len + FCS_LEN;
+	capture_frame(ctx, tot, len, now);
+
+	sig = find_signature(data, data_end);
+	if (!sig || sig->magic != SIGNATURE_MAGIC || sig->stream >= SINK_MAX_STREAMS) {
+		tot->unsigned_packets++;
+		return XDP_DROP;
+	}
+	key = sig->stream;
+	s = bpf_map_lookup_elem(&sink_streams, &key);
+	if (!s)
+		return XDP_DROP;
+	s->bytes += len + FCS_LEN;
+	delay = (__u32)now - sig->tx_ns;
+	if ((__s32)delay < 0) /* clocks are the same; this would be corruption */
+		delay = 0;
+	hist_add(&latency_hist, delay);
+	if (!s->packets++ || delay < s->lat_min)
+		s->lat_min = delay;
+	if (delay > s->lat_max)
+		s->lat_max = delay;
+	track_seq(s, sig->seq, delay);
+	return XDP_DROP;
+}
+
+char _license[] SEC("license") = "GPL";

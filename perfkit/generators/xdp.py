@@ -1,0 +1,201 @@
+"""``XdpGenerator``: the embedded default generator -- perfkit's XDP generator and sink on the local
+veth testbed, with the dataplane under test between them.
+
+Setting up (a few seconds) brings up the testbed, attaches and fills the DUT, attaches the sink to
+both tester ports and loads the generator; ``measure()`` then runs one trial and accounts for every
+packet::
+
+    offered (generator program)  = received (sink, signed, unique)
+                                   + DUT drops  (dataplane counters, DUT receive ring full)
+                                   + tester drops (tester receive ring full)
+                                   + unaccounted (reported in notes; 0 when the counters agree)
+
+Cores: the DUT gets the last ``dut_cores`` CPUs; generator and sink threads share the others. When
+the machine has no CPU left for the tester, it shares a DUT core and ``shared_cores`` says so.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from perfkit import cpustat
+from perfkit.dut import Dut
+from perfkit.errors import ConfigError
+from perfkit.generators.base import Generator
+from perfkit.libbpf import BpfStats
+from perfkit.livegen import LiveGenerator
+from perfkit.pgwu_model import check_output
+from perfkit.profiles import TrafficProfile
+from perfkit.sink import Sink, write_pcap
+from perfkit.testbed import Testbed
+from perfkit.trial import FCS_LEN, Scenario, TrialResult
+
+#: How long the sink must see nothing new before a trial counts as drained [s].
+DRAIN_QUIET = 0.05
+DRAIN_MAX = 2.0
+#: Frames captured per trial for the content check.
+CAPTURE_COUNT = 64
+_DUT_RING = "rx_ring_full"
+
+
+def allocate_cores(dut_cores: int, tester_cores: list[int] | None = None) -> tuple[list[int], list[int], bool]:
+    """(DUT cores, tester cores, shared) from the CPUs this process may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 1 <= dut_cores <= len(cpus):
+        raise ConfigError("dut_cores", dut_cores, f"1 .. {len(cpus)} (CPUs available here)")
+    if tester_cores:
+        bad = [c for c in tester_cores if c not in cpus]
+        if bad:
+            raise ConfigError("tester_cores", tester_cores, f"CPUs of {cpus}")
+        free = [c for c in cpus if c not in tester_cores]
+        dut = free[-dut_cores:] if len(free) >= dut_cores else cpus[-dut_cores:]
+        return dut, list(tester_cores), bool(set(dut) & set(tester_cores))
+    dut = cpus[-dut_cores:]
+    tester = [c for c in cpus if c not in dut]
+    return (dut, tester, False) if tester else (dut, [cpus[0]], True)
+
+
+def needed_mtu(profile: TrafficProfile) -> int:
+    """The smallest MTU (at least 1500) that carries the profile's frames both ways."""
+    biggest = max(profile.wire_frame_size, profile.output_frame_size) - FCS_LEN
+    return max(1500, biggest - 14)
+
+
+class XdpGenerator(Generator):
+    """Local testbed + PGW-U + XDP generator and sink, prepared for one scenario."""
+
+    name = "xdp"
+
+    def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
+                 capture_count: int = CAPTURE_COUNT, mtu: int | None = None, run_id: str | None = None,
+                 batch_size: int = 64, flow_op: str = "inc", profile: TrafficProfile | None = None,
+                 trivial_generator: bool = False):
+        super().__init__(scenario)
+        self.profile = profile or TrafficProfile.for_scenario(scenario)
+        self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
+        self.capture_path = Path(capture) if capture else None
+        self.capture_count = max(capture_count, 1)
+        self.testbed = Testbed(run_id=run_id, mtu=mtu or needed_mtu(self.profile))
+        self.dut: Dut | None = None
+        self.sink: Sink | None = None
+        self.gen: LiveGenerator | None = None
+        self._affinity = os.sched_getaffinity(0)
+        try:
+            self.testbed.up()
+            self.dut = Dut(self.testbed, self.profile, self.dut_cores)
+            self.sink = Sink(self.capture_count)
+            for port in (self.testbed.p0, self.testbed.p1):
+                self.sink.attach(port.ns, port.ifindex)
+                self.testbed.pin_napi(port, set(self.tester_cores), realtime=True)
+            ul = scenario.direction == "ul"
+            self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if ul else (self.testbed.p1, self.testbed.p0)
+            self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if ul else (self.testbed.b, self.testbed.a)
+            self.gen = LiveGenerator(self.profile, self.tx, self.testbed.anchor, self.tester_cores,
+                                     batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator)
+            # keep this process's own threads off the DUT cores
+            os.sched_setaffinity(0, set(self.tester_cores))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- one trial -------------------------------------------------------------------------------
+    def measure(self, rate_pps: float | None, duration: float, packets: int | None = None) -> TrialResult:
+        assert self.gen and self.sink and self.dut
+        self.sink.reset(self.capture_count)
+        self.gen.reset()
+        dut0 = self.dut.counters()
+        links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
+        cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
+        with BpfStats():
+            rt0 = self.dut.runtime()
+            sent = self.gen.send(rate_pps, duration, packets)
+            self._drain()
+            rt1 = self.dut.runtime()
+        cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
+        end = time.time()
+        rep = self.sink.read()
+        dut1 = self.dut.counters()
+        links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
+
+        tx_packets, tx_bytes = self.gen.counters()
+        if self.gen.trivial:
+            tx_packets, tx_bytes = sent.requested, sent.requested * self.gen.wire_frame_size
+        xmit_err = "tx_queue_0_xdp_xmit_errors"
+        dut_drops = {k: dut1[k] - dut0.get(k, 0) for k in dut1
+                     if not k.endswith("_fwd") and dut1[k] != dut0.get(k, 0)}
+        ring_in = links1[self.tx.dev].get(xmit_err, 0) - links0[self.tx.dev].get(xmit_err, 0)
+        if ring_in:
+            dut_drops[_DUT_RING] = ring_in
+        ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
+        tester_drops = {"rx_ring_full": ring_out} if ring_out else {}
+
+        progs = list(rt1)
+        runs = rt1[progs[0]].run_cnt - rt0[progs[0]].run_cnt
+        ns = sum(rt1[p].run_time_ns - rt0[p].run_time_ns for p in progs)
+        caps = self.sink.captures()
+        mismatches = [why for c in caps
+                      if (why := check_output(c.data, self.scenario.direction, self.dut.pgwu.config, self.profile.plan))]
+        if self.capture_path:
+            write_pcap(self.capture_path, caps)
+
+        result = TrialResult(
+            dataplane=self.scenario.dataplane, direction=self.scenario.direction, frame_size=self.scenario.frame_size,
+            wire_frame_size=self.gen.wire_frame_size, flows=self.scenario.flows, dut_cores=len(self.dut_cores),
+            generator=self.name, duration=duration, intended_pps=float(rate_pps or 0.0),
+            intended_packets=sent.intended if rate_pps or packets else tx_packets,
+            tx_packets=tx_packets, rx_packets=rep.packets, tx_bytes=tx_bytes, rx_bytes=rep.bytes,
+            elapsed=sent.elapsed, start_time=sent.start, end_time=end, udp_csum=self.scenario.udp_csum,
+            sessions=self.profile.plan.count, latency_ns=rep.latency_ns(), ipdv_ns=rep.ipdv_ns(),
+            reordered=rep.reordered, duplicates=rep.duplicates, mismatched_packets=len(mismatches),
+            dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
+            cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
+            dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
+            shared_cores=self.shared)
+        result.notes.extend(self._notes(result, rep.unsigned, mismatches, len(caps)))
+        return result
+
+    def _drain(self) -> None:
+        """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""
+        assert self.sink
+        deadline, last, quiet_since = time.monotonic() + DRAIN_MAX, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            frames = self.sink.totals()[0]
+            if frames != last:
+                last, quiet_since = frames, time.monotonic()
+            elif time.monotonic() - quiet_since >= DRAIN_QUIET:
+                return
+            time.sleep(0.005)
+
+    def _notes(self, r: TrialResult, unsigned: int, mismatches: list[str], captured: int) -> list[str]:
+        notes = []
+        unaccounted = r.tx_packets - r.rx_packets - sum(r.dut_drops.values()) - sum(r.tester_drops.values())
+        if unaccounted:
+            notes.append(f"{unaccounted} packets unaccounted for (offered - received - counted drops)")
+        if r.tester_drops:
+            notes.append(f"{sum(r.tester_drops.values())} packets lost at the tester's receive ring: the tester, "
+                         "not the DUT, dropped them (dut_loss_ratio excludes them)")
+        if unsigned:
+            notes.append(f"{unsigned} frames without a signature reached the sink")
+        if mismatches:
+            notes.append(f"{len(mismatches)} of {captured} captured packets are not what the PGW-U should emit; "
+                         f"first: {mismatches[0]}")
+        if self.shared:
+            notes.append(f"DUT cores {self.dut_cores} shared with the tester {self.tester_cores}: pessimistic figures")
+        if r.intended_pps and r.elapsed > 0 and r.tx_pps < 0.95 * r.intended_pps:
+            notes.append(f"generator offered {r.tx_pps:.0f} pps of the {r.intended_pps:.0f} intended")
+        return notes
+
+    def close(self) -> None:
+        for part in (self.gen, self.sink, self.dut):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # noqa: BLE001 - the testbed must go down regardless
+                    pass
+        self.gen = self.sink = self.dut = None
+        self.testbed.down()
+        try:
+            os.sched_setaffinity(0, self._affinity)
+        except OSError:
+            pass

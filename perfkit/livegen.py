@@ -1,0 +1,207 @@
+"""perfkit's XDP traffic generator: ``bpf/gen.bpf.c`` run with BPF_PROG_TEST_RUN in live-frames mode.
+
+Each call ``Program.run_live(frame, n)`` makes the kernel build ``n`` frames from the template in
+a page pool, run the generator program on each (restore headers, field engine, signature) and
+redirect them out of the tester port in batches of ``batch_size``. One thread per tester core makes
+these calls, pinned to its core and inside the tester's network namespace; pacing is done between
+calls, in chunks of ``rate x tick`` packets, so the offered load is smooth at the tick's scale.
+
+Keeping the generator program attached (natively) to an otherwise unused veth pins it in the
+kernel's XDP dispatcher: otherwise every test run with repeat > 1 adds and removes it there, and
+each of those changes waits for an RCU grace period (~100 ms per call, measured here).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from perfkit import netns
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
+                             gen_config, gen_state)
+from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
+from perfkit.pgwu import BUILD_DIR
+from perfkit.profiles import SIGNATURE, FieldEngine, TrafficProfile
+from perfkit.testbed import Port
+from perfkit.trial import FCS_LEN
+
+#: Pacing granularity [s]: a paced thread sends rate x TICK packets per call.
+TICK = 0.001
+#: Frames per call when sending as fast as possible.
+MAX_CHUNK = 65536
+_OPS = {"inc": GenOp.GEN_OP_INC, "dec": GenOp.GEN_OP_DEC, "random": GenOp.GEN_OP_RANDOM}
+
+
+def build_config(frame: bytes, engine: FieldEngine | None, tx_ifindex: int) -> gen_config:
+    """The generator's ``const volatile`` configuration for a template frame and field engine."""
+    cfg = gen_config(tx_ifindex=tx_ifindex, frame_len=len(frame))
+    cfg.restore_len = min(GEN_TEMPLATE_MAX, len(frame)) // 8 * 8
+    head = frame[:GEN_TEMPLATE_MAX]
+    cfg.tmpl[:len(head)] = list(head)
+    if engine is None:
+        return cfg
+    if len(engine.vars) > GEN_MAX_VARS or len(engine.writes) > GEN_MAX_WRITES or len(engine.csum_offsets) > GEN_MAX_CSUMS:
+        raise ConfigError("field engine", f"{len(engine.vars)} vars, {len(engine.writes)} writes",
+                          f"<= {GEN_MAX_VARS} vars, {GEN_MAX_WRITES} writes, {GEN_MAX_CSUMS} checksums")
+    for off in engine.csum_offsets:
+        if off % 2 or off + 2 > cfg.restore_len:
+            raise ConfigError("checksum offset", off, f"even, within the first {cfg.restore_len} bytes")
+    if engine.sig_offset + SIGNATURE.size > min(GEN_TEMPLATE_MAX, len(frame)):
+        raise ConfigError("signature offset", engine.sig_offset, f"<= {min(GEN_TEMPLATE_MAX, len(frame)) - SIGNATURE.size}")
+    cfg.sig_off, cfg.sig_csum_mask = engine.sig_offset, engine.sig_csum_mask
+    cfg.nvars, cfg.nwrites = len(engine.vars), len(engine.writes)
+    for i, off in enumerate(engine.csum_offsets):
+        cfg.csum_off[i] = off
+    for i, v in enumerate(engine.vars):
+        cfg.vars[i].min, cfg.vars[i].max, cfg.vars[i].step, cfg.vars[i].op = v.min, v.max, v.step, _OPS[v.op]
+    for i, w in enumerate(engine.writes):
+        if w.size not in (1, 2, 4) or w.offset + 4 > min(GEN_TEMPLATE_MAX, len(frame)):
+            raise ConfigError(f"write {w.name}", f"{w.size} bytes at {w.offset}", "1, 2 or 4 bytes inside the template")
+        cw = cfg.writes[i]
+        cw.offset, cw.size, cw.var, cw.add, cw.csum_mask = w.offset, w.size, w.var, w.add & 0xFFFFFFFF, w.csum_mask
+    return cfg
+
+
+def stream_plan(cores: list[int], cpu: int, flows: int) -> tuple[int, int]:
+    """(first stream id, flow mask) of the thread on ``cpu``: each thread gets the same power of
+    two of streams, at most as many as there are flows, so sequence numbers are per flow when the
+    flows fit (up to GEN_MAX_STREAMS / threads)."""
+    if cpu not in cores:
+        return 0xFFFF, 0
+    per_thread = GEN_MAX_STREAMS // len(cores)
+    slots = 1
+    while slots * 2 <= min(per_thread, flows):
+        slots *= 2
+    return cores.index(cpu) * slots, slots - 1
+
+
+@dataclass
+class SendReport:
+    """What the sending threads did."""
+
+    intended: int
+    """Packets the trial asked for (rate x duration, or the packet count)."""
+    requested: int
+    """Frames the threads asked the kernel for (the generator program counts what it sent)."""
+    start: float
+    """Unix time [s] the first call started."""
+    elapsed: float
+    """From the first call's start to the last call's end [s]."""
+
+
+class LiveGenerator:
+    """The generator program for one traffic profile, sending from ``tx`` on ``cores``."""
+
+    def __init__(self, profile: TrafficProfile, tx: Port, anchor: Port, cores: list[int], batch_size: int = 64,
+                 flow_op: str = "inc", trivial: bool = False):
+        if not cores:
+            raise ConfigError("tester_cores", cores, "at least one CPU")
+        if not 1 <= batch_size <= 256:
+            raise ConfigError("batch_size", batch_size, "1 .. 256")
+        self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
+        self.frame = profile.packet(0)
+        self.tx_ifindex = tx.ifindex
+        engine = None if trivial else profile.field_engine(flow_op)
+        cfg = build_config(self.frame, engine, self.tx_ifindex)
+        name = "gen_trivial" if trivial else "gen"
+        self.obj = BpfObject(BUILD_DIR / f"{name}.o", rodata=cfg)
+        self.program = self.obj.program(f"xdp_{name}")
+        with netns.inside(anchor.ns):
+            xdp_attach(anchor.ifindex, self.program.fd)
+        self.trivial = trivial
+        self._stop = threading.Event()
+
+    # -- per-thread state ------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Zero counters and sequence numbers, and give each thread its streams (``stream_plan``)."""
+        if self.trivial:
+            return
+        vals = b""
+        for cpu in range(num_possible_cpus()):
+            base, mask = stream_plan(self.cores, cpu, self.profile.flows)
+            vals += bytes(gen_state(stream_base=base, stream_mask=mask))
+        self.obj.map("gen_state").update(struct.pack("=I", 0), vals)
+
+    def counters(self) -> tuple[int, int]:
+        """(frames, bytes) the generator program has produced since ``reset`` (FCS included)."""
+        if self.trivial:
+            return 0, 0
+        m = self.obj.map("gen_state")
+        states = [gen_state.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", 0)))]
+        return sum(s.tx_packets for s in states), sum(s.tx_bytes for s in states)
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, rate_pps: float | None, duration: float, packets: int | None = None) -> SendReport:
+        """Send at ``rate_pps`` (None: as fast as possible) for ``duration`` s, or exactly ``packets``."""
+        n = len(self.cores)
+        quotas = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [None] * n
+        rate = rate_pps / n if rate_pps else None
+        results: list[tuple[int, float, float] | None] = [None] * n
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(n + 1)
+        self._stop.clear()
+        threads = [threading.Thread(target=self._worker, name=f"perfkit-gen-{c}",
+                                    args=(c, rate, duration, quotas[i], barrier, results, i, errors))
+                   for i, c in enumerate(self.cores)]
+        for t in threads:
+            t.start()
+        start_wall = time.time()
+        barrier.wait()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.1)
+        except BaseException:
+            self._stop.set()
+            for t in threads:
+                t.join()
+            raise
+        if errors:
+            raise errors[0]
+        done = [r for r in results if r]
+        t0, t1 = min(r[1] for r in done), max(r[2] for r in done)
+        intended = packets if packets is not None else round((rate_pps or 0) * duration)
+        return SendReport(intended=intended, requested=sum(r[0] for r in done), start=start_wall, elapsed=t1 - t0)
+
+    def _worker(self, cpu: int, rate: float | None, duration: float, quota: int | None,
+                barrier: threading.Barrier, results: list, idx: int, errors: list) -> None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+            with netns.inside(self.tx.ns):
+                ctx = XdpMd(0, len(self.frame), 0, self.tx_ifindex, 0, 0)
+                chunk = max(1, min(MAX_CHUNK, int(rate * TICK))) if rate else MAX_CHUNK
+                barrier.wait()
+                sent, t0 = 0, time.monotonic()
+                while not self._stop.is_set():
+                    now = time.monotonic() - t0
+                    if quota is None and now >= duration:
+                        break
+                    left = quota - sent if quota is not None else MAX_CHUNK
+                    if left <= 0:
+                        break
+                    k = min(chunk, left)
+                    if rate:
+                        due = int(rate * now) + 1 - sent
+                        if due <= 0:
+                            time.sleep(min(TICK, (sent + 1) / rate - now))
+                            continue
+                        k = min(k, due)
+                    self.program.run_live(self.frame, k, ctx, self.batch_size)
+                    sent += k
+                results[idx] = (sent, t0, time.monotonic())
+        except BaseException as err:  # surfaced by send()
+            errors.append(err if isinstance(err, PerfkitError) else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+
+    @property
+    def wire_frame_size(self) -> int:
+        return len(self.frame) + FCS_LEN
+
+    def close(self) -> None:
+        self.obj.close()

@@ -1,0 +1,225 @@
+"""The local testbed: a two-port tester and the DUT between them, in network namespaces.
+
+::
+
+    namespace pk<rid>-tester                 namespace pk<rid>-dut
+    +---------------------------+            +--------------------------+
+    | t<rid>p0  198.19.255.2/30 |<--veth---->| d<rid>a  198.19.255.1/30 |  S5/S1-U (SGW side)
+    | t<rid>p1  198.19.255.6/30 |<--veth---->| d<rid>b  198.19.255.5/30 |  SGi (Internet side)
+    | t<rid>g <-> t<rid>h       |            +--------------------------+
+    +---------------------------+
+
+Uplink traffic goes p0 -> DUT -> p1, downlink p1 -> DUT -> p0, as with a TRex tester's two ports.
+``rid`` is a 6-hex-digit run id in every name, so parallel runs and leftovers are recognisable;
+``clean()`` removes everything perfkit ever left (namespaces and what lives in them). The pair
+``g``/``h`` only anchors the generator program in the kernel's XDP dispatcher (see
+``perfkit.livegen``). MAC addresses are fixed per role (``perfkit.pgwu.PgwuConfig`` defaults), every
+link has one queue (one NAPI instance: the DUT's receive processing is placed by pinning its
+thread) and IPv6 is off so that no router solicitation or neighbour discovery reaches the sink.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfkit import netns
+from perfkit.errors import ConfigError, TestbedError
+from perfkit.pgwu import PgwuConfig
+
+PREFIX = "pk"
+_NS_RE = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-(tester|dut)$")
+MTU_MIN, MTU_MAX = 68, 9000
+PIN_DIR = Path("/sys/fs/bpf/perfkit")
+
+
+def xdp_max_mtu() -> int:
+    """Largest MTU at which a veth accepts a native XDP program without multi-buffer support.
+
+    The frame must fit one page with the XDP headroom (256) and skb_shared_info (320) around it.
+    """
+    return os.sysconf("SC_PAGESIZE") - 256 - 320 - 14
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a testbed link."""
+
+    ns: str
+    dev: str
+    mac: str
+    addr: str
+
+    @property
+    def ifindex(self) -> int:
+        return netns.ifindex(self.ns, self.dev)
+
+
+class Testbed:
+    """Namespaces and links of one run. ``with Testbed(...) as tb:`` brings it up and always down."""
+
+    def __init__(self, run_id: str | None = None, mtu: int = 1500):
+        rid = run_id or os.urandom(3).hex()
+        if not re.fullmatch(r"[0-9a-f]{6}", rid):
+            raise ConfigError("run_id", rid, "6 lower-case hex digits")
+        if not MTU_MIN <= mtu <= MTU_MAX:
+            raise ConfigError("mtu", mtu, f"{MTU_MIN} .. {MTU_MAX}")
+        self.rid, self.mtu = rid, mtu
+        self.tester_ns, self.dut_ns = f"{PREFIX}{rid}-tester", f"{PREFIX}{rid}-dut"
+        cfg = PgwuConfig()
+        self.p0 = Port(self.tester_ns, f"t{rid}p0", cfg.s5_dst_mac, "198.19.255.2")
+        self.p1 = Port(self.tester_ns, f"t{rid}p1", cfg.sgi_dst_mac, "198.19.255.6")
+        self.a = Port(self.dut_ns, f"d{rid}a", cfg.s5_src_mac, cfg.gtpu_addr)
+        self.b = Port(self.dut_ns, f"d{rid}b", cfg.sgi_src_mac, cfg.sgi_addr)
+        self.anchor = Port(self.tester_ns, f"t{rid}g", "02:00:00:00:03:01", "")
+        self._up = False
+        self._old_sigterm = None
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def up(self) -> Testbed:
+        if self._up:
+            return self
+        self._install_cleanup()
+        try:
+            self._create()
+        except BaseException:
+            self.down()
+            raise
+        self._up = True
+        return self
+
+    def _create(self) -> None:
+        for ns in (self.tester_ns, self.dut_ns):
+            if netns.exists(ns):
+                raise TestbedError(f"namespace {ns} exists already: another run uses run id {self.rid} "
+                                   f"(or a leftover: `perfkit testbed clean`)")
+            netns.run(None, "ip", "netns", "add", ns)
+            netns.run(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        one_queue = ["numtxqueues", "1", "numrxqueues", "1"]
+        for tester, dut in ((self.p0, self.a), (self.p1, self.b), (self.anchor, None)):
+            peer_ns, peer_dev = (dut.ns, dut.dev) if dut else (self.tester_ns, f"t{self.rid}h")
+            netns.run(None, "ip", "link", "add", tester.dev, "netns", tester.ns, *one_queue, "address", tester.mac,
+                      "mtu", str(self.mtu), "type", "veth", "peer", "name", peer_dev, "netns", peer_ns,
+                      *one_queue, *(["address", dut.mac] if dut else []), "mtu", str(self.mtu))
+        for port in (self.p0, self.p1, self.a, self.b):
+            netns.run(port.ns, "ip", "addr", "add", f"{port.addr}/30", "dev", port.dev)
+        for ns, dev in ((self.tester_ns, self.p0.dev), (self.tester_ns, self.p1.dev), (self.dut_ns, self.a.dev),
+                        (self.dut_ns, self.b.dev), (self.tester_ns, self.anchor.dev),
+                        (self.tester_ns, f"t{self.rid}h")):
+            netns.run(ns, "ip", "link", "set", dev, "up")
+
+    def down(self) -> None:
+        """Remove both namespaces (their links and XDP attachments go with them). Idempotent."""
+        for ns in (self.tester_ns, self.dut_ns):
+            if netns.exists(ns):
+                netns.run(None, "ip", "netns", "del", ns, check=False)
+        self._up = False
+        self._restore_sigterm()
+
+    def __enter__(self) -> Testbed:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def _install_cleanup(self) -> None:
+        atexit.register(self.down)
+        # SIGTERM would kill us without running `finally`; make it an exception like Ctrl-C is
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.getsignal(signal.SIGTERM)
+            if self._old_sigterm in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _raise_sigterm)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    # -- kernel knobs ----------------------------------------------------------------------------
+    def set_threaded_napi(self, port: Port) -> None:
+        """Move the port's receive processing into a kernel thread (needs its XDP program attached)."""
+        netns.run(port.ns, "sh", "-c", f"echo 1 > /sys/class/net/{port.dev}/threaded")
+
+    def napi_threads(self, port: Port) -> list[int]:
+        """PIDs of the threaded-NAPI kernel threads of ``port`` (named ``napi/<dev>-<id>``)."""
+        pids = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    continue
+                if comm.startswith(f"napi/{port.dev}-"):
+                    pids.append(int(pid))
+        return pids
+
+    def pin_napi(self, port: Port, cpus: set[int], realtime: bool = False) -> list[int]:
+        """Threaded NAPI for ``port``, its thread(s) pinned to ``cpus``; returns their pids.
+
+        ``realtime`` gives them SCHED_FIFO: a sink thread sharing its core with a generator thread
+        must run as soon as frames arrive, or the port's 256-frame ring overflows while the
+        generator holds the core (tester-side loss that would be blamed on the DUT).
+        """
+        self.set_threaded_napi(port)
+        pids = self.napi_threads(port)
+        if not pids:
+            raise TestbedError(f"no NAPI thread for {port.dev} (is an XDP program attached?)")
+        for pid in pids:
+            os.sched_setaffinity(pid, cpus)
+            if realtime:
+                os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(50))
+        return pids
+
+    def link_stats(self, port: Port) -> dict[str, int]:
+        """``ethtool -S`` counters of a port (veth: per-queue XDP counters)."""
+        out = netns.run(port.ns, "ethtool", "-S", port.dev)
+        stats = {}
+        for line in out.splitlines()[1:]:
+            key, _, value = line.strip().partition(":")
+            if value.strip().lstrip("-").isdigit():
+                stats[key.strip()] = int(value)
+        return stats
+
+    def status(self) -> dict:
+        return {"run_id": self.rid, "up": netns.exists(self.tester_ns) and netns.exists(self.dut_ns),
+                "namespaces": [ns for ns in (self.tester_ns, self.dut_ns) if netns.exists(ns)],
+                "mtu": self.mtu,
+                "ports": {name: {"ns": p.ns, "dev": p.dev, "mac": p.mac, "addr": p.addr}
+                          for name, p in (("p0", self.p0), ("p1", self.p1), ("a", self.a), ("b", self.b))}}
+
+
+def _raise_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def running() -> list[str]:
+    """Run ids of every perfkit testbed with a namespace on this machine."""
+    return sorted({m.group(1) for ns in netns.names() if (m := _NS_RE.match(ns))})
+
+
+def clean() -> list[str]:
+    """Remove every perfkit namespace (with its links and XDP attachments) and pinned object.
+
+    Returns what was removed. Safe to run at any time; a running trial loses its testbed.
+    """
+    removed = []
+    for ns in netns.names():
+        if _NS_RE.match(ns):
+            netns.run(None, "ip", "netns", "del", ns, check=False)
+            removed.append(f"netns {ns}")
+    # links a crashed `ip link add` may have left in the root namespace
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for dev in re.findall(r"^\d+: ([td][0-9a-f]{6}(?:p[01]|[abgh]))[@:]", out, re.M):
+        subprocess.run(["ip", "link", "del", dev], capture_output=True)
+        removed.append(f"link {dev}")
+    if PIN_DIR.exists():
+        for p in sorted(PIN_DIR.rglob("*"), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+        PIN_DIR.rmdir()
+        removed.append(f"pins {PIN_DIR}")
+    return removed
