@@ -17,7 +17,7 @@ CAMPAIGN ?= campaigns/default.yaml
 PYTEST_ARGS ?=
 
 # Debian package names; on Ubuntu a missing one is reported and skipped.
-APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool procps \
+APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping procps \
 	prometheus prometheus-pushgateway prometheus-node-exporter \
 	tshark linux-perf python3-venv python3-pip chromium
 

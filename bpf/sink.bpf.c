@@ -15,9 +15,11 @@
 #include "parsing.h"
 #include "gtpu.h"
 #include "trafficgen_kern_user.h"
+#include "hist.h"
+
+_Static_assert(HIST_BUCKETS == SINK_HIST_BUCKETS, "the sink's histograms use hist.h buckets");
 
 #define FCS_LEN 4
-#define WINDOW_BITS (SINK_WINDOW_WORDS * 64)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -60,22 +62,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 << 20);
 } capture SEC(".maps");
-
-/* Exact below 64 ns, then 32 buckets per power of two (3% resolution). perfkit/sink.py inverts it. */
-static __always_inline __u32 hist_bucket(__u32 v)
-{
-	__u32 b = 0, x = v, idx;
-
-	if (v < 64)
-		return v;
-	if (x >> 16) { b += 16; x >>= 16; }
-	if (x >> 8) { b += 8; x >>= 8; }
-	if (x >> 4) { b += 4; x >>= 4; }
-	if (x >> 2) { b += 2; x >>= 2; }
-	if (x >> 1) { b += 1; }
-	idx = 64 + (b - 6) * 32 + ((v >> (b - 5)) & 31);
-	return idx < SINK_HIST_BUCKETS ? idx : SINK_HIST_BUCKETS - 1;
-}
 
 static __always_inline void hist_add(void *map, __u32 value)
 {
@@ -170,7 +156,8 @@ static __always_inline void track_seq(struct sink_stream *s, __u32 seq, __u32 de
 		window_mark(s, seq);
 		return;
 	}
-	if (s->max_seq - seq >= WINDOW_BITS) {
+	/* the window holds whole words: older words share slots with the newest ones */
+	if (((s->max_seq - (seq & ~63U)) >> 6) >= SINK_WINDOW_WORDS) {
 		s->late++;
 		return;
 	}

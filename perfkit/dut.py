@@ -46,6 +46,8 @@ class Dut:
         self.steer: BpfObject | None = None
         config = PgwuConfig(s5_ifindex=testbed.a.ifindex, sgi_ifindex=testbed.b.ifindex,
                             s5_vlan=profile.config.s5_vlan, udp_csum=profile.config.udp_csum)
+        #: What the dataplane was set up to do: the reference for checking what it emits.
+        self.intended_config = config
         multi = len(self.cores) > 1
         self.pgwu = Pgwu.load(max_sessions=max_sessions or max(profile.plan.count, 1024),
                               attach_type=BPF_XDP_CPUMAP if multi else None)

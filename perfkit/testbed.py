@@ -63,6 +63,8 @@ class Port:
 class Testbed:
     """Namespaces and links of one run. ``with Testbed(...) as tb:`` brings it up and always down."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     def __init__(self, run_id: str | None = None, mtu: int = 1500):
         rid = run_id or os.urandom(3).hex()
         if not re.fullmatch(r"[0-9a-f]{6}", rid):
@@ -81,10 +83,12 @@ class Testbed:
         self._old_sigterm = None
 
     # -- life cycle ------------------------------------------------------------------------------
-    def up(self) -> Testbed:
+    def up(self, keep: bool = False) -> Testbed:
+        """Create everything. ``keep``: leave it up when this process ends (``perfkit testbed up``)."""
         if self._up:
             return self
-        self._install_cleanup()
+        if not keep:
+            self._install_cleanup()
         try:
             self._create()
         except BaseException:

@@ -82,7 +82,7 @@ struct signature {
 
 /* --- sink ------------------------------------------------------------------------------------ */
 #define SINK_MAX_STREAMS 64
-#define SINK_WINDOW_WORDS 16	/* sequence window: 16 x 64 = 1024 packets */
+#define SINK_WINDOW_WORDS 16	/* sequence window: 16 words of 64 (960 to 1023 packets back) */
 #define SINK_HIST_BUCKETS 1024	/* log-linear: exact below 64 ns, then 32 per power of two */
 #define SINK_SNAPLEN 4096	/* captured bytes per frame */
 

@@ -37,11 +37,13 @@ DRAIN_MAX = 2.0
 #: Frames captured per trial for the content check.
 CAPTURE_COUNT = 64
 _DUT_RING = "rx_ring_full"
+#: The CPUs this process may use, as it started (generators narrow the affinity while they run).
+_CPUS = sorted(os.sched_getaffinity(0))
 
 
 def allocate_cores(dut_cores: int, tester_cores: list[int] | None = None) -> tuple[list[int], list[int], bool]:
     """(DUT cores, tester cores, shared) from the CPUs this process may use."""
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = _CPUS
     if not 1 <= dut_cores <= len(cpus):
         raise ConfigError("dut_cores", dut_cores, f"1 .. {len(cpus)} (CPUs available here)")
     if tester_cores:
@@ -135,7 +137,7 @@ class XdpGenerator(Generator):
         ns = sum(rt1[p].run_time_ns - rt0[p].run_time_ns for p in progs)
         caps = self.sink.captures()
         mismatches = [why for c in caps
-                      if (why := check_output(c.data, self.scenario.direction, self.dut.pgwu.config, self.profile.plan))]
+                      if (why := check_output(c.data, self.scenario.direction, self.dut.intended_config, self.profile.plan))]
         if self.capture_path:
             write_pcap(self.capture_path, caps)
 

@@ -1,0 +1,86 @@
+"""Namespaces and links come up as described and always go away: on exit, on exceptions, on SIGINT
+and SIGTERM; `clean` removes leftovers."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from perfkit import netns
+from perfkit.errors import ConfigError
+from perfkit.testbed import Testbed, clean, running
+from tests.conftest import ROOT
+
+
+def links(ns: str) -> dict[str, str]:
+    out = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split(": ")[1].split("@")[0]: line for line in out.splitlines()}
+
+
+def test_topology_and_teardown():
+    with Testbed(mtu=3100) as tb:
+        assert tb.rid in running()
+        tester, dut = links(tb.tester_ns), links(tb.dut_ns)
+        assert {tb.p0.dev, tb.p1.dev} <= set(tester) and {tb.a.dev, tb.b.dev} <= set(dut)
+        assert f"link-netns {tb.dut_ns}" in tester[tb.p0.dev] and "mtu 3100" in tester[tb.p0.dev]
+        assert tb.a.mac in dut[tb.a.dev]
+        addrs = subprocess.run(["ip", "-n", tb.dut_ns, "-o", "-4", "addr"], capture_output=True, text=True).stdout
+        assert "198.19.255.1/30" in addrs and "198.19.255.5/30" in addrs
+        # the tester can reach the DUT's address through the veth (kernel path, no XDP yet)
+        ping = subprocess.run(["ip", "netns", "exec", tb.tester_ns, "ping", "-c1", "-W2", "198.19.255.1"],
+                              capture_output=True)
+        assert ping.returncode == 0
+    assert tb.rid not in running()
+    assert not netns.exists(tb.tester_ns) and not netns.exists(tb.dut_ns)
+
+
+def test_exception_inside_cleans_up():
+    with pytest.raises(RuntimeError):
+        with Testbed() as tb:
+            rid = tb.rid
+            raise RuntimeError("trial failed")
+    assert rid not in running()
+
+
+def test_bad_mtu_and_run_id_are_refused():
+    with pytest.raises(ConfigError, match="mtu: 9001"):
+        Testbed(mtu=9001)
+    with pytest.raises(ConfigError, match="run_id"):
+        Testbed(run_id="nothex")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signals_clean_up(sig):
+    code = ("import time\nfrom perfkit.testbed import Testbed\n"
+            "with Testbed(run_id='abc123'):\n    print('up', flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert "abc123" in running()
+        proc.send_signal(sig)
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert "abc123" not in running()
+
+
+def test_clean_removes_leftovers_of_a_killed_run():
+    code = "from perfkit.testbed import Testbed\nimport os\nTestbed(run_id='dead01').up()\nos._exit(0)\n"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+    assert "dead01" in running()  # os._exit skipped every cleanup
+    removed = clean()
+    assert any("dead01" in r for r in removed)
+    assert "dead01" not in running()
+
+
+def test_cli_clean_and_status():
+    Testbed(run_id="dead02").up()
+    env = dict(os.environ)
+    status = subprocess.run([sys.executable, "-m", "perfkit", "testbed", "status", "--json"], cwd=ROOT,
+                            capture_output=True, text=True, env=env)
+    assert '"dead02"' in status.stdout
+    subprocess.run([sys.executable, "-m", "perfkit", "testbed", "clean"], cwd=ROOT, check=True, env=env)
+    assert "dead02" not in running()

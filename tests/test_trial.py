@@ -1,0 +1,140 @@
+"""Trials on the local testbed with real traffic: XDP generator -> PGW-U -> sink."""
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+from scapy.contrib.gtp import GTP_U_Header
+from scapy.layers.inet import IP
+from scapy.utils import rdpcap
+
+from perfkit.generators import create
+from perfkit.generators.xdp import XdpGenerator
+from perfkit.testbed import running
+from perfkit.trial import Scenario
+from tests.conftest import ROOT
+
+
+def accounted(r) -> bool:
+    """sent = received + every drop counted somewhere."""
+    return r.tx_packets == r.rx_packets + sum(r.dut_drops.values()) + sum(r.tester_drops.values())
+
+
+@pytest.fixture(scope="module")
+def ul_gen():
+    with create("xdp", Scenario(direction="ul", frame_size=128, flows=8)) as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def dl_gen(tmp_path_factory):
+    cap = tmp_path_factory.mktemp("cap") / "dl.pcap"
+    with create("xdp", Scenario(direction="dl", frame_size=256, flows=4, udp_csum=True), capture=cap) as g:
+        yield g
+
+
+@pytest.mark.parametrize("gen", ["ul_gen", "dl_gen"])
+def test_exact_counts_at_a_low_rate(request, gen):
+    g = request.getfixturevalue(gen)
+    r = g.measure(20_000, 5.0, packets=3000)
+    assert r.tx_packets == r.intended_packets == 3000
+    assert r.rx_packets == 3000 and r.loss_ratio == 0.0
+    assert (r.reordered, r.duplicates, r.mismatched_packets) == (0, 0, 0)
+    assert r.dut_drops == {} and accounted(r)
+    assert r.rx_bytes == 3000 * (g.profile.output_frame_size)
+    assert not any("unaccounted" in n for n in r.notes)
+
+
+def test_latency_percentiles_positive_and_ordered(ul_gen):
+    lat = ul_gen.measure(50_000, 0.5).latency_ns
+    keys = ["min", "p50", "p90", "p99", "p99.9", "max"]
+    assert all(lat[k] > 0 for k in keys)
+    assert [lat[k] for k in keys] == sorted(lat[k] for k in keys)
+
+
+def test_loss_reported_when_the_dut_drops(ul_gen):
+    """Remove two of the eight sessions: a quarter of the packets must be lost, by the DUT."""
+    pg = ul_gen.dut.pgwu
+    gone = [ul_gen.profile.session(i) for i in (2, 5)]
+    raw = {s.ul_teid: pg.map("ul_sessions").lookup(struct.pack("!I", s.ul_teid)) for s in gone}
+    for s in gone:
+        assert pg.map("ul_sessions").delete(struct.pack("!I", s.ul_teid))
+    try:
+        r = ul_gen.measure(20_000, 5.0, packets=4000)
+    finally:
+        for teid, value in raw.items():
+            pg.map("ul_sessions").update(struct.pack("!I", teid), value)
+    assert r.tx_packets == 4000 and r.rx_packets == 3000
+    assert r.loss_ratio == pytest.approx(0.25) and r.dut_loss_ratio == pytest.approx(0.25)
+    assert r.dut_drops == {"drop_unknown_teid": 1000} and accounted(r)
+
+
+def test_mismatched_packets_are_detected(ul_gen):
+    """A DUT that writes the wrong next-hop MAC forwards everything -- but not what it should."""
+    from dataclasses import replace
+
+    pg = ul_gen.dut.pgwu
+    good = pg.config
+    pg.configure(replace(good, sgi_dst_mac="02:00:00:00:02:99"))
+    try:
+        r = ul_gen.measure(20_000, 5.0, packets=500)
+    finally:
+        pg.configure(good)
+    assert r.rx_packets == 500  # the sink still receives them (veth delivers any MAC)
+    assert r.mismatched_packets == 64  # every captured packet is wrong
+    assert any("not what the PGW-U should emit" in n for n in r.notes)
+
+
+def test_capture_has_the_gtpu_packets_the_dut_emitted(dl_gen):
+    r = dl_gen.measure(20_000, 5.0, packets=200)
+    assert r.mismatched_packets == 0
+    pkts = rdpcap(str(dl_gen.capture_path))
+    assert len(pkts) == 64
+    teids = {dl_gen.profile.session(i).dl_teid for i in range(4)}
+    for p in pkts:
+        gtp = p[GTP_U_Header]
+        assert gtp.teid in teids and gtp.gtp_type == 255 and gtp.length == 256 - 18
+        assert (p[IP].src, p[IP].dst) == ("198.19.255.1", dl_gen.profile.plan.by_ul_teid(
+            gtp.teid - 0x20000000 + 0x10000000).sgw_addr)
+        assert p["UDP"].chksum != 0  # checksum on
+
+
+def test_cpu_and_bpf_figures(ul_gen):
+    r = ul_gen.measure(100_000, 1.0)
+    assert set(r.dut_cpu) == {str(c) for c in ul_gen.dut_cores}
+    assert all(0.0 <= v <= 1.0 for v in r.dut_cpu.values())
+    assert any(k.startswith("napi/") for k in r.dut_kthread_cpu)
+    assert r.bpf_ns_per_packet and r.bpf_ns_per_packet > 0
+    assert set(r.cpu_modes) >= set(r.dut_cpu) and "softirq" in next(iter(r.cpu_modes.values()))
+
+
+def test_several_dut_cores_spread_flows_over_a_cpumap():
+    with create("xdp", Scenario(direction="ul", frame_size=128, flows=16, dut_cores=2)) as g:
+        r = g.measure(20_000, 5.0, packets=2000)
+    assert r.rx_packets == 2000 and accounted(r) and r.reordered == 0
+    assert any(k.startswith("cpumap/") for k in r.dut_kthread_cpu)
+
+
+def test_cleanup_when_a_trial_raises(monkeypatch):
+    before = set(running())
+    g = XdpGenerator(Scenario(direction="ul", frame_size=128))
+    monkeypatch.setattr(g.gen, "send", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        with g:
+            g.measure(1000, 1.0)
+    assert set(running()) == before
+
+
+def test_cli_trial_json():
+    out = subprocess.run([sys.executable, "-m", "perfkit", "trial", "--dataplane", "pgwu", "--direction", "ul",
+                          "--frame-size", "64", "--rate", "50kpps", "--duration", "0.5", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    for key in ("tx_packets", "rx_packets", "loss_ratio", "tx_pps", "rx_pps", "rx_bps_l1", "latency_ns",
+                "dut_cpu", "bpf_ns_per_packet", "mismatched_packets"):
+        assert key in d
+    assert {"p50", "p99", "max"} <= set(d["latency_ns"])
+    assert d["tx_packets"] > 0 and d["wire_frame_size"] == 100
