@@ -8,6 +8,7 @@ The trial code takes a snapshot before and after the traffic and asks for the di
     ...                                                              # traffic
     d = cpustat.delta(snap, cpustat.snapshot(kthreads=["napi/dut-*", "cpumap/*"]))
     d.busy([1, 2])        # {1: 0.97, 2: 0.41}   busy fraction per CPU (0..1)
+    d.dut_cpu([1, 2])     # {"1": 0.97, "2": 0.41} the same, keyed as TrialResult.dut_cpu wants
     d.frame()             # tidy DataFrame, one row per cpu x mode (see below)
     d.kthread_busy()      # {"napi/dut0-8193": 0.62, "cpumap/1/map:5": 0.3}  busy fraction per thread
 
@@ -149,6 +150,10 @@ class CpuDelta:
             idle = sum(modes[m] for m in IDLE_MODES)
             out[cpu] = (total - idle) / total if total > 0 else math.nan
         return out
+
+    def dut_cpu(self, cpus: Iterable[int]) -> dict[str, float]:
+        """``busy(cpus)`` keyed by cpu number as a string: what ``TrialResult.dut_cpu`` holds."""
+        return {str(c): v for c, v in self.busy(cpus).items()}
 
     def frame(self, cpus: Iterable[int] | None = None) -> pd.DataFrame:
         """Tidy frame: one row per cpu x mode (columns in the module docstring)."""

@@ -6,7 +6,6 @@ server started here is stopped in a ``finally`` (test failure, error or Ctrl-C a
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess

@@ -173,7 +173,8 @@ def _steady_edges(snaps: list[cpustat.CpuSnapshot], cpu: int) -> bool:
     whole = _procstat_busy(snaps, t0, t1)[cpu]
     first = _procstat_busy(snaps, t0, t0 + 1.0)[cpu]
     last = _procstat_busy(snaps, t1 - 1.0, t1)[cpu]
-    return abs(first - whole) <= 0.1 and abs(last - whole) <= 0.1
+    # Prometheus misses at most ~1 s at each edge of the 7 s window: 2 x 1/7 x 0.15 < 5 points
+    return abs(first - whole) <= 0.15 and abs(last - whole) <= 0.15
 
 
 @pytest.mark.parametrize("method", ["inner", "interpolate"])
@@ -224,6 +225,11 @@ def test_short_window_is_refused_naming_the_trial(metrics_stack):
     assert any("trial-short" in str(c.message) for c in caught)
     with pytest.raises(ConfigError, match="start_time < end_time"):
         query.cpu_frame([TrialWindow("backwards", now, now - 5)], ep)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        unfinished = {"trial_id": "unfinished", "start_time": now - 10, "end_time": 0.0, "dut_cpu": "{}"}
+        assert query.cpu_frame([unfinished], ep, on_short="skip").empty
+    assert any("trial unfinished" in str(c.message) for c in caught)
 
 
 def test_window_before_prometheus_existed_is_a_clear_error(metrics_stack):
@@ -355,7 +361,7 @@ def test_tls_verification(tmp_path):
                                  stack_dir=tmp_path)
         assert push.push_trial(r, trusted).series > 10
         text = requests.get(url + "/metrics", verify=str(cert), timeout=5).text
-        assert f'perfkit_trial_rx_packets{{' in text and f'trial_id="{r.trial_id}"' in text
+        assert 'perfkit_trial_rx_packets{' in text and f'trial_id="{r.trial_id}"' in text
         insecure = load_endpoints(env={"PERFKIT_PUSHGATEWAY_URL": url, "PERFKIT_METRICS_VERIFY_TLS": "false"},
                                   stack_dir=tmp_path)
         with warnings.catch_warnings():

@@ -43,8 +43,13 @@ def _procs_of(d: Path) -> list[int]:
 
 def test_up_status_down(tmp_path):
     d = tmp_path / "stack"
-    with running_stack(d) as st:
+    try:
+        st = start_stack(d)
         assert st.healthy and st.started == ["node-exporter", "pushgateway", "prometheus"]
+        # up returns once Prometheus has scraped both targets: a trial right after it is measured
+        targets = requests.get(st.component("prometheus").url + "/api/v1/targets", timeout=5).json()
+        assert {t["labels"]["job"]: t["health"] for t in targets["data"]["activeTargets"]} == \
+            {"node": "up", "pushgateway": "up"}
         for c in st.components:
             assert _alive(c.pid)
             assert f"127.0.0.1:{c.port}" in _cmdline(c.pid)       # bound to loopback only
@@ -54,7 +59,7 @@ def test_up_status_down(tmp_path):
         jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
         assert jobs["pushgateway"]["honor_labels"] is True
         assert jobs["node"]["static_configs"][0]["targets"] == [f"127.0.0.1:{st.component('node-exporter').port}"]
-        # wait_for_targets (in running_stack) saw both targets scraped; node-exporter serves CPU counters
+        # node-exporter serves the CPU counters
         text = requests.get(st.component("node-exporter").url + "/metrics", timeout=5).text
         assert 'node_cpu_seconds_total{cpu="0",mode="softirq"}' in text
         # status agrees; a second up is a no-op
@@ -66,6 +71,8 @@ def test_up_status_down(tmp_path):
         assert ep.prometheus_url == st.component("prometheus").url
         assert ep.pushgateway_url == st.component("pushgateway").url
         pids = [c.pid for c in st.components]
+    finally:
+        stack.down(d)
     assert not any(_alive(p) for p in pids)
     assert stack.status(d).components == []
     assert not (d / "endpoints.json").exists()
@@ -123,7 +130,7 @@ def test_port_in_use_is_reported_from_the_servers_log(tmp_path):
         with pytest.raises(MetricsError) as e:
             stack.up(d, prometheus_port=prom, pushgateway_port=port, node_exporter_port=node)
     msg = str(e.value)
-    assert f"pushgateway exited during start" in msg
+    assert "pushgateway exited during start" in msg
     assert f"port {port} on 127.0.0.1 is in use" in msg
     assert "pushgateway.log" in msg
     assert _procs_of(d) == []                  # node-exporter, already started, was stopped again

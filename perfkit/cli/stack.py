@@ -21,6 +21,13 @@ def _human(st: dict) -> str:
     return "\n".join(lines)
 
 
+def _human_down(st: dict) -> str:
+    if not st["components"]:
+        return f"nothing to stop in {st['dir']}"
+    return "\n".join([f"stack in {st['dir']}:"] + [f"  {c['name']:<14} pid {c['pid']!s:<8} {c['detail']}"
+                                                   for c in st["components"]])
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     auth = None
     if args.basic_auth_user:
@@ -37,7 +44,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     st = stack.down(args.dir, components=args.component)
-    emit(st.to_dict(), args.json, lambda d: _human(d) if d["components"] else f"nothing to stop in {d['dir']}")
+    emit(st.to_dict(), args.json, _human_down)
     return 0
 
 

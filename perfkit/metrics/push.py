@@ -356,12 +356,14 @@ class PushOutcome:
     """Why the push failed (the trial is on disk; ``perfkit push --run`` backfills it)."""
 
 
-def store_and_push(store: RunStore, result: TrialResult, endpoints: Endpoints | None) -> PushOutcome:
-    """Write the trial to disk, then push it; a failed push is reported, never raised.
+def store_and_push(store: RunStore, result: TrialResult, endpoints: Endpoints | None,
+                   extra: dict[str, Any] | None = None) -> PushOutcome:
+    """Write the trial to disk (with ``extra`` bookkeeping columns), then push it.
 
-    With ``endpoints=None`` nothing is pushed (the trial can be backfilled later).
+    A failed push is reported in the outcome (and logged), never raised. With ``endpoints=None``
+    nothing is pushed (the trial can be backfilled later).
     """
-    path = store.append(result)
+    path = store.append(result, extra=extra) if extra else store.append(result)
     out = PushOutcome(path)
     if endpoints is None:
         return out

@@ -17,7 +17,7 @@ For each trial window [start, end] it fetches the raw ``node_cpu_seconds_total``
 
 It first waits until Prometheus has a sample after ``end`` (a few scrape intervals at most). Windows shorter than
 ``MIN_SCRAPES`` (3) scrape intervals are refused (``ConfigError`` naming the trial and its length),
-or skipped with a warning if ``on_short="skip"``.
+or skipped with a warning if ``on_short="skip"`` (as are trials without a valid window).
 
 ==========  =======  =====================================================================
 column      dtype    meaning
@@ -64,7 +64,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -153,8 +153,12 @@ def _cpus_of(value: Any) -> frozenset[int]:
     return frozenset(int(c) for c in (value or {}))
 
 
-def trial_windows(trials: Any) -> list[TrialWindow]:
-    """Normalise ``trials``: TrialWindow(s), TrialResult(s), record dicts, a DataFrame or a RunStore."""
+def trial_windows(trials: Any, invalid: str = "raise") -> list[TrialWindow]:
+    """Normalise ``trials``: TrialWindow(s), TrialResult(s), record dicts, a DataFrame or a RunStore.
+
+    A trial without a proper window (end <= start, unset times) raises ``ConfigError``, or with
+    ``invalid="skip"`` is left out with a warning.
+    """
     if isinstance(trials, RunStore):
         trials = trials.results()
     elif isinstance(trials, pd.DataFrame):
@@ -175,8 +179,12 @@ def trial_windows(trials: Any) -> list[TrialWindow]:
             raise ConfigError("trials", type(t).__name__,
                               "TrialWindow, TrialResult, a record dict, a DataFrame of records or a RunStore")
         if not (w.start > 0 and math.isfinite(w.end) and w.end > w.start):
-            raise ConfigError(f"window of trial {w.trial_id}", f"{w.start}..{w.end}",
+            err = ConfigError(f"window of trial {w.trial_id}", f"{w.start}..{w.end}",
                               "start_time < end_time, both unix times [s]")
+            if invalid != "skip":
+                raise err
+            warnings.warn(f"skipped: {err}", stacklevel=3)
+            continue
         out.append(w)
     return out
 
@@ -248,7 +256,7 @@ def cpu_frame(trials: Any, endpoints: Endpoints, dut_cpus: Iterable[int] | Mappi
         raise ConfigError("on_short", on_short, ("raise", "skip"))
     if method not in ("inner", "interpolate"):
         raise ConfigError("method", method, ("inner", "interpolate"))
-    windows = trial_windows(trials)
+    windows = trial_windows(trials, invalid=on_short)
     pc = connect(endpoints)
     rows: list[dict[str, Any]] = []
     try:
@@ -278,6 +286,13 @@ def cpu_frame(trials: Any, endpoints: Endpoints, dut_cpus: Iterable[int] | Mappi
                 mode = MODE_ALIASES.get(labels.get("mode", ""), labels.get("mode", ""))
                 per_cpu.setdefault(key, {})[mode] = max(0.0, b - a)
                 spans[key] = span
+            short = {k: v[1] - v[0] for k, v in spans.items()
+                     if v[1] - v[0] < w.length - 2.5 * endpoints.scrape_interval}
+            if short:
+                (inst, cpu0), covered = next(iter(sorted(short.items())))
+                warnings.warn(f"trial {w.trial_id}: {CPU_METRIC} samples of {inst} cpu {cpu0} cover only "
+                              f"{covered:.1f} s of its {w.length:.1f} s window (missed scrapes, or Prometheus "
+                              "started during the trial)", stacklevel=2)
             for (instance, cpu), modes in sorted(per_cpu.items()):
                 total = sum(modes.values())
                 order = [m for m in MODES if m in modes] + sorted(m for m in modes if m not in MODES)

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -158,9 +157,16 @@ def _proc_start(pid: int) -> int | None:
 
 
 def _reap(pid: int) -> None:
-    """Collect the exit status of our own child (so it does not stay a zombie)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+    """Collect the exit status of a server this process spawned (so it does not stay a zombie)."""
+    if _SPAWNED.get(pid, 0) is not None:
+        return                     # not ours (init reaps it) or already reaped
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        _SPAWNED[pid] = -1
+        return
+    if done:
+        _SPAWNED[pid] = os.waitstatus_to_exitcode(status)
 
 
 def _ours(rec: Mapping[str, Any]) -> bool:
@@ -398,6 +404,7 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
                 _write_state(d, state)
                 started.append(name)
                 _wait_healthy(name, rec, host, ports[name], auth, timeout)
+            _wait_scraped(state["components"]["prometheus"], auth, timeout)
             write_endpoints_file(d / STACK_ENDPOINTS_FILE, Endpoints(
                 prometheus_url=f"http://{target_host}:{ports['prometheus']}",
                 pushgateway_url=f"http://{target_host}:{ports['pushgateway']}",
@@ -415,8 +422,8 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
         return result
 
 
-#: Popen objects of the servers this Python process started (so ``down`` can reap them).
-_CHILDREN: dict[int, subprocess.Popen] = {}
+#: Servers this Python process spawned: pid -> exit status once reaped (None while it runs).
+_SPAWNED: dict[int, int | None] = {}
 
 
 def _heal(d: Path, state: dict[str, Any], given: Mapping[str, int | None], timeout: float) -> StackStatus:
@@ -443,6 +450,8 @@ def _heal(d: Path, state: dict[str, Any], given: Mapping[str, int | None], timeo
             _write_state(d, state)
             started.append(name)
             _wait_healthy(name, recs[name], state["host"], rec["port"], auth, timeout)
+        if started:
+            _wait_scraped(recs["prometheus"], auth, timeout)
     except BaseException:
         for name in reversed(started):
             if _ours(recs[name]):
@@ -459,20 +468,24 @@ def _start(name: str, argv: list[str], d: Path, host: str, port: int) -> dict[st
     log_path = d / "logs" / f"{name}.log"
     with open(log_path, "ab") as log:
         log.write(f"{_LOG_MARKER} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=d, start_new_session=True, close_fds=True)
-        except OSError as err:
-            raise MetricsError(f"{name}: cannot run {argv[0]}: {err}") from None
-    _CHILDREN[proc.pid] = proc
+    # posix_spawn, not Popen: the server outlives this process (``perfkit stack up`` returns at once)
+    # in a session of its own, stdin from /dev/null, stdout and stderr into its log.
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    try:
+        pid = os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=actions, setsid=True,
+                             setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT))
+    except OSError as err:
+        raise MetricsError(f"{name}: cannot run {argv[0]}: {err}") from None
+    _SPAWNED[pid] = None
     start = None
     for _ in range(50):
-        start = _proc_start(proc.pid)
-        if start is not None or proc.poll() is not None:
+        start = _proc_start(pid)
+        if start is not None or _SPAWNED.get(pid) is not None:
             break
         time.sleep(0.01)
-    return {"pid": proc.pid, "start_ticks": start, "port": port, "argv": argv, "log": str(log_path),
+    return {"pid": pid, "start_ticks": start, "port": port, "argv": argv, "log": str(log_path),
             "url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"}
 
 
@@ -482,12 +495,13 @@ def _wait_healthy(name: str, rec: Mapping[str, Any], host: str, port: int,
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        proc = _CHILDREN.get(rec["pid"])
-        exited = proc.poll() is not None if proc else not _ours(rec)
+        pid = rec["pid"]
+        _reap(pid)
+        exited = _SPAWNED[pid] is not None if pid in _SPAWNED else not _ours(rec)
         if exited:
             time.sleep(0.1)   # let the log be flushed
             log = _log_section(Path(rec["log"]))
-            code = f" with status {proc.returncode}" if proc else ""
+            code = f" with status {_SPAWNED[pid]}" if _SPAWNED.get(pid) is not None else ""
             raise MetricsError(f"{name} exited during start{code}: {explain_log(log, host, port)} "
                                f"(log: {rec['log']})")
         ok, last = _health(url, auth)
@@ -496,6 +510,25 @@ def _wait_healthy(name: str, rec: Mapping[str, Any], host: str, port: int,
         time.sleep(0.2)
     raise MetricsError(f"{name} did not become ready within {timeout:g} s ({last}); log: {rec['log']}\n"
                        + _log_tail(Path(rec["log"]), 5))
+
+
+def _wait_scraped(rec: Mapping[str, Any], auth: tuple[str, str] | None, timeout: float) -> None:
+    """Wait until Prometheus has scraped node-exporter and the Pushgateway successfully once."""
+    url = rec["url"] + "/api/v1/targets"
+    deadline = time.monotonic() + timeout
+    health: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        try:
+            targets = requests.get(url, auth=auth, timeout=5).json()["data"]["activeTargets"]
+            health = {t["labels"].get("job", "?"): t["health"] + (f" ({t['lastError']})" if t.get("lastError") else "")
+                      for t in targets}
+        except (requests.RequestException, ValueError, KeyError) as err:
+            health = {"prometheus": f"{url}: {type(err).__name__}"}
+        if health.get("node") == "up" and health.get("pushgateway") == "up":
+            return
+        time.sleep(0.25)
+    raise MetricsError(f"Prometheus did not scrape its targets within {timeout:g} s: {health} "
+                       f"(log: {rec['log']})")
 
 
 def _status(d: Path, state: Mapping[str, Any]) -> StackStatus:
@@ -545,10 +578,6 @@ def down(stack_dir: str | Path | None = None, timeout: float = 10.0,
             if _ours(rec):
                 comp.detail = _stop_pid(int(rec["pid"]), timeout)
                 before.started.append(name)
-                proc = _CHILDREN.pop(int(rec["pid"]), None)
-                if proc is not None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=1)
             elif rec.get("pid"):
                 comp.detail = f"pid {rec.get('pid')} is no longer the process perfkit started; left alone"
             rec.update(pid=None, start_ticks=None)
