@@ -23,14 +23,36 @@ struct {
 	__type(value, struct gen_state);
 } gen_state SEC(".maps");
 
+/* Userspace bumps gen_call[cpu] before each test run, so the program knows a new call began. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 512);
+	__type(key, __u32);
+	__type(value, __u64);
+} gen_call SEC(".maps");
+
+/* xorshift64 (Marsaglia): a helper call per packet costs more than the whole field engine. */
+static __always_inline __u32 rng_next(__u64 *x)
+{
+	__u64 v = *x;
+
+	if (!v) /* unseeded: xorshift would stay at 0 */
+		v = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32() | 1;
+	v ^= v << 13;
+	v ^= v >> 7;
+	v ^= v << 17;
+	*x = v;
+	return v >> 32;
+}
+
 /* Next value of a flow variable. Multiply-shift instead of a modulo keeps random values cheap. */
-static __always_inline __u32 var_next(const volatile struct gen_var *v, __u32 *pos)
+static __always_inline __u32 var_next(const volatile struct gen_var *v, __u32 *pos, __u64 *rng)
 {
 	__u32 range = v->max - v->min + 1; /* 0 means the full 32-bit range */
 	__u32 off;
 
 	if (v->op == GEN_OP_RANDOM) {
-		off = bpf_get_prandom_u32();
+		off = rng_next(rng);
 		if (range)
 			off = ((__u64)off * range) >> 32;
 	} else {
@@ -80,9 +102,9 @@ int xdp_gen(struct xdp_md *ctx)
 	}
 
 	if (gen_cfg.nvars > 0)
-		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0]);
+		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0], &st->rng);
 	if (gen_cfg.nvars > 1)
-		var1 = var_next(&gen_cfg.vars[1], &st->var_pos[1]);
+		var1 = var_next(&gen_cfg.vars[1], &st->var_pos[1], &st->rng);
 
 #pragma unroll
 	for (int w = 0; w < GEN_MAX_WRITES; w++) {
@@ -125,10 +147,19 @@ int xdp_gen(struct xdp_md *ctx)
 			return XDP_ABORTED;
 		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
 
+		__u32 cpu = bpf_get_smp_processor_id();
+		__u64 *call = bpf_map_lookup_elem(&gen_call, &cpu);
+
+		if (!call || *call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
+			st->last_ts = bpf_ktime_get_ns();
+			st->ts_count = 0;
+			st->epoch = call ? *call : 0;
+		}
+		st->ts_count++;
 		sig->magic = SIGNATURE_MAGIC;
 		sig->stream = st->stream_base + slot;
 		sig->seq = st->seq[slot]++;
-		sig->tx_ns = bpf_ktime_get_ns();
+		sig->tx_ns = st->last_ts;
 		if (gen_cfg.sig_csum_mask) {
 #pragma unroll
 			for (int k = 0; k < (int)sizeof(*sig); k += 2)

@@ -65,6 +65,13 @@ def build_config(frame: bytes, engine: FieldEngine | None, tx_ifindex: int) -> g
     return cfg
 
 
+class _NoCalls:
+    """The trivial generator keeps no per-call state."""
+
+    def update(self, key: bytes, value: bytes) -> None:
+        pass
+
+
 def stream_plan(cores: list[int], cpu: int, flows: int) -> tuple[int, int]:
     """(first stream id, flow mask) of the thread on ``cpu``: each thread gets the same power of
     two of streams, at most as many as there are flows, so sequence numbers are per flow when the
@@ -112,6 +119,7 @@ class LiveGenerator:
         with netns.inside(anchor.ns):
             xdp_attach(anchor.ifindex, self.program.fd)
         self.trivial = trivial
+        self._call_map = self.obj.map("gen_call") if not trivial else _NoCalls()
         self._stop = threading.Event()
 
     # -- per-thread state ------------------------------------------------------------------------
@@ -122,7 +130,7 @@ class LiveGenerator:
         vals = b""
         for cpu in range(num_possible_cpus()):
             base, mask = stream_plan(self.cores, cpu, self.profile.flows)
-            vals += bytes(gen_state(stream_base=base, stream_mask=mask))
+            vals += bytes(gen_state(stream_base=base, stream_mask=mask, rng=int.from_bytes(os.urandom(8), "little") | 1))
         self.obj.map("gen_state").update(struct.pack("=I", 0), vals)
 
     def counters(self) -> tuple[int, int]:
@@ -173,6 +181,7 @@ class LiveGenerator:
             with netns.inside(self.tx.ns):
                 ctx = XdpMd(0, len(self.frame), 0, self.tx_ifindex, 0, 0)
                 chunk = max(1, min(MAX_CHUNK, int(rate * TICK))) if rate else MAX_CHUNK
+                call_map, cpu_key, calls = self._call_map, struct.pack("=I", cpu), int(time.monotonic_ns())
                 barrier.wait()
                 sent, t0 = 0, time.monotonic()
                 while not self._stop.is_set():
@@ -189,6 +198,8 @@ class LiveGenerator:
                             time.sleep(min(TICK, (sent + 1) / rate - now))
                             continue
                         k = min(k, due)
+                    calls += 1
+                    call_map.update(cpu_key, struct.pack("=Q", calls))  # a new call: stamp its first frame
                     self.program.run_live(self.frame, k, ctx, self.batch_size)
                     sent += k
                 results[idx] = (sent, t0, time.monotonic())
