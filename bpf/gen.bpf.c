@@ -83,12 +83,38 @@ int xdp_gen(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 acc[GEN_MAX_CSUMS] = {};
 	__u32 var0 = 0, var1 = 0; /* GEN_MAX_VARS; scalars, since a variable index into the stack is refused */
+	int stamped = 0;
 	struct gen_state *st;
 	__u32 zero = 0;
 
 	st = bpf_map_lookup_elem(&gen_state, &zero);
 	if (!st)
 		return XDP_ABORTED;
+	/* a run that sends nothing returns XDP_DROP: the kernel recycles the frame untouched */
+	if (st->quota && st->tx_packets >= st->quota)
+		return XDP_DROP;
+	if (st->interval || st->stop_after) {
+		__u64 now = bpf_ktime_get_ns(), rel;
+
+		if (!st->start_ns)
+			st->start_ns = now;
+		rel = now - st->start_ns;
+		if (st->stop_after && rel >= st->stop_after)
+			return XDP_DROP;
+		if (st->interval) {
+			__u64 rel_fp = rel << 16;
+
+			if (rel_fp < st->due)
+				return XDP_DROP; /* not yet time: spin */
+			if (rel_fp - st->due > GEN_MAX_BURST * st->interval)
+				st->due = rel_fp - GEN_MAX_BURST * st->interval;
+			st->due += st->interval;
+		}
+		st->last_ns = now;
+		st->last_ts = now; /* this frame's own transmit time */
+		st->ts_count = 0;
+		stamped = 1;
+	}
 
 #pragma unroll
 	for (int i = 0; i < GEN_TEMPLATE_MAX / 8; i++) {
@@ -147,15 +173,17 @@ int xdp_gen(struct xdp_md *ctx)
 			return XDP_ABORTED;
 		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
 
-		__u32 cpu = bpf_get_smp_processor_id();
-		__u64 *call = bpf_map_lookup_elem(&gen_call, &cpu);
+		if (!stamped) {
+			__u32 cpu = bpf_get_smp_processor_id();
+			__u64 *call = bpf_map_lookup_elem(&gen_call, &cpu);
 
-		if (!call || *call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
-			st->last_ts = bpf_ktime_get_ns();
-			st->ts_count = 0;
-			st->epoch = call ? *call : 0;
+			if (!call || *call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
+				st->last_ts = bpf_ktime_get_ns();
+				st->ts_count = 0;
+				st->epoch = call ? *call : 0;
+			}
+			st->ts_count++;
 		}
-		st->ts_count++;
 		sig->magic = SIGNATURE_MAGIC;
 		sig->stream = st->stream_base + slot;
 		sig->seq = st->seq[slot]++;

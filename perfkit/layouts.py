@@ -130,11 +130,12 @@ class gen_config(Struct):
 
 
 GEN_MAX_STREAMS = 64
-GEN_TS_EVERY = 8
+GEN_TS_EVERY, GEN_MAX_BURST = 8, 16
 
 
 class gen_state(Struct):
-    _fields_ = [("tx_packets", u64), ("tx_bytes", u64), ("rng", u64), ("epoch", u64), ("last_ts", u32),
+    _fields_ = [("tx_packets", u64), ("tx_bytes", u64), ("rng", u64), ("epoch", u64), ("start_ns", u64),
+                ("due", u64), ("interval", u64), ("stop_after", u64), ("quota", u64), ("last_ns", u64), ("last_ts", u32),
                 ("ts_count", u32), ("stream_base", u16), ("stream_mask", u16),
                 ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS)]
 

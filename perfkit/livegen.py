@@ -1,10 +1,17 @@
 """perfkit's XDP traffic generator: ``bpf/gen.bpf.c`` run with BPF_PROG_TEST_RUN in live-frames mode.
 
-Each call ``Program.run_live(frame, n)`` makes the kernel build ``n`` frames from the template in
-a page pool, run the generator program on each (restore headers, field engine, signature) and
-redirect them out of the tester port in batches of ``batch_size``. One thread per tester core makes
-these calls, pinned to its core and inside the tester's network namespace; pacing is done between
-calls, in chunks of ``rate x tick`` packets, so the offered load is smooth at the tick's scale.
+Each call ``Program.run_live(frame, n)`` makes the kernel run the generator program ``n`` times on
+frames from a page pool; a run that sends restores the headers from the template, applies the field
+engine and the signature and redirects the frame out of the tester port (flushed in batches of
+``batch_size``). One thread per tester core makes these calls, pinned to its core and inside the
+tester's network namespace.
+
+Pacing happens inside the program, like a DPDK generator busy-polling its clock: each run reads
+the clock and sends only when the next frame is due (else it returns XDP_DROP and the kernel
+recycles the frame), so frames leave evenly spaced whatever Python does between calls. A thread
+that lost its core sends at most ``GEN_MAX_BURST`` overdue frames back to back and skips the rest:
+a preemption shows up as intended-but-not-offered packets, never as a burst the DUT is blamed for.
+The program also enforces the duration and the packet quota, so counts are exact.
 
 Keeping the generator program attached (natively) to an otherwise unused veth pins it in the
 kernel's XDP dispatcher: otherwise every test run with repeat > 1 adds and removes it there, and
@@ -28,10 +35,14 @@ from perfkit.profiles import SIGNATURE, FieldEngine, TrafficProfile
 from perfkit.testbed import Port
 from perfkit.trial import FCS_LEN
 
-#: Pacing granularity [s]: a paced thread sends rate x TICK packets per call.
-TICK = 0.001
 #: Frames per call when sending as fast as possible.
 MAX_CHUNK = 65536
+#: Runs per call when pacing (idle runs spin for ~40 ns each): calls of a few ms.
+PACED_RUNS = 131072
+#: Nice value of generator threads while they send.
+GEN_NICE = -20
+#: 16.16 fixed point, as gen_state.interval.
+FP_ONE = 1 << 16
 _OPS = {"inc": GenOp.GEN_OP_INC, "dec": GenOp.GEN_OP_DEC, "random": GenOp.GEN_OP_RANDOM}
 
 
@@ -92,11 +103,11 @@ class SendReport:
     intended: int
     """Packets the trial asked for (rate x duration, or the packet count)."""
     requested: int
-    """Frames the threads asked the kernel for (the generator program counts what it sent)."""
+    """Runs the threads asked the kernel for (the generator program counts what it sent)."""
     start: float
     """Unix time [s] the first call started."""
     elapsed: float
-    """From the first call's start to the last call's end [s]."""
+    """Sending time [s]: paced, the program's first to last frame plus one gap; else the calls' span."""
 
 
 class LiveGenerator:
@@ -124,40 +135,60 @@ class LiveGenerator:
 
     # -- per-thread state ------------------------------------------------------------------------
     def reset(self) -> None:
-        """Zero counters and sequence numbers, and give each thread its streams (``stream_plan``)."""
+        """Zero counters and sequence numbers (``send`` arms the threads itself)."""
+        self._arm(None, 0.0, None)
+
+    def _arm(self, rate_pps: float | None, duration: float, packets: int | None) -> list[int]:
+        """Per thread: streams, pacing interval, time limit and quota; returns the quotas."""
+        n = len(self.cores)
+        quotas = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [0] * n
         if self.trivial:
-            return
+            return quotas
+        interval = round(1e9 * n / rate_pps * FP_ONE) if rate_pps else 0
+        stop_after = int(duration * 1e9) if rate_pps and packets is None else 0
         vals = b""
         for cpu in range(num_possible_cpus()):
             base, mask = stream_plan(self.cores, cpu, self.profile.flows)
-            vals += bytes(gen_state(stream_base=base, stream_mask=mask, rng=int.from_bytes(os.urandom(8), "little") | 1))
+            mine = cpu in self.cores
+            vals += bytes(gen_state(stream_base=base, stream_mask=mask, rng=int.from_bytes(os.urandom(8), "little") | 1,
+                                    interval=interval if mine else 0, stop_after=stop_after if mine else 0,
+                                    quota=quotas[self.cores.index(cpu)] if mine else 0))
         self.obj.map("gen_state").update(struct.pack("=I", 0), vals)
+        return quotas
+
+    def _states(self) -> list[gen_state]:
+        m = self.obj.map("gen_state")
+        return [gen_state.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", 0)))]
 
     def counters(self) -> tuple[int, int]:
         """(frames, bytes) the generator program has produced since ``reset`` (FCS included)."""
         if self.trivial:
             return 0, 0
-        m = self.obj.map("gen_state")
-        states = [gen_state.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", 0)))]
+        states = self._states()
         return sum(s.tx_packets for s in states), sum(s.tx_bytes for s in states)
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, rate_pps: float | None, duration: float, packets: int | None = None) -> SendReport:
         """Send at ``rate_pps`` (None: as fast as possible) for ``duration`` s, or exactly ``packets``."""
+        if self.trivial and rate_pps:
+            raise ConfigError("rate", rate_pps, "none: the trivial generator only sends as fast as it can")
+        quotas = self._arm(rate_pps, duration, packets)
         n = len(self.cores)
-        quotas = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [None] * n
-        rate = rate_pps / n if rate_pps else None
         results: list[tuple[int, float, float] | None] = [None] * n
         errors: list[BaseException] = []
         barrier = threading.Barrier(n + 1)
         self._stop.clear()
         threads = [threading.Thread(target=self._worker, name=f"perfkit-gen-{c}",
-                                    args=(c, rate, duration, quotas[i], barrier, results, i, errors))
+                                    args=(c, bool(rate_pps), duration, quotas[i] if packets is not None else None,
+                                          barrier, results, i, errors))
                    for i, c in enumerate(self.cores)]
         for t in threads:
             t.start()
         start_wall = time.time()
-        barrier.wait()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
         try:
             for t in threads:
                 while t.is_alive():
@@ -170,45 +201,52 @@ class LiveGenerator:
         if errors:
             raise errors[0]
         done = [r for r in results if r]
-        t0, t1 = min(r[1] for r in done), max(r[2] for r in done)
+        elapsed = max(r[2] for r in done) - min(r[1] for r in done)
+        if rate_pps and not self.trivial:
+            # the program's own clock: first frame to last frame, plus one inter-frame gap
+            mine = [s for s in self._states() if s.start_ns and s.tx_packets]
+            if mine:
+                elapsed = (max(s.last_ns for s in mine) - min(s.start_ns for s in mine)) / 1e9 + n / rate_pps
         intended = packets if packets is not None else round((rate_pps or 0) * duration)
-        return SendReport(intended=intended, requested=sum(r[0] for r in done), start=start_wall, elapsed=t1 - t0)
+        return SendReport(intended=intended, requested=sum(r[0] for r in done), start=start_wall, elapsed=elapsed)
 
-    def _worker(self, cpu: int, rate: float | None, duration: float, quota: int | None,
+    def _worker(self, cpu: int, paced: bool, duration: float, quota: int | None,
                 barrier: threading.Barrier, results: list, idx: int, errors: list) -> None:
         try:
             os.sched_setaffinity(0, {cpu})
+            # like a DPDK generator on an isolated core: the highest normal priority, so other
+            # processes hardly get the core; the sink's NAPI threads (SCHED_FIFO) still preempt it.
+            # Not SCHED_FIFO itself: RT throttling would then stop it for 50 ms of every second.
+            tid = threading.get_native_id()
+            old_nice = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, GEN_NICE)
             with netns.inside(self.tx.ns):
                 ctx = XdpMd(0, len(self.frame), 0, self.tx_ifindex, 0, 0)
-                chunk = max(1, min(MAX_CHUNK, int(rate * TICK))) if rate else MAX_CHUNK
-                call_map, cpu_key, calls = self._call_map, struct.pack("=I", cpu), int(time.monotonic_ns())
+                cpu_key, calls = struct.pack("=I", cpu), time.monotonic_ns()
                 barrier.wait()
-                sent, t0 = 0, time.monotonic()
+                runs, t0 = 0, time.monotonic()
                 while not self._stop.is_set():
-                    now = time.monotonic() - t0
-                    if quota is None and now >= duration:
-                        break
-                    left = quota - sent if quota is not None else MAX_CHUNK
-                    if left <= 0:
-                        break
-                    k = min(chunk, left)
-                    if rate:
-                        due = int(rate * now) + 1 - sent
-                        if due <= 0:
-                            time.sleep(min(TICK, (sent + 1) / rate - now))
-                            continue
-                        k = min(k, due)
+                    if paced:
+                        k = PACED_RUNS
+                        state = self._states()[cpu] if runs else None
+                        if state is not None and (
+                                (quota is not None and state.tx_packets >= quota) or
+                                (quota is None and state.start_ns and
+                                 time.monotonic_ns() - state.start_ns >= duration * 1e9)):
+                            break
+                    else:
+                        k = MAX_CHUNK if quota is None else min(MAX_CHUNK, quota - runs)
+                        if k <= 0 or (quota is None and time.monotonic() - t0 >= duration):
+                            break
                     calls += 1
-                    call_map.update(cpu_key, struct.pack("=Q", calls))  # a new call: stamp its first frame
+                    self._call_map.update(cpu_key, struct.pack("=Q", calls))  # a new call: stamp its first frame
                     self.program.run_live(self.frame, k, ctx, self.batch_size)
-                    sent += k
-                results[idx] = (sent, t0, time.monotonic())
+                    runs += k
+                results[idx] = (runs, t0, time.monotonic())
+            os.setpriority(os.PRIO_PROCESS, tid, old_nice)
         except BaseException as err:  # surfaced by send()
             errors.append(err if isinstance(err, PerfkitError) else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
-            try:
-                barrier.abort()
-            except threading.BrokenBarrierError:
-                pass
+            barrier.abort()
 
     @property
     def wire_frame_size(self) -> int:

@@ -62,18 +62,29 @@ struct gen_config {
  * a multi-core DUT keeps each flow in order but interleaves flows. */
 #define GEN_MAX_STREAMS 64
 
-/* The transmit time is read once per GEN_TS_EVERY frames of a call (and at its first frame):
- * frames of a call are built back to back (~100 ns apart) and leave together when the kernel
- * flushes a batch of 64, so this costs at most a few hundred ns of accuracy while saving most of
- * the clock reads, which cost ~30 ns each in a VM. */
+/* Unpaced, the transmit time is read once per GEN_TS_EVERY frames of a call (and at its first
+ * frame): frames of a call are built back to back (~100 ns apart) and leave together when the
+ * kernel flushes a batch of 64, so this costs at most a few hundred ns of accuracy while saving
+ * most of the clock reads, which cost ~30 ns each in a VM. Paced, every frame reads the clock. */
 #define GEN_TS_EVERY 8
+/* Paced: after the thread lost the CPU, at most this many overdue frames go back to back; the
+ * rest are not sent (they count as intended, not offered), so a preemption never becomes a burst
+ * that overflows the DUT's receive ring. */
+#define GEN_MAX_BURST 16
 
-/* Per CPU: one generator thread runs on each CPU, so this is per thread. */
+/* Per CPU: one generator thread runs on each CPU, so this is per thread. Userspace arms it before
+ * a trial: interval (pacing), stop_after (duration) and quota (packet count). */
 struct gen_state {
 	__u64 tx_packets;
 	__u64 tx_bytes;		/* FCS included */
 	__u64 rng;		/* xorshift64 state for random variables (seeded by userspace) */
 	__u64 epoch;		/* gen_call[cpu] when the last frame was built */
+	__u64 start_ns;		/* clock at the trial's first run, 0 before */
+	__u64 due;		/* when the next frame is due: ns after start_ns, 16.16 fixed point */
+	__u64 interval;		/* ns between frames, 16.16 fixed point; 0 = as fast as possible */
+	__u64 stop_after;	/* ns after start_ns when sending stops; 0 = no limit */
+	__u64 quota;		/* frames to send; 0 = no limit */
+	__u64 last_ns;		/* paced: clock when the last frame was sent */
 	__u32 last_ts;		/* the transmit time stamped into signatures */
 	__u32 ts_count;		/* frames since the clock was last read */
 	__u16 stream_base;	/* first stream id of this thread */
