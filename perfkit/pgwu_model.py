@@ -50,13 +50,18 @@ def _ip(b: bytes) -> str:
     return str(ipaddress.IPv4Address(b))
 
 
-def _csum(data: bytes) -> int:
+def ones_sum(data: bytes) -> int:
+    """RFC 1071 one's-complement sum of 16-bit words (0xffff over a region with a valid checksum)."""
     if len(data) % 2:
         data += b"\0"
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    return s
+
+
+def _csum(data: bytes) -> int:
+    return ~ones_sum(data) & 0xFFFF
 
 
 def _mac(m: str) -> bytes:

@@ -14,6 +14,7 @@ from perfkit.layouts import GEN_MAX_STREAMS
 from perfkit.libbpf import BpfObject
 from perfkit.livegen import build_config, stream_plan
 from perfkit.pgwu import BUILD_DIR, SessionPlan
+from perfkit.pgwu_model import ones_sum
 from perfkit.profiles import SIGNATURE, SIGNATURE_MAGIC, TrafficProfile
 
 
@@ -41,14 +42,6 @@ def run(obj: BpfObject, frame: bytes) -> bytes:
     assert res.verdict == "XDP_REDIRECT"
     return res.data_out
 
-
-def ones_sum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 def unsign(profile: TrafficProfile, frame: bytes) -> tuple[bytes, tuple]:

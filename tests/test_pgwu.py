@@ -15,7 +15,7 @@ from scapy.packet import Raw
 
 from perfkit.errors import BpfError
 from perfkit.pgwu import Pgwu, PgwuConfig, Session, SessionPlan
-from perfkit.pgwu_model import emit
+from perfkit.pgwu_model import emit, ones_sum
 from perfkit.profiles import S5_VLAN, SERVER_ADDR
 
 CFG = PgwuConfig(s5_ifindex=7, sgi_ifindex=9)
@@ -136,7 +136,7 @@ def test_dl_encap_gives_gtpu_with_session_teid(pgwu, udp_csum, sess, s5_vlan, si
     assert (outer.src, outer.dst) == (CFG.gtpu_addr, sess.sgw_addr)
     assert outer.len == size + 36 and outer.ttl == 64 and outer.tos == 0x28 and outer.ihl == 5
     ip_hdr = bytes(outer)[:20]
-    assert _ones_sum(ip_hdr) == 0xFFFF  # header checksum verifies
+    assert ones_sum(ip_hdr) == 0xFFFF  # header checksum verifies
     udp = eth[UDP]
     assert (udp.sport, udp.dport, udp.len) == (2152, 2152, size + 16)
     gtp = eth[GTP_U_Header]
@@ -157,19 +157,11 @@ def test_dl_ipv4_and_udp_checksums_verify_as_whole_packets(pgwu):
         inner = inner_pkt(src=SERVER_ADDR, dst=UNTAGGED.ue_addr, size=size)
         _, out, _ = run(pgwu, dl_frame(UNTAGGED, inner), cfg)
         ip = out[14:34]
-        assert _ones_sum(ip) == 0xFFFF
+        assert ones_sum(ip) == 0xFFFF
         udp = out[34:]
         pseudo = ip[12:20] + struct.pack("!BBH", 0, 17, len(udp))
-        assert _ones_sum(pseudo + udp) == 0xFFFF
+        assert ones_sum(pseudo + udp) == 0xFFFF
 
-
-def _ones_sum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 def test_dl_counts_per_session(pgwu):
