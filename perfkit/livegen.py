@@ -37,8 +37,10 @@ from perfkit.trial import FCS_LEN
 
 #: Frames per call when sending as fast as possible.
 MAX_CHUNK = 65536
-#: Runs per call when pacing (idle runs spin for ~40 ns each): calls of a few ms.
-PACED_RUNS = 131072
+#: Runs per call when pacing (idle runs spin for ~40 ns each): calls of ~10 ms. Between calls
+#: the program does not run (the kernel sets up a new page pool), so calls are long; the program
+#: stops sending at the trial's end by itself, so a call may run past it.
+PACED_RUNS = 1 << 18
 #: Nice value of generator threads while they send.
 GEN_NICE = -20
 #: 16.16 fixed point, as gen_state.interval.

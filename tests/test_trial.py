@@ -138,3 +138,13 @@ def test_cli_trial_json():
         assert key in d
     assert {"p50", "p99", "max"} <= set(d["latency_ns"])
     assert d["tx_packets"] > 0 and d["wire_frame_size"] == 100
+
+
+def test_jumbo_frames_of_3024_bytes_both_ways():
+    """3024-byte user frames: the testbed raises the MTU so the 3060-byte GTP-U frames fit."""
+    for direction in ("ul", "dl"):
+        with create("xdp", Scenario(direction=direction, frame_size=3024)) as g:
+            assert g.testbed.mtu >= 3060 - 18
+            r = g.measure(10_000, 5.0, packets=500)
+        assert (r.tx_packets, r.rx_packets, r.mismatched_packets) == (500, 500, 0)
+        assert r.wire_frame_size == (3060 if direction == "ul" else 3024)

@@ -70,7 +70,7 @@ struct gen_config {
 /* Paced: after the thread lost the CPU, at most this many overdue frames go back to back; the
  * rest are not sent (they count as intended, not offered), so a preemption never becomes a burst
  * that overflows the DUT's receive ring. */
-#define GEN_MAX_BURST 16
+#define GEN_MAX_BURST 32
 
 /* Per CPU: one generator thread runs on each CPU, so this is per thread. Userspace arms it before
  * a trial: interval (pacing), stop_after (duration) and quota (packet count). */
