@@ -8,7 +8,16 @@ Layout of a run directory:
   (push, plot) happens. The directory is a Parquet dataset: ``pandas.read_parquet(dir)`` or
   DuckDB ``read_parquet('trials/*.parquet')`` read it whole.
 - ``pushes.jsonl``: one line per successful push of a trial to a Pushgateway (for backfill).
-- ``searches/*.json``: search summaries (bounds, trial ids), written by campaigns.
+- ``searches/<name>.json``: search summaries (bounds, trial ids), written by campaigns
+  (``write_search``/``searches``).
+- ``units.jsonl``: a campaign's journal of units started, done, failed (``perfkit.campaign.journal``).
+- ``cpu_prometheus.parquet``: the DUT CPU per trial as Prometheus saw it (``perfkit.metrics.query
+  .cpu_frame`` columns), saved by a campaign before it stops its metrics stack, so that reports
+  regenerate without servers (``write_prometheus_cpu``/``prometheus_cpu``).
+
+Trial rows may carry bookkeeping columns besides ``RECORD_COLUMNS`` (``append(result, extra=...)``):
+campaigns add ``unit`` (the campaign unit the trial belongs to) and ``attempt`` (1 for the first
+try of that unit, 2 after a resume ...), in the same atomic file as the trial.
 """
 from __future__ import annotations
 
@@ -26,6 +35,9 @@ from perfkit.errors import StoreError
 from perfkit.trial import TrialResult
 
 DEFAULT_ROOT = Path(os.environ.get("PERFKIT_DATA", "data")) / "runs"
+#: File of a run directory holding the Prometheus-derived CPU frame.
+PROMETHEUS_CPU_FILE = "cpu_prometheus.parquet"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.%+-]{0,200}$")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -87,12 +99,21 @@ class RunStore:
         return json.loads(p.read_text()) if p.exists() else {"run_id": self.run_id}
 
     # -- trials ----------------------------------------------------------------------------------
-    def append(self, result: TrialResult) -> Path:
-        """Write one trial durably; returns its file. Call this before pushing or plotting."""
+    def append(self, result: TrialResult, extra: dict[str, Any] | None = None) -> Path:
+        """Write one trial durably; returns its file. Call this before pushing or plotting.
+
+        ``extra``: bookkeeping columns stored in the same row (e.g. ``unit``, ``attempt``); they
+        must not shadow a record column.
+        """
         result.run_id = result.run_id or self.run_id
         seq = len(list(self._trial_files()))
         path = self.path / "trials" / f"{seq:06d}-{result.trial_id}.parquet"
-        frame = pd.DataFrame([result.to_record()])
+        record = result.to_record()
+        for key, value in (extra or {}).items():
+            if key in record:
+                raise StoreError(f"extra column {key!r} would overwrite a trial field; pick another name")
+            record[key] = value
+        frame = pd.DataFrame([record])
         tmp = path.with_name(f".{path.name}.tmp")
         frame.to_parquet(tmp, index=False)
         with open(tmp, "rb") as f:
@@ -127,6 +148,34 @@ class RunStore:
 
     def results(self) -> list[TrialResult]:
         return [TrialResult.from_record(r) for r in self.trials().to_dict("records")]
+
+    # -- search summaries and derived frames ------------------------------------------------------
+    def write_search(self, name: str, summary: dict[str, Any]) -> Path:
+        """Write ``searches/<name>.json`` atomically (``name``: letters, digits, ``_.%+-``)."""
+        if not _NAME_RE.match(name):
+            raise StoreError(f"search name: {name!r} is not allowed; allowed: letters, digits, '_.%+-'")
+        (self.path / "searches").mkdir(exist_ok=True)
+        path = self.path / "searches" / f"{name}.json"
+        _atomic_write(path, json.dumps(summary, indent=2, sort_keys=True, default=str).encode())
+        return path
+
+    def searches(self) -> list[dict[str, Any]]:
+        """Every search summary of the run, by file name."""
+        d = self.path / "searches"
+        return [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+
+    def write_prometheus_cpu(self, frame: pd.DataFrame) -> Path:
+        """Save the Prometheus-derived CPU frame (``perfkit.metrics.query.cpu_frame``) of the run."""
+        path = self.path / PROMETHEUS_CPU_FILE
+        tmp = path.with_name(f".{path.name}.tmp")
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+        return path
+
+    def prometheus_cpu(self) -> pd.DataFrame | None:
+        """The saved Prometheus CPU frame, or None if the run has none."""
+        path = self.path / PROMETHEUS_CPU_FILE
+        return pd.read_parquet(path) if path.exists() else None
 
     # -- pushes ----------------------------------------------------------------------------------
     def mark_pushed(self, trial_id: str, url: str) -> None:

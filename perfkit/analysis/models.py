@@ -1,0 +1,231 @@
+"""Linear models of the DUT's CPU and what they say about capacity.
+
+- per direction and DUT core count: ``LinearRegression`` of CPU per core vs frame size (seed 001);
+- per direction, multivariate: the DUT's CPU work (``cpu_cores_pct``, % of one core summed over the
+  DUT cores) vs frame size, 1/frame size, cores and offered Mpps (``FEATURES``);
+- ``capacity_table``: the fewest cores whose predicted CPU per core stays under a utilisation, for
+  X Gbit/s of Y-byte frames.
+
+Results are dataclasses (``LinearFit``, ``CpuModels``); fitted attributes end with ``_``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perfkit.analysis.run import L1_OVERHEAD
+
+#: Below this R² a model's predictions (the capacity table) are flagged as indicative only.
+WEAK_R2 = 0.5
+#: Features of the multivariate CPU model.
+FEATURES = ("frame_size", "inv_frame_size", "dut_cores", "offered_mpps")
+TARGET_UNITS = {"cpu_pct": "% of each DUT core", "cpu_cores_pct": "% of one core (summed over DUT cores)"}
+FEATURE_UNITS = {"frame_size": "B", "inv_frame_size": "1/B", "dut_cores": "cores", "offered_mpps": "Mpps",
+                 "rx_mpps": "Mpps"}
+
+
+@dataclass
+class LinearFit:
+    """A fitted ``sklearn.linear_model.LinearRegression`` of a CPU target on some features."""
+
+    name: str
+    """``1 core``, ``multivariate`` ..."""
+    group: dict[str, Any]
+    """What the rows had in common (direction, dut_cores)."""
+    target: str
+    features: tuple[str, ...]
+    """Features used (constant ones are dropped, see ``dropped``)."""
+    intercept_: float
+    coef_: dict[str, float]
+    """Feature -> coefficient [target unit per feature unit]."""
+    r2_: float
+    """Coefficient of determination on the fitted rows [1]."""
+    n_samples_: int
+    residuals_: pd.DataFrame
+    """trial_id, frame_size, dut_cores, offered_mpps, actual, predicted, residual."""
+    dropped: tuple[str, ...] = ()
+    """Features left out because they did not vary (e.g. one core count)."""
+    constants: dict[str, float] = field(default_factory=dict)
+    """The value each dropped feature had [its unit]."""
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.intercept_ + sum(self.coef_[f] * X[f].to_numpy(dtype=float) for f in self.features)
+
+    def equation(self) -> str:
+        terms = " ".join(f"{'+' if c >= 0 else '-'} {abs(c):.4g} x {f}" for f, c in self.coef_.items())
+        return f"{self.target} = {self.intercept_:.4g} {terms}".strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "group": self.group, "target": self.target, "features": list(self.features),
+                "intercept": self.intercept_, "coef": self.coef_, "r2": self.r2_, "n_samples": self.n_samples_,
+                "dropped": list(self.dropped), "equation": self.equation()}
+
+@dataclass
+class CpuModels:
+    """The CPU models of one direction."""
+
+    direction: str
+    per_cores: list[LinearFit]
+    """cpu vs frame size, one LinearRegression per DUT core count (seed 001's fit)."""
+    multivariate: LinearFit | None
+    """cpu vs frame size, 1/frame size, cores, offered Mpps (None: too few rows)."""
+    correlations: pd.DataFrame
+    """feature, pearson_r, spearman_rho, n."""
+    notes: list[str] = field(default_factory=list)
+
+    def fits(self) -> list[LinearFit]:
+        return self.per_cores + ([self.multivariate] if self.multivariate else [])
+
+def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_pct", name: str = "",
+               group: dict[str, Any] | None = None) -> LinearFit | None:
+    """LinearRegression of ``target`` on the non-constant ``features``; None with fewer rows than terms + 1."""
+    from sklearn.linear_model import LinearRegression
+    from sklearn.metrics import r2_score
+
+    data = frame.dropna(subset=[target, *features])
+    used = [f for f in features if data[f].nunique() > 1]
+    dropped = tuple(f for f in features if f not in used)
+    if not used or len(data) < len(used) + 2:
+        return None
+    X = data[used].to_numpy(dtype=float)
+    y = data[target].to_numpy(dtype=float)
+    model = LinearRegression().fit(X, y)
+    pred = model.predict(X)
+    res = data[[c for c in ("trial_id", "direction", "frame_size", "dut_cores", "offered_mpps") if c in data]].copy()
+    res["actual"] = y
+    res["predicted"] = pred
+    res["residual"] = y - pred
+    return LinearFit(name=name, group=dict(group or {}), target=target, features=tuple(used),
+                     intercept_=float(model.intercept_), coef_={f: float(c) for f, c in zip(used, model.coef_)},
+                     r2_=float(r2_score(y, pred)), n_samples_=len(data), residuals_=res.reset_index(drop=True),
+                     dropped=dropped, constants={f: float(data[f].iloc[0]) for f in dropped if len(data)})
+
+def correlations(frame: pd.DataFrame, target: str = "cpu_cores_pct",
+                 features: Sequence[str] = ("frame_size", "inv_frame_size", "dut_cores", "offered_mpps")) -> pd.DataFrame:
+    rows = []
+    for f in features:
+        d = frame[[f, target]].dropna()
+        ok = len(d) > 2 and d[f].nunique() > 1 and d[target].nunique() > 1
+        rows.append({"feature": f, "pearson_r": d[f].corr(d[target]) if ok else math.nan,
+                     "spearman_rho": d[f].corr(d[target], method="spearman") if ok else math.nan, "n": len(d)})
+    return pd.DataFrame(rows, columns=["feature", "pearson_r", "spearman_rho", "n"])
+
+def fit_cpu_models(frame: pd.DataFrame, multivariate_frame: pd.DataFrame | None = None, target: str = "cpu_pct",
+                   features: Sequence[str] = FEATURES, multivariate_target: str = "cpu_cores_pct") -> list[CpuModels]:
+    """Per direction: LinearRegression of ``target`` (CPU per core) vs frame size per core count (on
+    ``frame``, e.g. the max-rate trials) and a multivariate model of ``multivariate_target`` (the
+    DUT's CPU work) on ``features`` (on ``multivariate_frame``, default ``frame``)."""
+    multi = frame if multivariate_frame is None else multivariate_frame
+    out = []
+    directions = sorted(set(frame["direction"]) | set(multi["direction"])) if not frame.empty or not multi.empty else []
+    for direction in directions:
+        f = frame[frame["direction"] == direction]
+        m = multi[multi["direction"] == direction]
+        notes = []
+        per = []
+        for cores, g in f.groupby("dut_cores"):
+            fit = fit_linear(g, ("frame_size",), target, f"{cores} core" + ("s" if cores > 1 else ""),
+                             {"direction": direction, "dut_cores": int(cores)})
+            if fit is None:
+                notes.append(f"{direction}, {cores} cores: too few points or one frame size; no fit")
+            else:
+                per.append(fit)
+        mv = fit_linear(m, features, multivariate_target, "multivariate", {"direction": direction})
+        if mv is None:
+            notes.append(f"{direction}: too few points for the multivariate model")
+        else:
+            if mv.dropped:
+                notes.append(f"{direction}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
+            if mv.r2_ < WEAK_R2:
+                notes.append(f"{direction}: the multivariate model explains little of the CPU's variation "
+                             f"(R² {mv.r2_:.2f} < {WEAK_R2}): its capacity table is indicative only")
+        out.append(CpuModels(direction, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
+    return out
+
+def coefficients_table(models: Sequence[CpuModels]) -> pd.DataFrame:
+    """One row per fit x term: direction, model, target, term, coefficient, unit, r2, n."""
+    rows = []
+    for cm in models:
+        for fit in cm.fits():
+            unit = TARGET_UNITS.get(fit.target, fit.target)
+            base = {"direction": cm.direction, "model": fit.name, "target": fit.target, "r2": fit.r2_,
+                    "n": fit.n_samples_}
+            rows.append({**base, "term": "intercept", "coefficient": fit.intercept_, "unit": unit})
+            for f, c in fit.coef_.items():
+                rows.append({**base, "term": f, "coefficient": c, "unit": f"{unit} per {FEATURE_UNITS.get(f, '1')}"})
+    return pd.DataFrame(rows, columns=["direction", "model", "target", "term", "coefficient", "unit", "r2", "n"])
+
+def correlation_table(models: Sequence[CpuModels]) -> pd.DataFrame:
+    """The models' correlations, one row per direction x feature."""
+    frames = [m.correlations.assign(direction=m.direction) for m in models]
+    if not frames:
+        return pd.DataFrame(columns=["direction", "feature", "pearson_r", "spearman_rho", "n"])
+    return pd.concat(frames, ignore_index=True)[["direction", "feature", "pearson_r", "spearman_rho", "n"]]
+
+def capacity_table(model: LinearFit, gbps_targets: Sequence[float], frame_sizes: Sequence[int],
+                   utilization: float = 80.0, max_cores: int = 64) -> pd.DataFrame:
+    """Cores needed for each Gbit/s target (L1, user-side frames) at each frame size, from a
+    multivariate model of the DUT's CPU work (``cpu_cores_pct``: % of one core, summed over cores).
+
+    For c cores the model predicts the work at (frame size, 1/frame size, c, offered Mpps); the CPU
+    per core is that / c, and the smallest c whose CPU per core is <= ``utilization`` [%] is the
+    answer. If the model saw one core count only (``dut_cores`` not a feature), the work is taken
+    not to depend on the core count (perfect scaling). A model of CPU per core (``cpu_pct``) is
+    evaluated as is. ``cores_needed`` is NaN when ``max_cores`` do not suffice; ``extrapolated`` is
+    True when the rate or the frame size lies outside what the model was fitted on.
+    Columns: direction, frame_size, gbps, mpps, cores_needed, predicted_cpu_pct (per core, at
+    cores_needed), extrapolated, assumption.
+    """
+    if not 0 < utilization <= 100:
+        from perfkit.errors import ConfigError
+        raise ConfigError("utilization", utilization, "a CPU per core percentage, 0 < x <= 100")
+    data = model.residuals_
+    mpps_max = data["offered_mpps"].max() if "offered_mpps" in data else math.nan
+    fs_lo, fs_hi = (data["frame_size"].min(), data["frame_size"].max()) if "frame_size" in data else (math.nan, math.nan)
+    k = model.constants.get("dut_cores")
+    assumption = ("cores from the model" if "dut_cores" in model.features else
+                  f"one core count measured ({k:g}): CPU work taken as independent of the core count" if k else "")
+    work = model.target != "cpu_pct"
+    cores = np.arange(1, max_cores + 1)
+    rows = []
+    for fs in frame_sizes:
+        for gbps in gbps_targets:
+            mpps = gbps * 1e3 / ((fs + L1_OVERHEAD) * 8)
+            X = pd.DataFrame({"frame_size": float(fs), "inv_frame_size": 1.0 / fs, "dut_cores": cores.astype(float),
+                              "offered_mpps": mpps})
+            per_core = model.predict(X) / (cores if work else 1)
+            ok = np.nonzero(per_core <= utilization)[0]
+            found = len(ok) > 0
+            rows.append({"direction": model.group.get("direction"), "frame_size": fs, "gbps": gbps, "mpps": mpps,
+                         "cores_needed": int(cores[ok[0]]) if found else math.nan,
+                         "predicted_cpu_pct": float(per_core[ok[0]]) if found else math.nan,
+                         "extrapolated": bool(mpps > mpps_max * 1.05 or not fs_lo <= fs <= fs_hi),
+                         "assumption": assumption})
+    return pd.DataFrame(rows, columns=["direction", "frame_size", "gbps", "mpps", "cores_needed",
+                                       "predicted_cpu_pct", "extrapolated", "assumption"])
+
+def capacity_tables(models: Sequence[CpuModels], gbps_targets: Sequence[float], frame_sizes: Sequence[int],
+                    utilization: float = 80.0, max_cores: int = 64) -> pd.DataFrame:
+    """``capacity_table`` of every direction's multivariate model, stacked."""
+    frames = [capacity_table(m.multivariate, gbps_targets, frame_sizes, utilization, max_cores)
+              for m in models if m.multivariate is not None]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["direction", "frame_size", "gbps", "mpps", "cores_needed", "predicted_cpu_pct", "extrapolated",
+                 "assumption"])
+
+def capacity_pivot(cap: pd.DataFrame) -> pd.DataFrame:
+    """Cores needed, rows frame size, columns (direction, Gbit/s); ``>N`` where N cores do not suffice,
+    ``*`` marks extrapolations."""
+    if cap.empty:
+        return pd.DataFrame()
+    d = cap.copy()
+    d["cores"] = [("-" if pd.isna(c) else f"{int(c)}") + ("*" if x else "")
+                  for c, x in zip(d["cores_needed"], d["extrapolated"])]
+    d["target"] = d["gbps"].map(lambda g: f"{g:g} Gbit/s")
+    out = d.pivot(index="frame_size", columns=["direction", "target"], values="cores")
+    return out.reindex(columns=pd.MultiIndex.from_tuples(
+        [(di, f"{g:g} Gbit/s") for di in dict.fromkeys(d["direction"]) for g in dict.fromkeys(d["gbps"])]))

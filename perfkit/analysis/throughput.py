@@ -1,0 +1,204 @@
+"""Throughput, search and latency frames of a run.
+
+``throughput_table`` -- unit x goal (maxrate: goal ``max``; ndrpdr: ``ndr``, ``pdr0.5%`` ...):
+    unit, scenario_key, dataplane, direction, frame_size, flows, flow_mode, dut_cores, shared_cores,
+    label, method, repeat, goal, loss_tolerance,
+    throughput_pps/_mpps  the figure: maxrate: received rate; searches: the goal's lower bound
+    throughput_gbps       L1 Gbit/s of ``throughput_pps`` user-side frames ((frame_size + 20) x 8 bits)
+    upper_pps/_mpps       the goal's upper bound (maxrate: the offered rate); relative_width [1]
+    trial_id              the trial behind the figure (maxrate: it; searches: the good one at the bound)
+    offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
+    latency_p50_us, latency_p90_us, latency_p99_us  of that trial [us] (NaN if not measured)
+    trials, trial_seconds, generator_limited, notes
+
+``latency_table`` -- trial x percentile with latency: scenario columns, label, ``load`` (``10% of
+NDR`` for latency trials, ``NDR`` / ``max`` for the figure trials), percentile (p50, p90, p99,
+p99.9, max), latency_us.
+
+``search_path`` -- trial of a search unit, in order: unit, scenario_key, label, repeat, step (1..),
+phase, duration, offered_mpps, loss_ratio, verdict (``no loss``, ``loss <= <pdr>``, ``loss``),
+in_result, attempt, lower_mpps, upper_mpps (the unit's first goal).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perfkit.analysis.run import L1_OVERHEAD, SCENARIO_COLUMNS, RunData
+
+#: Latency percentiles shown, as (column suffix, label).
+PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
+
+
+def _figure_trial(trials: pd.DataFrame, lower: float | None, tolerance: float) -> pd.Series | None:
+    """The trial a bound rests on: good, at the bound's rate, longest."""
+    if trials.empty:
+        return None
+    if lower is None:
+        return None
+    good = trials[(trials["loss_ratio"] <= tolerance + 1e-12)]
+    at = good[np.isclose(good["offered_pps"], lower, rtol=1e-6)]
+    pick = at if not at.empty else good[good["offered_pps"] <= lower * (1 + 1e-6)]
+    if pick.empty:
+        return None
+    return pick.sort_values(["duration", "offered_pps"]).iloc[-1]
+
+def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:
+    keys = ("trial_id", "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio")
+    for k in keys:
+        row[k] = t[k] if t is not None else (None if k == "trial_id" else math.nan)
+    for suffix in ("p50", "p90", "p99"):
+        col = f"latency_{suffix}_ns"
+        row[f"latency_{suffix}_us"] = float(t[col]) / 1e3 if t is not None and col in t and pd.notna(t[col]) else math.nan
+
+def _units(run: RunData) -> list[dict[str, Any]]:
+    """Search summaries, or pseudo-summaries built from the trials (runs made outside campaigns)."""
+    if run.searches:
+        return run.searches
+    out = []
+    for unit, g in run.trials.groupby("unit", sort=False):
+        first = g.iloc[0]
+        name = first["method_name"]
+        if name == "maxrate":
+            t = g.iloc[-1]
+            result = {"lower_bound": float(t["rx_pps"]), "upper_bound": float(t["tx_pps"]), "goals": []}
+        else:
+            good = g[g["loss_ratio"] <= 0]
+            bad = g[g["loss_ratio"] > 0]
+            lower = float(good["offered_pps"].max()) if not good.empty else None
+            upper = float(bad[bad["offered_pps"] > (lower or 0)]["offered_pps"].min()) if not bad.empty else None
+            goal = {"name": "ndr", "loss_tolerance": 0.0, "lower_bound": lower,
+                    "upper_bound": upper if upper is not None and not math.isnan(upper) else None}
+            result = {"lower_bound": lower, "upper_bound": goal["upper_bound"], "goals": [goal]}
+        scenario = {k: first[k] for k in ("dataplane", "direction", "frame_size", "flows", "dut_cores")}
+        out.append({"unit": unit, "scenario": scenario, "scenario_key": first["scenario_key"], "method": name,
+                    "label": name, "repeat": 1, "shared_cores": bool(first.get("shared_cores", False)),
+                    "result": {**result, "trial_count": len(g), "trial_seconds": float(g["duration"].sum()),
+                               "generator_limited": False, "notes": []},
+                    "trial_ids": list(g["trial_id"])})
+    return out
+
+def throughput_table(run: RunData) -> pd.DataFrame:
+    """One row per unit x goal (see module doc)."""
+    rows = []
+    trials = run.trials
+    for s in _units(run):
+        sc = s["scenario"]
+        ut = trials[trials["trial_id"].isin(s.get("trial_ids", []))] if not trials.empty else trials
+        res = s["result"]
+        base = {"unit": s["unit"], "scenario_key": s["scenario_key"], "dataplane": sc["dataplane"],
+                "direction": sc["direction"], "frame_size": int(sc["frame_size"]), "flows": int(sc["flows"]),
+                "flow_mode": "multi" if int(sc["flows"]) > 1 else "single", "dut_cores": int(sc["dut_cores"]),
+                "shared_cores": bool(s.get("shared_cores", False)), "label": s.get("label", s["method"]),
+                "method": s["method"], "repeat": int(s.get("repeat", 1)), "trials": int(res.get("trial_count", len(ut))),
+                "trial_seconds": float(res.get("trial_seconds", 0.0)),
+                "generator_limited": bool(res.get("generator_limited", False)),
+                "notes": "; ".join(res.get("notes", []))}
+        if s["method"] == "maxrate" or not res.get("goals"):
+            t = ut.iloc[-1] if not ut.empty else None
+            row = {**base, "goal": "max", "loss_tolerance": math.nan, "throughput_pps": res.get("lower_bound"),
+                   "upper_pps": res.get("upper_bound"), "relative_width": math.nan}
+            _row_from_trial(row, t)
+            rows.append(row)
+            continue
+        for g in res["goals"]:
+            lower, upper = g.get("lower_bound"), g.get("upper_bound")
+            row = {**base, "goal": g["name"], "loss_tolerance": g["loss_tolerance"], "throughput_pps": lower,
+                   "upper_pps": upper,
+                   "relative_width": (upper - lower) / upper if lower is not None and upper else math.nan}
+            _row_from_trial(row, _figure_trial(ut, lower, g["loss_tolerance"]))
+            rows.append(row)
+    columns = ["unit", *SCENARIO_COLUMNS, "shared_cores", "label", "method", "repeat", "goal", "loss_tolerance",
+               "throughput_pps", "throughput_mpps", "throughput_gbps", "upper_pps", "upper_mpps", "relative_width", "trial_id",
+               "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio", "latency_p50_us", "latency_p90_us",
+               "latency_p99_us", "trials", "trial_seconds", "generator_limited", "notes"]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    df["throughput_pps"] = pd.to_numeric(df["throughput_pps"], errors="coerce")
+    df["upper_pps"] = pd.to_numeric(df["upper_pps"], errors="coerce")
+    df["throughput_mpps"] = df["throughput_pps"] / 1e6
+    df["upper_mpps"] = df["upper_pps"] / 1e6
+    df["throughput_gbps"] = df["throughput_pps"] * (df["frame_size"] + L1_OVERHEAD) * 8 / 1e9
+    return df[columns].sort_values(["label", "goal", "direction", "flows", "dut_cores", "frame_size", "repeat"],
+                                   kind="stable").reset_index(drop=True)
+
+def search_table(run: RunData) -> pd.DataFrame:
+    """``throughput_table`` rows of the searches (everything but maxrate)."""
+    tp = throughput_table(run)
+    return tp[tp["goal"] != "max"].reset_index(drop=True)
+
+def goals(tp: pd.DataFrame) -> list[str]:
+    """The goals of a throughput table, max rate first."""
+    found = list(dict.fromkeys(tp["goal"])) if not tp.empty else []
+    return sorted(found, key=lambda g: (g != "max", g != "ndr", g))
+
+def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps") -> pd.DataFrame:
+    """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (direction, flow mode)."""
+    if tp.empty:
+        return pd.DataFrame()
+    return tp.pivot_table(index=["goal", "dut_cores", "frame_size"], columns=["direction", "flow_mode"],
+                          values=value, aggfunc="mean")
+
+def latency_table(run: RunData) -> pd.DataFrame:
+    """Latency percentiles, tidy (see module doc): latency-method trials, else the figure trials."""
+    t = run.trials
+    cols = [*SCENARIO_COLUMNS, "label", "load", "percentile", "latency_us"]
+    if t.empty or "latency_p50_ns" not in t:
+        return pd.DataFrame(columns=cols)
+    lat = t[(t["method_name"] == "latency") & t["in_result"] & t["phase"].str.endswith("%")].copy()
+    if not lat.empty:
+        lat["load"] = lat["phase"] + " of NDR"
+    else:
+        tp = throughput_table(run)
+        ids = tp.dropna(subset=["trial_id"])
+        lat = t.merge(ids[["trial_id", "goal"]], on="trial_id")
+        lat["load"] = lat["goal"].str.upper().where(lat["goal"] != "max", "max rate")
+    rows = []
+    for rec in lat.to_dict("records"):
+        for suffix, name in PERCENTILES:
+            v = rec.get(f"latency_{suffix}_ns")
+            if v is not None and pd.notna(v):
+                rows.append({**{k: rec[k] for k in SCENARIO_COLUMNS}, "label": rec["label"], "load": rec["load"],
+                             "percentile": name, "latency_us": float(v) / 1e3})
+    return pd.DataFrame(rows, columns=cols)
+
+def search_path(run: RunData, repeats: Iterable[int] | None = (1,)) -> pd.DataFrame:
+    """Every trial of the search units, in order (see module doc); ``repeats=None`` keeps all."""
+    cols = ["unit", "scenario_key", "direction", "frame_size", "flows", "dut_cores", "label", "repeat", "step",
+            "phase", "duration", "offered_mpps", "loss_ratio", "verdict", "in_result", "attempt", "lower_mpps",
+            "upper_mpps"]
+    t = run.trials
+    units = [s for s in _units(run) if s["method"] != "maxrate" and s["result"].get("goals")]
+    if t.empty or not units:
+        return pd.DataFrame(columns=cols)
+    wanted = set(repeats) if repeats is not None else None
+    frames = []
+    for s in units:
+        if wanted is not None and int(s.get("repeat", 1)) not in wanted:
+            continue
+        goals = s["result"]["goals"]
+        tolerances = sorted({g["loss_tolerance"] for g in goals})
+        g0 = goals[0]
+        ut = t[t["unit"] == s["unit"]].copy()
+        ut["step"] = range(1, len(ut) + 1)
+        ut["verdict"] = [_verdict(x, tolerances) for x in ut["loss_ratio"]]
+        ut["lower_mpps"] = (g0.get("lower_bound") or math.nan) / 1e6
+        ut["upper_mpps"] = (g0.get("upper_bound") or math.nan) / 1e6
+        if "attempt" not in ut:
+            ut["attempt"] = 1
+        frames.append(ut)
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True)[cols]
+
+def _verdict(loss: float, tolerances: Sequence[float]) -> str:
+    if loss <= 0:
+        return "no loss"
+    for tol in tolerances:
+        if tol > 0 and loss <= tol:
+            return f"loss <= {tol * 100:g}%"
+    return "loss"

@@ -1,0 +1,16 @@
+"""Campaigns: declarative sets of scenarios x methods, run into the store, resumable.
+
+- ``perfkit.campaign.schema``: the YAML file -> ``Campaign`` (validated, frozen; errors name the field);
+- ``perfkit.campaign.units``: ``expand`` into ``Unit`` (scenario x repeat x method), ``estimate``;
+- ``perfkit.campaign.runner``: ``run_campaign``, ``resume_campaign`` (tqdm progress, trials on disk
+  first, replay-based resume);
+- ``perfkit.campaign.journal``: ``units.jsonl``, the events a resume reads;
+- ``perfkit.campaign.metrics_session``: the metrics stack or endpoints, pushes that never stop a run;
+- ``perfkit.campaign.metadata``: host, kernel, CPU, git sha, BPF object hashes.
+"""
+from perfkit.campaign.runner import RunOutcome, resume_campaign, run_campaign
+from perfkit.campaign.schema import Campaign, GeneratorSpec, MethodSpec, MetricsSpec, load_campaign, parse_campaign
+from perfkit.campaign.units import Estimate, Unit, estimate, expand
+
+__all__ = ["Campaign", "Estimate", "GeneratorSpec", "MethodSpec", "MetricsSpec", "RunOutcome", "Unit", "estimate",
+           "expand", "load_campaign", "parse_campaign", "resume_campaign", "run_campaign"]

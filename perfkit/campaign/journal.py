@@ -1,0 +1,95 @@
+"""The campaign journal, ``units.jsonl`` in the run directory: what a resume needs besides the trials.
+
+One JSON object per line, appended and fsynced, never rewritten:
+
+- ``{"event": "session", "session": n, "action": "start"|"resume", "time": ...}``
+- ``{"event": "start", "unit": id, "attempt": n, "replay": k, "time": ...}``: attempt n of a unit
+  begins, re-using the k trials it already has on disk;
+- ``{"event": "superseded", "unit": id, "trial_ids": [...]}``: trials of an interrupted attempt
+  that the restarted search did not ask for again (it diverged from the recorded path); they stay
+  on disk but are not part of the unit's result;
+- ``{"event": "done", "unit": id, "attempt": n, "trial_ids": [...], "time": ...}``: the unit's
+  search ended and ``searches/<id>.json`` is written;
+- ``{"event": "failed", "unit": id, "attempt": n, "error": "..."}``: the unit raised an error
+  (a resume tries it again);
+- ``{"event": "end", "session": n, "status": "complete"|"interrupted"|"failed", ...}``.
+
+A torn last line (the process died while writing it) is ignored.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOURNAL_FILE = "units.jsonl"
+
+
+@dataclass
+class JournalState:
+    """What the journal says so far."""
+
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """unit id -> its ``done`` event."""
+    attempts: dict[str, int] = field(default_factory=dict)
+    """unit id -> attempts started."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """unit id -> last error, for units not done."""
+    superseded: set[str] = field(default_factory=set)
+    """Trial ids that belong to no unit's result."""
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    """``session`` and ``end`` events, in order."""
+
+    @property
+    def session_count(self) -> int:
+        return sum(1 for s in self.sessions if s["event"] == "session")
+
+
+class Journal:
+    """Append-only event log of a campaign run."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / JOURNAL_FILE
+
+    def append(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "time": time.time(), **fields}, sort_keys=True, default=str)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text().splitlines()
+        out = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    break  # torn last line
+                raise
+        return out
+
+    def state(self) -> JournalState:
+        st = JournalState()
+        for e in self.events():
+            kind, unit = e["event"], e.get("unit")
+            if kind == "start":
+                st.attempts[unit] = max(st.attempts.get(unit, 0), int(e.get("attempt", 1)))
+            elif kind == "done":
+                st.done[unit] = e
+                st.failed.pop(unit, None)
+            elif kind == "failed":
+                st.failed[unit] = e.get("error", "")
+            elif kind == "superseded":
+                st.superseded.update(e.get("trial_ids", []))
+            elif kind in ("session", "end"):
+                st.sessions.append(e)
+        return st

@@ -1,0 +1,87 @@
+"""What a run records about where and with what it ran: host, kernel, CPU, perfkit, BPF objects.
+
+``host_facts()`` returns::
+
+    host        socket.gethostname()
+    kernel      uname -r
+    os          PRETTY_NAME of /etc/os-release
+    cpu_model   "model name" of /proc/cpuinfo (or the machine type)
+    cpus        CPUs this process may run on; cpus_online: os.cpu_count()
+    python      the interpreter version
+    perfkit     {"version", "git_sha" (short), "git_sha_full", "git_dirty"}
+    bpf_objects {"build/bpf/pgwu.o": "<sha256>", ...}
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+#: The repository root (perfkit is installed editable from it).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def perfkit_version() -> dict[str, Any]:
+    """perfkit's package version and git commit (``unknown`` outside a checkout)."""
+    try:
+        from importlib.metadata import version
+        pkg = version("perfkit")
+    except Exception:  # noqa: BLE001 - not installed
+        pkg = "unknown"
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"version": pkg, "git_sha": _git("rev-parse", "--short", "HEAD") or "unknown",
+            "git_sha_full": _git("rev-parse", "HEAD") or "unknown",
+            "git_dirty": bool(status) if status is not None else None}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def os_release() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.system()
+
+
+def bpf_object_hashes(build_dir: Path | None = None) -> dict[str, str]:
+    """sha256 of every ``build/bpf/*.o`` (keys relative to the repository)."""
+    d = build_dir or REPO_ROOT / "build" / "bpf"
+    out = {}
+    for p in sorted(d.glob("*.o")) if d.is_dir() else []:
+        key = str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
+        out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def host_facts() -> dict[str, Any]:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cpus = os.cpu_count() or 1
+    return {"host": socket.gethostname(), "kernel": platform.release(), "os": os_release(),
+            "cpu_model": cpu_model(), "cpus": cpus, "cpus_online": os.cpu_count(),
+            "python": platform.python_version(), "perfkit": perfkit_version(),
+            "bpf_objects": bpf_object_hashes()}

@@ -1,0 +1,165 @@
+"""The metrics side of a campaign: endpoints or the local stack, pushes that never stop the run.
+
+``MetricsSession.open(spec, enabled)`` decides once, at the start, and says why in ``note``:
+
+1. metrics off (``--no-metrics`` or ``metrics.enabled: false``): nothing is pushed;
+2. endpoints configured (campaign ``metrics.config``/URLs, or ``$PERFKIT_METRICS_CONFIG``,
+   ``$PERFKIT_PUSHGATEWAY_URL``, ``$PERFKIT_PROMETHEUS_URL``): they are used if they answer;
+3. else, with ``start_local`` (the default), the local stack is started (``perfkit.metrics.stack.up``;
+   components already running are left as they are) and ``close()`` stops only what it started;
+4. if that fails, or the Pushgateway does not answer: the run goes on without pushing.
+
+``push(store, trial)`` is called after the trial is on disk; a failure is reported once and counted;
+after ``MAX_CONSECUTIVE_FAILURES`` in a row pushing stops for the run (``perfkit push --run ID``
+backfills). ``save_cpu(store)`` keeps Prometheus' view of the DUT CPU per trial in the run directory
+(windows of at least 3 scrape intervals; shorter trials are left to /proc/stat).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from perfkit.campaign.schema import MetricsSpec
+from perfkit.errors import ConfigError, MetricsError
+from perfkit.store import RunStore
+from perfkit.trial import TrialResult
+
+MAX_CONSECUTIVE_FAILURES = 3
+_ENV = ("PERFKIT_METRICS_CONFIG", "PERFKIT_PUSHGATEWAY_URL", "PERFKIT_PROMETHEUS_URL")
+
+
+@dataclass
+class MetricsSession:
+    """Endpoints in use (or None) and what happened to the pushes."""
+
+    endpoints: Any = None
+    """``perfkit.metrics.Endpoints`` pushed to, or None (not pushing)."""
+    note: str = ""
+    """One line: what is used, or why nothing is."""
+    stack_dir: str | None = None
+    started: list[str] = field(default_factory=list)
+    """Components of the local stack this session started (and ``close`` stops)."""
+    prometheus_ok: bool = False
+    pushed: int = 0
+    failures: int = 0
+    consecutive: int = 0
+    first_error: str | None = None
+    stopped_pushing: bool = False
+    cpu_note: str = ""
+    say: Callable[[str], None] = print
+
+    # -- opening -----------------------------------------------------------------------------
+    @classmethod
+    def open(cls, spec: MetricsSpec, enabled: bool = True, say: Callable[[str], None] = print) -> MetricsSession:
+        s = cls(say=say, stack_dir=spec.stack_dir)
+        if not (enabled and spec.enabled):
+            s.note = "metrics: off; trials are only written to disk (push them later: perfkit push --run RUN_ID)"
+            return s
+        explicit = spec.config or spec.prometheus_url or spec.pushgateway_url or any(os.environ.get(e) for e in _ENV)
+        try:
+            if explicit or not spec.start_local:
+                s._use_configured(spec)
+            else:
+                s._start_local(spec)
+        except (MetricsError, ConfigError) as err:
+            s.endpoints = None
+            s.note = f"metrics: not available ({err}); running without pushing"
+        return s
+
+    def _start_local(self, spec: MetricsSpec) -> None:
+        from perfkit.metrics import stack
+
+        st = stack.up(spec.stack_dir)
+        self.started = list(st.started)
+        self.endpoints = st.endpoints()
+        self.prometheus_ok = True
+        what = f"started {', '.join(st.started)}" if st.started else "already running"
+        self.note = (f"metrics: local stack {what} (Prometheus {self.endpoints.prometheus_url}, "
+                     f"Pushgateway {self.endpoints.pushgateway_url})")
+
+    def _use_configured(self, spec: MetricsSpec) -> None:
+        from perfkit.metrics.config import load_endpoints
+        from perfkit.metrics.query import check_endpoints
+
+        ep = load_endpoints(spec.config, prometheus_url=spec.prometheus_url, pushgateway_url=spec.pushgateway_url)
+        checks = {c.name: c for c in check_endpoints(ep)}
+        self.prometheus_ok = checks["prometheus"].ok
+        if not checks["pushgateway"].ok:
+            self.note = (f"metrics: Pushgateway {ep.pushgateway_url} not reachable ({checks['pushgateway'].detail}); "
+                         "running without pushing")
+            return
+        self.endpoints = ep
+        self.note = f"metrics: pushing to {ep.pushgateway_url} (from {ep.source})" + (
+            "" if self.prometheus_ok else f"; Prometheus {ep.prometheus_url} not reachable")
+
+    # -- during the run ----------------------------------------------------------------------
+    @property
+    def pushing(self) -> bool:
+        return self.endpoints is not None and not self.stopped_pushing
+
+    def push(self, store: RunStore, trial: TrialResult) -> None:
+        """Push one trial already on disk; never raises for a metrics failure."""
+        if not self.pushing:
+            return
+        from perfkit.metrics.push import push_trial, run_git_sha
+
+        try:
+            push_trial(trial, self.endpoints, store, git_sha=run_git_sha(store))
+        except MetricsError as err:
+            self.failures += 1
+            self.consecutive += 1
+            if self.first_error is None:
+                self.first_error = str(err)
+                self.say(f"warning: {err}; the trial is on disk, the run goes on "
+                         f"(backfill: perfkit push --run {store.run_id})")
+            if self.consecutive >= MAX_CONSECUTIVE_FAILURES:
+                self.stopped_pushing = True
+                self.say(f"warning: {self.consecutive} pushes in a row failed; no more pushes in this run "
+                         f"(backfill: perfkit push --run {store.run_id})")
+            return
+        self.pushed += 1
+        self.consecutive = 0
+
+    # -- at the end --------------------------------------------------------------------------
+    def save_cpu(self, store: RunStore) -> None:
+        """Save Prometheus' CPU frame of the run's trials (those long enough) into the run dir."""
+        if self.endpoints is None or not self.prometheus_ok:
+            return
+        from perfkit.metrics.query import cpu_frame
+
+        trials = store.trials()
+        if trials.empty:
+            return
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                frame = cpu_frame(trials, self.endpoints, on_short="skip", wait=True)
+        except (MetricsError, ConfigError) as err:
+            self.cpu_note = f"Prometheus CPU frame not saved: {err}"
+            self.say(f"warning: {self.cpu_note}")
+            return
+        covered = frame["trial_id"].nunique() if not frame.empty else 0
+        if covered:
+            store.write_prometheus_cpu(frame)
+        self.cpu_note = (f"Prometheus CPU frame: {covered} of {len(trials)} trials "
+                         "(trials shorter than 3 scrape intervals use /proc/stat)")
+
+    def close(self) -> None:
+        """Stop the stack components this session started."""
+        if not self.started:
+            return
+        from perfkit.metrics import stack
+
+        try:
+            stack.down(self.stack_dir, components=self.started)
+        except (MetricsError, ConfigError) as err:
+            self.say(f"warning: stopping the metrics stack failed: {err}")
+        self.started = []
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"note": self.note, "pushgateway_url": getattr(self.endpoints, "pushgateway_url", None),
+                "prometheus_url": getattr(self.endpoints, "prometheus_url", None), "pushed": self.pushed,
+                "push_failures": self.failures, "first_error": self.first_error,
+                "stopped_pushing": self.stopped_pushing, "cpu": self.cpu_note}

@@ -1,0 +1,46 @@
+"""``perfkit report RUN_ID``: execute the notebooks on a stored run and write reports/<run_id>/*.html.
+
+No traffic is sent: the notebooks read the run store (batch regeneration). Exit status: 0 every page
+rendered; 2 a notebook failed (its page shows the traceback) or bad input.
+"""
+from __future__ import annotations
+
+import argparse
+
+from perfkit.cli.options import add_json, emit
+from perfkit.errors import PerfkitError
+from perfkit.store import DEFAULT_ROOT
+
+
+def _human(d: dict) -> str:
+    lines = [f"report of run {d['run_id']}" + (f" (baseline {d['baseline_run_id']})" if d["baseline_run_id"] else "")]
+    for p in d["pages"]:
+        lines.append(f"  {p['file']:<22} {'ok' if p['ok'] else 'FAILED: ' + str(p['error'])} ({p['seconds']:.0f} s)")
+    lines.append(f"open {d['index']}")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from perfkit.report import build_report
+
+    rep = build_report(args.run_id, baseline_run_id=args.baseline, data_root=args.root, reports_root=args.reports,
+                       show_code=args.show_code, progress=not args.no_progress)
+    emit(rep.to_dict(), args.json, _human)
+    if not rep.ok:
+        failed = ", ".join(p.name for p in rep.pages if not p.ok)
+        raise PerfkitError(f"notebook(s) failed: {failed}; see their pages in {rep.dir}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write the HTML report of a run (papermill + nbconvert, no traffic)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--baseline", default=None, metavar="RUN_ID",
+                   help="run to compare with, or 'auto' (the last complete run of the same campaign)")
+    p.add_argument("--show-code", action="store_true", help="keep the notebooks' code in the HTML")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
+    p.add_argument("--reports", default="reports", help="reports directory (default reports)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json(p)
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,89 @@
+"""``perfkit run CAMPAIGN``: run a campaign into data/runs/<run_id>/ (and, with --report, its HTML report).
+
+``perfkit run --resume RUN_ID`` continues an interrupted run with the campaign stored in it: done
+units are skipped, an interrupted search replays its stored trials and goes on where it stopped.
+Exit status: 0 every unit done; 2 a unit failed or bad input; 130 interrupted (Ctrl-C or SIGTERM;
+resume it).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+
+from perfkit.cli.options import add_json, emit
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.store import DEFAULT_ROOT
+
+
+def _human(d: dict) -> str:
+    lines = [f"run {d['run_id']}: {d['status']}, {d['units_done_before'] + d['units_done']} of {d['units_total']} "
+             f"units done, {d['trials_written']} trials written in {d['wall_seconds']:.0f} s, data in {d['path']}"]
+    for unit, err in d["units_failed"].items():
+        lines.append(f"  failed: {unit}: {err}")
+    if d["metrics"].get("push_failures"):
+        lines.append(f"  {d['metrics']['push_failures']} pushes failed: perfkit push --run {d['run_id']}")
+    if d.get("report"):
+        lines.append(f"report: {d['report']}")
+    return "\n".join(lines)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM too: tear the testbed down, leave a resumable run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from perfkit.campaign import resume_campaign, run_campaign
+
+    common = {"root": args.root, "metrics": not args.no_metrics, "progress": not args.no_progress}
+    if args.resume:
+        if args.run_id:
+            raise ConfigError("--run-id", args.run_id, "nothing with --resume (the run keeps its id)")
+        outcome = resume_campaign(args.resume, campaign_path=args.campaign, **common)
+    else:
+        if not args.campaign:
+            raise ConfigError("CAMPAIGN", None, "a campaign file, e.g. campaigns/default.yaml (or --resume RUN_ID)")
+        outcome = run_campaign(args.campaign, run_id=args.run_id, **common)
+    out = outcome.to_dict()
+    rep = None
+    if args.report:
+        from perfkit.report import build_report
+
+        rep = build_report(outcome.run_id, baseline_run_id=args.baseline, data_root=args.root,
+                           reports_root=args.reports, progress=not args.no_progress)
+        out["report"] = str(rep.index)
+        out["report_ok"] = rep.ok
+    emit(out, args.json, _human)
+    if outcome.status != "complete":
+        raise PerfkitError(f"{len(outcome.units_failed)} unit(s) failed; retry them with: "
+                           f"perfkit run --resume {outcome.run_id}")
+    if rep is not None and not rep.ok:
+        failed = ", ".join(p.name for p in rep.pages if not p.ok)
+        raise PerfkitError(f"report: notebook(s) failed: {failed}; see their pages in {rep.dir}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a campaign (scenarios x methods) into the run store", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("campaign", nargs="?", default=None, metavar="CAMPAIGN",
+                   help="campaign YAML file (with --resume: optional, must match the stored one)")
+    p.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
+    p.add_argument("--run-id", default=None, help="id of the new run (default: a time stamp)")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
+    p.add_argument("--report", action="store_true", help="write the HTML report at the end (perfkit report)")
+    p.add_argument("--baseline", default=None, metavar="RUN_ID",
+                   help="with --report: the run to compare with (or 'auto': the last complete run of the campaign)")
+    p.add_argument("--reports", default="reports", help="reports directory (default reports)")
+    p.add_argument("--no-metrics", action="store_true",
+                   help="do not start the metrics stack nor push (trials are on disk; perfkit push --run later)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_json(p)
+    p.set_defaults(func=cmd_run)

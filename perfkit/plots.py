@@ -1,0 +1,283 @@
+"""The report's figures (seaborn/matplotlib). Each takes a frame from ``perfkit.analysis`` or
+``perfkit.compare`` and returns a ``matplotlib.figure.Figure`` with a title, axis labels with
+units and a legend. ``setup()`` sets the common style once per notebook.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FormatStrFormatter
+
+#: Axis labels (with units) of the frame columns the figures plot.
+LABELS = {
+    "frame_size": "frame size [bytes]",
+    "rx_gbps": "received [Gbit/s, L1]",
+    "throughput_gbps": "throughput [Gbit/s, L1 of user frames]",
+    "throughput_mpps": "throughput [Mpps]",
+    "rx_mpps": "received [Mpps]",
+    "offered_mpps": "offered load [Mpps]",
+    "loss_pct": "loss [% of offered]",
+    "latency_us": "one-way latency [µs]",
+    "cpu_pct": "DUT CPU per core [%]",
+    "cpu_cores_pct": "DUT CPU work, all DUT cores [% of one core]",
+    "change_pct": "change vs baseline [%]",
+    "step": "trial [#]",
+}
+DIRECTION_NAMES = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
+VERDICT_COLORS = {"regression": "#d62728", "improvement": "#2ca02c", "within noise": "#7f7f7f",
+                  "new": "#1f77b4", "missing": "#ff7f0e"}
+
+
+def setup() -> None:
+    """The common look: white grid, readable fonts, figures sized for an HTML report."""
+    matplotlib.rcParams.update({"figure.dpi": 90, "savefig.dpi": 90, "figure.autolayout": False})
+    sns.set_theme(style="whitegrid", context="notebook")
+
+
+def _empty(title: str, message: str) -> Figure:
+    fig, ax = plt.subplots(figsize=(7, 2))
+    ax.set_title(title)
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return fig
+
+
+def _directions(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    out["direction"] = out["direction"].map(lambda d: DIRECTION_NAMES.get(d, d))
+    return out
+
+
+def _title(fig: Figure, title: str, subtitle: str = "") -> None:
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), y=1.0, va="bottom", fontsize=13)
+
+
+def _move_legend(g: sns.FacetGrid, title: str) -> None:
+    if g.legend is not None:
+        g.legend.set_title(title)
+
+
+# -- throughput -------------------------------------------------------------------------------
+def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max", subtitle: str = "") -> Figure:
+    """Bars of ``value`` vs frame size, UL vs DL, one panel per flow mode (and core count).
+
+    ``tp``: ``analysis.throughput_table``; ``goal``: ``max`` (max-rate trials), ``ndr``, ``pdr0.5%`` ...
+    Repeats are averaged; error bars show their standard deviation.
+    """
+    what = {"max": "at max rate (100 % of line rate offered)"}.get(goal, f"at {goal.upper()}")
+    title = f"{LABELS.get(value, value).split(' [')[0].capitalize()} vs frame size {what}"
+    d = tp[tp["goal"] == goal].dropna(subset=[value])
+    if d.empty:
+        return _empty(title, f"no {goal} results in this run")
+    d = _directions(d)
+    many_cores = d["dut_cores"].nunique() > 1
+    g = sns.catplot(data=d, kind="bar", x="frame_size", y=value, hue="direction", col="flow_mode",
+                    row="dut_cores" if many_cores else None, errorbar="sd", height=3.4, aspect=1.4,
+                    col_order=[m for m in ("single", "multi") if m in set(d["flow_mode"])], sharey=True)
+    g.set_axis_labels(LABELS["frame_size"], LABELS.get(value, value))
+    g.set_titles(row_template="{row_name} DUT core(s)", col_template="{col_name} flow")
+    _move_legend(g, "direction")
+    _title(g.figure, title, subtitle)
+    return g.figure
+
+
+def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle: str = "") -> Figure:
+    """``value`` vs frame size: one panel per goal (max rate, NDR, PDR ...), hue direction, style flows."""
+    title = f"{LABELS.get(value, value).split(' [')[0].capitalize()} vs frame size, per method"
+    d = tp.dropna(subset=[value])
+    if d.empty:
+        return _empty(title, "no throughput results in this run")
+    d = _directions(d)
+    d["goal"] = d["goal"].map(lambda g: "max rate" if g == "max" else g.upper())
+    d["DUT cores"] = d["dut_cores"].astype(str)
+    g = sns.relplot(data=d, kind="line", x="frame_size", y=value, hue="direction", style="flow_mode",
+                    size="DUT cores" if d["dut_cores"].nunique() > 1 else None, col="goal", markers=True,
+                    errorbar="sd", height=3.4, aspect=1.2, facet_kws={"sharey": False})
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(d["frame_size"].unique())
+        ax.set_xticks(ticks, [str(t) for t in ticks], rotation=45)
+        ax.minorticks_off()
+    g.set_axis_labels(LABELS["frame_size"], LABELS.get(value, value))
+    g.set_titles(col_template="{col_name}")
+    _move_legend(g, "")
+    _title(g.figure, title, subtitle)
+    return g.figure
+
+
+def loss_bars(tp: pd.DataFrame, subtitle: str = "") -> Figure:
+    """Loss at max rate [% of offered] vs frame size, UL vs DL, per flow mode."""
+    title = "Loss at max rate vs frame size"
+    d = tp[tp["goal"] == "max"].dropna(subset=["loss_ratio"]).copy()
+    if d.empty:
+        return _empty(title, "no max-rate results in this run")
+    d["loss_pct"] = d["loss_ratio"] * 100
+    d = _directions(d)
+    g = sns.catplot(data=d, kind="bar", x="frame_size", y="loss_pct", hue="direction", col="flow_mode",
+                    errorbar="sd", height=3.2, aspect=1.4)
+    g.set_axis_labels(LABELS["frame_size"], LABELS["loss_pct"])
+    g.set_titles(col_template="{col_name} flow")
+    _move_legend(g, "direction")
+    _title(g.figure, title, subtitle)
+    return g.figure
+
+
+def latency_percentiles(lat: pd.DataFrame, subtitle: str = "") -> Figure:
+    """Latency percentiles vs frame size (log scale), one panel per direction x load."""
+    title = "One-way latency percentiles vs frame size"
+    if lat.empty:
+        return _empty(title, "no latency measured in this run")
+    d = _directions(lat)
+    loads = list(dict.fromkeys(d["load"]))
+    g = sns.catplot(data=d, kind="point", x="frame_size", y="latency_us", hue="percentile", col="direction",
+                    row="load" if len(loads) > 1 else None, row_order=loads if len(loads) > 1 else None,
+                    errorbar=None, height=3.0, aspect=1.4, dodge=0.3)
+    for ax in g.axes.flat:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    g.set_axis_labels(LABELS["frame_size"], LABELS["latency_us"] + ", log")
+    g.set_titles(row_template="at {row_name}", col_template="{col_name}")
+    _move_legend(g, "percentile")
+    _title(g.figure, title, subtitle)
+    return g.figure
+
+
+# -- CPU --------------------------------------------------------------------------------------
+def cpu_vs_frame_size(frame: pd.DataFrame, models: Sequence[object], subtitle: str = "",
+                      target: str = "cpu_pct") -> Figure:
+    """Seed 001's figure: DUT CPU per core vs frame size, hue = DUT cores, with each core count's
+    fitted line (``analysis.fit_cpu_models(...).per_cores``); one panel per direction."""
+    title = "DUT CPU per core vs frame size, with linear fits per core count"
+    if frame.empty:
+        return _empty(title, "no CPU figures in this run")
+    directions = sorted(frame["direction"].unique())
+    fig, axes = plt.subplots(1, len(directions), figsize=(5.5 * len(directions), 4), squeeze=False, sharey=True)
+    cores = sorted(frame["dut_cores"].unique())
+    palette = dict(zip(cores, sns.color_palette("viridis", len(cores))))
+    fits = {(m.direction, f.group.get("dut_cores")): f for m in models for f in m.per_cores}
+    for ax, direction in zip(axes[0], directions):
+        d = frame[frame["direction"] == direction]
+        sns.scatterplot(data=d, x="frame_size", y=target, hue="dut_cores", palette=palette, style="flow_mode",
+                        ax=ax, s=60, alpha=0.8, legend=False)
+        xs = np.linspace(d["frame_size"].min(), d["frame_size"].max(), 50)
+        for c in cores:
+            fit = fits.get((direction, int(c)))
+            if fit is not None:
+                ax.plot(xs, fit.predict(pd.DataFrame({"frame_size": xs})), color=palette[c], lw=2)
+        ax.set_title(DIRECTION_NAMES.get(direction, direction))
+        ax.set_xlabel(LABELS["frame_size"])
+        ax.set_ylabel(LABELS["cpu_pct"])
+    handles = [Line2D([], [], color=palette[c], marker="o", lw=2, label=f"{c} core(s): points + fit") for c in cores]
+    handles += [Line2D([], [], color="gray", marker=m, lw=0, label=f"{f} flow")
+                for f, m in (("single", "o"), ("multi", "X")) if f in set(frame["flow_mode"])]
+    fig.tight_layout()
+    fig.legend(handles=handles, title="DUT cores", loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    _title(fig, title, subtitle)
+    return fig
+
+
+def residuals(models: Sequence[object], subtitle: str = "") -> Figure:
+    """Residuals of each direction's multivariate model vs its prediction, hue = frame size."""
+    title = "Multivariate CPU model: residuals vs predicted"
+    fits = [m.multivariate for m in models if getattr(m, "multivariate", None) is not None]
+    if not fits:
+        return _empty(title, "no multivariate model (too few trials with CPU figures)")
+    fig, axes = plt.subplots(1, len(fits), figsize=(5.5 * len(fits), 3.8), squeeze=False, sharey=True)
+    for ax, fit in zip(axes[0], fits):
+        r = fit.residuals_
+        sns.scatterplot(data=r, x="predicted", y="residual", hue="frame_size", palette="viridis", ax=ax, s=35)
+        ax.axhline(0, color="black", lw=1, ls="--", label="zero")
+        ax.set_title(f"{DIRECTION_NAMES.get(fit.group.get('direction'), fit.group.get('direction'))}: "
+                     f"R² = {fit.r2_:.3f}, n = {fit.n_samples_}")
+        ax.set_xlabel("predicted " + LABELS.get(fit.target, fit.target))
+        ax.set_ylabel("residual (actual - predicted) [% points]")
+        ax.legend(title="frame size [bytes]", fontsize=8)
+    fig.tight_layout()
+    _title(fig, title, subtitle)
+    return fig
+
+
+# -- searches ---------------------------------------------------------------------------------
+def search_paths(path: pd.DataFrame, col_wrap: int = 4, max_units: int = 40, subtitle: str = "") -> Figure:
+    """Trial-by-trial path of each search: offered load of each trial (log scale), colour = verdict,
+    marker = phase, with the final bounds of the first goal (dashed: lower, dotted: upper)."""
+    title = "Search paths: offered load of each trial, and the bounds found"
+    if path.empty:
+        return _empty(title, "no search in this run")
+    units = list(dict.fromkeys(path["unit"]))[:max_units]
+    d = path[path["unit"].isin(units)].copy()
+    d["panel"] = d["unit"].str.replace("__", "\n", regex=False)
+    pdrs = sorted((v for v in set(d["verdict"]) if v.startswith("loss <=")), key=lambda v: float(v.split()[-1][:-1]))
+    verdicts = [v for v in ("no loss",) if v in set(d["verdict"])] + pdrs + [v for v in ("loss",) if v in set(d["verdict"])]
+    shades = ["#ff7f0e", "#bcbd22", "#17becf", "#9467bd"]
+    colors = {"no loss": "#2ca02c", "loss": "#d62728", **dict(zip(pdrs, shades * 3))}
+    colors = {v: colors[v] for v in verdicts}
+    phases = list(dict.fromkeys(d["phase"]))
+    markers = dict(zip(phases, ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"] * 3))
+    g = sns.FacetGrid(d, col="panel", col_wrap=min(col_wrap, len(units)), height=2.6, aspect=1.3, sharey=False)
+    g.map_dataframe(sns.lineplot, x="step", y="offered_mpps", color="lightgray", lw=1, zorder=1)
+    g.map_dataframe(sns.scatterplot, x="step", y="offered_mpps", hue="verdict", hue_order=verdicts,
+                    palette=colors, style="phase", markers=markers, s=45, zorder=2, legend=False)
+    for ax, unit in zip(g.axes.flat, units):
+        u = d[d["unit"] == unit].iloc[0]
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+        if pd.notna(u["lower_mpps"]):
+            ax.axhline(u["lower_mpps"], color="tab:green", ls="--", lw=1)
+        if pd.notna(u["upper_mpps"]):
+            ax.axhline(u["upper_mpps"], color="tab:red", ls=":", lw=1)
+    g.set_axis_labels(LABELS["step"], LABELS["offered_mpps"] + ", log")
+    g.set_titles(col_template="{col_name}", size=8)
+    handles = [Patch(color=c, label=v) for v, c in colors.items()]
+    handles += [Line2D([], [], color="gray", marker=m, lw=0, label=f"phase {ph}") for ph, m in markers.items()]
+    handles += [Line2D([], [], color="tab:green", ls="--", label="lower bound"),
+                Line2D([], [], color="tab:red", ls=":", label="upper bound")]
+    g.figure.tight_layout()
+    g.figure.legend(handles=handles, title="trial", loc="upper left", bbox_to_anchor=(1.0, 0.95))
+    _title(g.figure, title, subtitle + (f" (first {max_units} of {path['unit'].nunique()} searches)"
+                                        if path["unit"].nunique() > max_units else ""))
+    return g.figure
+
+
+# -- comparison -------------------------------------------------------------------------------
+def compare_changes(rows: pd.DataFrame, threshold_pct: float, subtitle: str = "") -> Figure:
+    """Change of each scenario's figure vs the baseline [%], bars colored by verdict, error bars =
+    the noise band, dashed lines at +- threshold."""
+    title = "Change vs baseline per scenario"
+    d = rows.dropna(subset=["change_pct"]) if not rows.empty else rows
+    if d.empty:
+        return _empty(title, "no scenario in common with the baseline")
+    d = d.sort_values("change_pct").reset_index(drop=True)
+    names = d["scenario_key"] + " " + d["metric"]
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.28 * len(d) + 1.2)))
+    colors = [VERDICT_COLORS.get(v, "gray") for v in d["verdict"]]
+    noise = d["noise_pct"].fillna(0).to_numpy()
+    ax.barh(range(len(d)), d["change_pct"], color=colors, xerr=noise, error_kw={"ecolor": "black", "lw": 0.8})
+    ax.set_yticks(range(len(d)), names, fontsize=7)
+    for x in (-threshold_pct, threshold_pct):
+        ax.axvline(x, color="black", ls="--", lw=1)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel(LABELS["change_pct"])
+    ax.set_ylabel("scenario, figure")
+    present = [v for v in VERDICT_COLORS if v in set(d["verdict"])]
+    handles = [Patch(color=VERDICT_COLORS[v], label=v) for v in present]
+    handles += [Line2D([], [], color="black", ls="--", label=f"threshold ±{threshold_pct:g} %"),
+                Line2D([], [], color="black", marker="|", lw=0.8, label="noise band")]
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    fig.tight_layout()
+    _title(fig, title, subtitle)
+    return fig
+

@@ -1,0 +1,180 @@
+"""HTML reports of a run: the notebooks executed with papermill from stored data, exported with nbconvert.
+
+``build_report(run_id)`` is a pipeline (papermill's shape): for each notebook of ``notebooks/``
+(``PAGES``, then ``index``) -> parameterise (``run_id``, ``baseline_run_id``, ``data_root``; the
+index also gets ``pages``) -> execute with papermill (kernel ``python3``; no traffic, only the run
+store) into ``reports/<run_id>/notebooks/<name>.ipynb`` -> export to
+``reports/<run_id>/<name>.html`` with nbconvert's HTMLExporter: code hidden unless ``show_code``
+(``exclude_input``), prompts hidden, figures embedded as base64 PNG. ``index.html`` links the pages
+and shows the run's metadata and headline figures.
+
+A notebook that fails still gets its page (with the traceback) and is marked failed in the index;
+``Report.ok`` is False then (the CLI exits 2).
+"""
+from __future__ import annotations
+
+import html
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm import tqdm
+
+from perfkit.errors import ConfigError
+from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
+
+#: The notebooks directory of the repository.
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+DEFAULT_REPORTS = Path(os.environ.get("PERFKIT_REPORTS", "reports"))
+KERNEL = "python3"
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    name: str
+    """Notebook ``notebooks/<name>.ipynb`` and page ``<name>.html``."""
+    title: str
+    description: str
+
+
+#: The pages besides the index, in index order.
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec("throughput", "Throughput",
+             "received Gbit/s, Mpps and loss vs frame size per core count; UL vs DL, single vs multi flow; latency"),
+    PageSpec("cpu_regression", "DUT CPU models",
+             "DUT CPU vs frame size and cores: correlations, linear fits, residuals, cores needed for X Gbit/s"),
+    PageSpec("search", "NDR/PDR searches", "throughput per scenario and goal, with every search's trial-by-trial path"),
+    PageSpec("compare", "Comparison with the baseline",
+             "per-scenario change vs the baseline run, with noise bands; regressions flagged"),
+)
+INDEX = PageSpec("index", "Index", "links, run metadata, headline figures")
+
+
+@dataclass
+class Page:
+    """One rendered page."""
+
+    name: str
+    title: str
+    description: str
+    file: str
+    """The HTML file name (relative to the report directory)."""
+    ok: bool = True
+    error: str | None = None
+    """``cell <n>: <exception>: <message>`` when the notebook failed."""
+    seconds: float = 0.0
+
+
+@dataclass
+class Report:
+    run_id: str
+    baseline_run_id: str | None
+    dir: Path
+    index: Path
+    pages: list[Page] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.pages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "baseline_run_id": self.baseline_run_id, "dir": str(self.dir),
+                "index": str(self.index), "ok": self.ok, "pages": [asdict(p) for p in self.pages]}
+
+
+def find_baseline(run_id: str, data_root: str | Path = DEFAULT_ROOT) -> str | None:
+    """The latest complete run before ``run_id`` made from a campaign of the same name, or None."""
+    mine = RunStore.open(run_id, data_root).metadata().get("campaign", {}).get("name")
+    for other in reversed(list_runs(data_root)):
+        if other >= run_id:
+            continue
+        meta = RunStore.open(other, data_root).metadata()
+        if meta.get("status") == "complete" and meta.get("campaign", {}).get("name") == mine:
+            return other
+    return None
+
+
+def links_html(pages: Sequence[dict[str, Any]], baseline_run_id: str | None = None) -> str:
+    """The index's list of pages (dicts with name, title, description, file, ok, error)."""
+    items = []
+    for p in pages:
+        status = "" if p.get("ok", True) else (
+            f' <strong style="color:#d62728">failed: {html.escape(str(p.get("error", "")))}</strong>')
+        items.append(f'<li><a href="{html.escape(p["file"])}">{html.escape(p["title"])}</a>: '
+                     f'{html.escape(p["description"])}{status}</li>')
+    base = (f"<p>Baseline: run <code>{html.escape(baseline_run_id)}</code></p>" if baseline_run_id
+            else "<p>No baseline run given (<code>perfkit report RUN_ID --baseline OTHER</code>).</p>")
+    return "<ul>" + "".join(items) + "</ul>" + base
+
+
+def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: str | Path = DEFAULT_ROOT,
+                 reports_root: str | Path = DEFAULT_REPORTS, notebooks_dir: str | Path = NOTEBOOKS_DIR,
+                 show_code: bool = False, progress: bool = True, kernel_name: str = KERNEL,
+                 timeout: float = 900.0, pages: Sequence[PageSpec] = PAGES) -> Report:
+    """Execute the notebooks for ``run_id`` and write ``reports/<run_id>/*.html`` (see module doc).
+
+    ``baseline_run_id``: a run id, ``auto`` (``find_baseline``) or None.
+    """
+    data_root = Path(data_root).absolute()
+    RunStore.open(run_id, data_root)   # a clear error before any kernel starts
+    if baseline_run_id == "auto":
+        baseline_run_id = find_baseline(run_id, data_root)
+    elif baseline_run_id is not None:
+        RunStore.open(baseline_run_id, data_root)
+    nb_dir = Path(notebooks_dir)
+    for spec in (*pages, INDEX):
+        if not (nb_dir / f"{spec.name}.ipynb").is_file():
+            raise ConfigError("notebook", str(nb_dir / f"{spec.name}.ipynb"), "an existing notebook of notebooks/")
+    out = Path(reports_root).absolute() / run_id
+    (out / "notebooks").mkdir(parents=True, exist_ok=True)
+    params = {"run_id": run_id, "baseline_run_id": baseline_run_id, "data_root": str(data_root)}
+    report = Report(run_id, baseline_run_id, out, out / "index.html")
+    bar = tqdm([*pages, INDEX], desc=f"report {run_id}", unit="page", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(spec.name)
+        extra = {"pages": [asdict(p) for p in report.pages]} if spec is INDEX else {}
+        report.pages.append(render_page(spec, nb_dir, out, {**params, **extra}, show_code, kernel_name, timeout))
+    return report
+
+
+def render_page(spec: PageSpec, nb_dir: Path, out: Path, params: dict[str, Any], show_code: bool,
+                kernel_name: str = KERNEL, timeout: float = 900.0) -> Page:
+    """Execute one notebook into ``out/notebooks/`` and export it to ``out/<name>.html``."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    executed = out / "notebooks" / f"{spec.name}.ipynb"
+    page = Page(spec.name, spec.title, spec.description, f"{spec.name}.html")
+    start = time.monotonic()
+    try:
+        papermill.execute_notebook(str(nb_dir / f"{spec.name}.ipynb"), str(executed), parameters=params,
+                                   kernel_name=kernel_name, progress_bar=False, cwd=str(out),
+                                   execution_timeout=timeout)
+    except PapermillExecutionError as err:
+        page.ok, page.error = False, f"cell {err.cell_index}: {err.ename}: {' '.join(str(err.evalue).split())[:300]}"
+    except Exception as err:  # noqa: BLE001 - a dead kernel, a timeout: the page says so
+        page.ok, page.error = False, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    page.seconds = time.monotonic() - start
+    (out / page.file).write_text(export_html(executed, spec.title, show_code) if executed.exists()
+                                 else _error_page(spec.title, page.error or "not executed"))
+    return page
+
+
+def export_html(notebook: Path, title: str, show_code: bool = False) -> str:
+    """nbconvert HTML of an executed notebook: code hidden unless ``show_code``, figures embedded."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True,
+                            exclude_output_prompt=True, embed_images=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"perfkit: {title}"}})
+    return body
+
+
+def _error_page(title: str, error: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>perfkit: {html.escape(title)}</title></head>"
+            f"<body><h1>{html.escape(title)}</h1><p>The notebook could not be executed: "
+            f"<code>{html.escape(error)}</code></p></body></html>")

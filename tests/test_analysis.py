@@ -1,0 +1,219 @@
+"""Tidy frames of a run, the CPU source choice, the CPU models and the capacity table."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfkit import analysis
+from perfkit.search import line_rate_pps
+from perfkit.store import RunStore
+from perfkit.trial import Scenario, TrialResult
+from tests.campaign_fixtures import session_runs
+
+
+@pytest.fixture(scope="module")
+def run() -> analysis.RunData:
+    runs = session_runs()
+    return analysis.load_run(runs.current, runs.root)
+
+
+def test_trial_frame_derives_units_labels_and_rates(run):
+    t = run.trials
+    assert t["in_result"].all()
+    assert set(t["flow_mode"]) == {"single", "multi"}
+    assert (t["scenario_key"] + "__" + t["label"] == t["unit"]).all()
+    assert np.allclose(t["rx_mpps"], t["rx_pps"] / 1e6)
+    assert (t["phase"] != "").all() and set(t["method_name"]) == {"maxrate", "ndrpdr"}
+
+
+def test_throughput_table_one_row_per_unit_and_goal(run):
+    tp = analysis.throughput_table(run)
+    n_scen = run.trials["scenario_key"].nunique()
+    assert len(tp[tp["goal"] == "max"]) == n_scen
+    assert set(tp["goal"]) == {"max", "ndr", "pdr0.5%"}
+    summaries = {s["unit"]: s for s in run.searches}
+    for row in tp.to_dict("records"):
+        res = summaries[row["unit"]]["result"]
+        trial = run.trials[run.trials["trial_id"] == row["trial_id"]].iloc[0]
+        if row["goal"] == "max":
+            assert row["throughput_pps"] == pytest.approx(trial["rx_pps"])
+        else:
+            goal = next(g for g in res["goals"] if g["name"] == row["goal"])
+            assert row["throughput_pps"] == goal["lower_bound"]
+            assert trial["loss_ratio"] <= goal["loss_tolerance"]                # the bound rests on a good trial
+            assert trial["offered_pps"] == pytest.approx(goal["lower_bound"])
+        assert row["throughput_gbps"] == pytest.approx(row["throughput_pps"] * (row["frame_size"] + 20) * 8 / 1e9)
+
+
+def test_throughput_matches_the_simulated_dut(run):
+    """smoke.yaml: a smooth DUT forwarding 1.5 Mpps; NDR is 1.5 Mpps, or the line rate when lower."""
+    tp = analysis.throughput_table(run)
+    for row in tp[tp["goal"] == "ndr"].to_dict("records"):
+        line = line_rate_pps(Scenario(direction=row["direction"], frame_size=row["frame_size"]))
+        truth = min(1.5e6, line)
+        assert truth * (1 - 0.021) <= row["throughput_pps"] <= truth * (1 + 1e-9), row["scenario_key"]
+
+
+def test_search_path_is_each_units_trials_in_order(run):
+    path = analysis.search_path(run)
+    assert not path.empty
+    for unit, g in path.groupby("unit"):
+        assert list(g["step"]) == list(range(1, len(g) + 1))
+        assert g["phase"].iloc[0] == "max"
+        no_loss = g["verdict"] == "no loss"
+        assert (g.loc[no_loss, "loss_ratio"] == 0).all() and (g.loc[~no_loss, "loss_ratio"] > 0).all()
+        summary = next(s for s in run.searches if s["unit"] == unit)
+        assert len(g) == len(summary["trial_ids"])
+
+
+def test_latency_table_has_percentiles_of_the_figure_trials(run):
+    lat = analysis.latency_table(run)
+    assert set(lat["percentile"]) == {"p50", "p90", "p99", "p99.9", "max"}
+    assert set(lat["load"]) == {"max rate", "NDR", "PDR0.5%"}
+    assert (lat["latency_us"] > 0).all()
+
+
+# -- CPU sources ---------------------------------------------------------------------------------
+def _result(trial_id: str, frame_size: int, offered: float, busy_cpu1: float, **kw) -> TrialResult:
+    return TrialResult(dataplane="pgwu", direction="ul", frame_size=frame_size, wire_frame_size=frame_size + 36,
+                       flows=1, dut_cores=1, generator="test", duration=1.0, intended_pps=offered,
+                       intended_packets=int(offered), tx_packets=int(offered), rx_packets=int(offered),
+                       elapsed=1.0, start_time=1.7e9, end_time=1.7e9 + 1, trial_id=trial_id, method="maxrate/max",
+                       dut_cpu={"1": busy_cpu1},
+                       cpu_modes={"0": {"user": 0.5, "system": 0.1, "softirq": 0.0, "idle": 0.4},
+                                  "1": {"user": 0.0, "system": 0.1, "softirq": busy_cpu1 - 0.1,
+                                        "idle": 1 - busy_cpu1}}, **kw)
+
+
+@pytest.fixture()
+def handmade(tmp_path) -> analysis.RunData:
+    store = RunStore.create("hand", tmp_path)
+    for i, fs in enumerate((64, 512, 1500)):
+        store.append(_result(f"t{i}", fs, 1e6, 0.9 - i * 0.2))
+    return analysis.load_run("hand", tmp_path)
+
+
+def test_cpu_from_proc_stat_is_the_dut_cores_softirq_plus_system(handmade):
+    cpu, source = analysis.cpu_per_trial(handmade)
+    assert source.name == "proc_stat" and source.covered == source.total == 3
+    assert "/proc/stat" in source.label
+    got = dict(zip(cpu["trial_id"], cpu["cpu_pct"]))
+    assert got == pytest.approx({"t0": 90.0, "t1": 70.0, "t2": 50.0})   # cpu 1 only: cpu 0 is not the DUT's
+    assert (cpu["cpu_cores_pct"] == cpu["cpu_pct"]).all()
+
+
+def test_prometheus_cpu_is_preferred_only_when_it_covers_every_trial(handmade):
+    def prom(trial_ids, softirq):
+        return pd.DataFrame([{"run_id": "hand", "trial_id": t, "instance": "dut:9100", "cpu": 1, "mode": m,
+                              "seconds": 1.0, "fraction": f, "busy": m != "idle", "dut": True}
+                             for t in trial_ids for m, f in (("softirq", softirq), ("system", 0.0),
+                                                             ("idle", 1 - softirq))])
+
+    handmade.store.write_prometheus_cpu(prom(["t0", "t1"], 0.33))
+    cpu, source = analysis.cpu_per_trial(handmade)
+    assert source.name == "proc_stat"                                      # Prometheus lacks t2
+    cpu, source = analysis.cpu_per_trial(handmade, ["t0", "t1"])
+    assert source.name == "prometheus" and cpu["cpu_pct"].tolist() == pytest.approx([33.0, 33.0])
+    assert "Prometheus" in source.label and "(2/2 trials)" in source.label
+
+
+def test_cpu_falls_back_to_the_trials_busy_fraction(tmp_path):
+    store = RunStore.create("busy", tmp_path)
+    r = _result("t0", 64, 1e6, 0.8)
+    r.cpu_modes = {}
+    r.dut_cpu = {"1": 0.8, "2": 0.6}
+    store.append(r)
+    cpu, source = analysis.cpu_per_trial(analysis.load_run("busy", tmp_path))
+    assert source.name == "trial_busy"
+    assert cpu["cpu_pct"].iloc[0] == pytest.approx(70.0) and cpu["cpu_cores_pct"].iloc[0] == pytest.approx(140.0)
+    assert math.isnan(cpu["cpu_softirq_pct"].iloc[0])
+
+
+# -- models --------------------------------------------------------------------------------------
+def _synthetic(n: int = 60, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    fs = rng.choice([64, 128, 256, 512, 1024, 1500], n)
+    cores = rng.choice([1, 2, 4], n)
+    mpps = rng.uniform(0.1, 2.0, n) * cores
+    work = 5 + 0.01 * fs + 300 / fs + 2 * cores + 40 * mpps
+    return pd.DataFrame({"trial_id": [f"t{i}" for i in range(n)], "direction": rng.choice(["ul", "dl"], n),
+                         "frame_size": fs, "inv_frame_size": 1 / fs, "dut_cores": cores, "offered_mpps": mpps,
+                         "flow_mode": "single", "cpu_cores_pct": work, "cpu_pct": work / cores})
+
+
+def test_linear_fit_recovers_known_coefficients():
+    fit = analysis.fit_linear(_synthetic(), analysis.FEATURES, "cpu_cores_pct", "multivariate")
+    assert fit.r2_ == pytest.approx(1.0)
+    assert fit.intercept_ == pytest.approx(5, abs=1e-6)
+    assert fit.coef_ == pytest.approx({"frame_size": 0.01, "inv_frame_size": 300, "dut_cores": 2,
+                                       "offered_mpps": 40}, abs=1e-6)
+    assert np.allclose(fit.residuals_["residual"], 0, atol=1e-6)
+    assert "40 x offered_mpps" in fit.equation()
+
+
+def test_constant_features_are_dropped_and_too_few_rows_give_no_fit():
+    d = _synthetic()
+    d["dut_cores"] = 1
+    fit = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct")
+    assert fit.dropped == ("dut_cores",) and fit.constants == {"dut_cores": 1.0}
+    assert analysis.fit_linear(d.head(3), analysis.FEATURES, "cpu_cores_pct") is None
+
+
+def test_fit_cpu_models_per_direction_and_core_count():
+    d = _synthetic(120)
+    models = analysis.fit_cpu_models(d)
+    assert [m.direction for m in models] == ["dl", "ul"]
+    for m in models:
+        assert [f.group["dut_cores"] for f in m.per_cores] == [1, 2, 4]
+        assert all(f.features == ("frame_size",) for f in m.per_cores)
+        assert m.multivariate.r2_ == pytest.approx(1.0)
+        assert set(m.correlations["feature"]) == {"frame_size", "inv_frame_size", "dut_cores", "offered_mpps"}
+    coefs = analysis.coefficients_table(models)
+    assert set(coefs["model"]) == {"1 core", "2 cores", "4 cores", "multivariate"}
+
+
+def test_capacity_table_inverts_the_model():
+    fit = analysis.fit_linear(_synthetic(), analysis.FEATURES, "cpu_cores_pct", "multivariate", {"direction": "ul"})
+    cap = analysis.capacity_table(fit, [10], [64, 1500], utilization=80)
+    for row in cap.to_dict("records"):
+        fs, mpps = row["frame_size"], 10e3 / ((row["frame_size"] + 20) * 8)
+        per_core = lambda c: (5 + 0.01 * fs + 300 / fs + 2 * c + 40 * mpps) / c  # noqa: E731
+        c = row["cores_needed"]
+        assert per_core(c) <= 80 < per_core(c - 1) if c > 1 else per_core(1) <= 80
+        assert row["predicted_cpu_pct"] == pytest.approx(per_core(c))
+    assert cap.set_index("frame_size").loc[64, "extrapolated"]               # 14.9 Mpps: beyond the data
+    pivot = analysis.capacity_pivot(cap)
+    assert list(pivot.columns) == [("ul", "10 Gbit/s")]
+
+
+def test_capacity_with_one_core_count_assumes_the_work_does_not_depend_on_cores():
+    d = _synthetic()
+    d = d[d["dut_cores"] == 1]
+    fit = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct", "multivariate", {"direction": "dl"})
+    cap = analysis.capacity_table(fit, [1, 40], [512], utilization=50, max_cores=4)
+    assert "independent of the core count" in cap["assumption"].iloc[0]
+    one, forty = cap["cores_needed"].tolist()
+    work_1 = 5 + 0.01 * 512 + 300 / 512 + 2 + 40 * (1e3 / (532 * 8))
+    assert one == math.ceil(work_1 / 50)
+    assert math.isnan(forty)                                                   # more than 4 cores
+
+
+def test_run_summary_and_notes(run):
+    facts = dict(analysis.run_summary(run).values)
+    assert facts["run id"] == run.run_id and facts["status"] == "complete"
+    assert any("simulated" in n for n in analysis.run_notes(run))
+
+
+def test_runs_made_outside_campaigns_still_have_figures(tmp_path):
+    store = RunStore.create("plain", tmp_path)
+    for rate, rx in ((1e6, 1e6), (2e6, 1.5e6)):
+        r = _result(f"n{rate}", 64, rate, 0.5)
+        r.method, r.rx_packets = "ndr/linear", int(rx)
+        store.append(r)
+    run = analysis.load_run("plain", tmp_path)
+    tp = analysis.throughput_table(run)
+    assert tp["goal"].tolist() == ["ndr"]
+    assert tp["throughput_pps"].iloc[0] == 1e6 and tp["upper_pps"].iloc[0] == 2e6

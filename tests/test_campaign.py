@@ -1,0 +1,436 @@
+"""Campaign files, their expansion, runs into the store, pushing, and resume after an interruption."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfkit.campaign import estimate, expand, load_campaign, parse_campaign, resume_campaign, run_campaign
+from perfkit.campaign.journal import Journal
+from perfkit.campaign.runner import LazyGenerator, ReplayMeasurer, generator_options
+from perfkit.cli import main
+from perfkit.errors import ConfigError, PerfkitError, StoreError
+from perfkit.generators.sim import SimGenerator
+from perfkit.store import RunStore
+from perfkit.trial import Scenario
+from tests.campaign_fixtures import ROOT, produce_run, session_runs
+
+CAMPAIGNS = ROOT / "campaigns"
+#: A small deterministic campaign (sharp/smooth sim: the same rates every time) for resume tests.
+TINY = """
+name: tiny
+directions: [ul, dl]
+frame_sizes: [64, 1024]
+flows: [1]
+dut_cores: [1]
+generator:
+  backend: sim
+  options: {model: smooth, threshold: 1.2Mpps}
+methods:
+  - method: maxrate
+    params: {duration: 1}
+  - method: ndrpdr
+    params: {goals: [0.0, 0.005], initial_duration: 0.5, final_duration: 1}
+metrics: false
+"""
+
+
+def tiny(tmp_path: Path, **changes: object) -> Path:
+    raw = yaml.safe_load(TINY)
+    raw.update(changes)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+# -- the shipped campaigns ----------------------------------------------------------------------
+def test_default_campaign_is_the_seed_grid_and_fits_the_budget():
+    text = (CAMPAIGNS / "default.yaml").read_text()
+    c = parse_campaign(text, "default.yaml", cpus=2)
+    assert c.directions == ("ul", "dl")
+    assert c.frame_sizes == (64, 128, 256, 512, 1024, 1424, 3024)
+    assert c.flows == (1, 1024)
+    assert c.dut_cores == (1,) and c.shared_cores == ()
+    assert [m.name for m in c.methods] == ["maxrate", "ndrpdr"]
+    assert c.generator.backend == "xdp"
+    units = expand(c)
+    assert len(units) == 2 * 7 * 2 * 1 * 2
+    est = estimate(c)
+    assert est.total_seconds <= 15 * 60, est.describe()   # 20 min for make run, minus set-up and report
+    jumbo = [s.frame_size for s in c.scenarios() if c.needs_jumbo(s)]
+    assert set(jumbo) == {3024}
+    # every core count a bigger machine allows
+    assert parse_campaign(text, cpus=8).dut_cores == (1, 2, 3, 4, 5, 6, 7)
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "sim"])
+def test_shipped_campaigns_validate(name):
+    c = load_campaign(CAMPAIGNS / f"{name}.yaml")
+    ids = [u.id for u in expand(c)]
+    assert len(ids) == len(set(ids))
+
+
+# -- validation ----------------------------------------------------------------------------------
+def _mutate(**changes: object) -> str:
+    raw = yaml.safe_load((CAMPAIGNS / "default.yaml").read_text())
+    for key, value in changes.items():
+        target = raw
+        parts = key.split("__")
+        for p in parts[:-1]:
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        if value is _DELETE:
+            del target[parts[-1]]
+        else:
+            target[parts[-1]] = value
+    return yaml.safe_dump(raw)
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"frame_sizes": [64, 128, 63]}, "campaign.frame_sizes[2]: 63 is not allowed; allowed: 64 .. 9018"),
+    ({"frame_sizes": [64, 64]}, "campaign.frame_sizes[1]: 64 is not allowed; allowed: each value once"),
+    ({"frame_sizes": "64"}, "campaign.frame_sizes: '64' is not allowed; allowed: a non-empty list"),
+    ({"directions": ["ul", "up"]}, "campaign.directions[1]: 'up' is not allowed; allowed: ul, dl"),
+    ({"frame_size": [64]}, "campaign.frame_size: [64] is not allowed; allowed: no such key; keys of campaign:"),
+    ({"flows": {"single": 1, "multi": 1}}, "campaign.flows.multi: 1 is not allowed; allowed: an integer, 2 .."),
+    ({"flows": [1, 0]}, "campaign.flows[1]: 0 is not allowed"),
+    ({"dut_cores": [1, 5]}, "campaign.dut_cores[1]: 5 is not allowed; allowed: 1 .. 2 (this machine has 2 CPUs)"),
+    ({"dut_cores": "all"}, "campaign.dut_cores: 'all' is not allowed; allowed: auto, auto+shared or a list"),
+    ({"repeats": 0}, "campaign.repeats: 0 is not allowed; allowed: an integer, 1 .. 100"),
+    ({"udp_csum": "no"}, "campaign.udp_csum: 'no' is not allowed; allowed: true or false"),
+    ({"line_rate": "12GbE"}, "campaign.line_rate: '12GbE' is not allowed; allowed: 1GbE, 10GbE"),
+    ({"generator__backend": "dpdk"}, "campaign.generator.backend: 'dpdk' is not allowed; allowed: xdp, trex, sim"),
+    ({"generator__options": {"mtu": 9000}}, "campaign.generator.options.mtu: 9000 is not allowed"),
+    ({"generator__jumbo_mtu": 1400}, "campaign.generator.jumbo_mtu: 1400 is not allowed; allowed: an integer, 1501"),
+    ({"methods__0__method": "fastest"}, "campaign.methods[0].method: 'fastest' is not allowed; allowed: maxrate"),
+    ({"methods__1__params__relative_width": 2}, "campaign.methods[1].params.relative_width: 2 is not allowed; "
+                                                "allowed: 0 < x < 1"),
+    ({"methods__1__params__final_duration": 0.1}, "campaign.methods[1].params.initial_duration: 0.5 is not allowed"),
+    ({"methods__1__params__speed": 3}, "campaign.methods[1].params.speed: 3 is not allowed; allowed: a parameter of "
+                                       "NdrPdr"),
+    ({"methods__0__params__max_rate": "fast"}, "campaign.methods[0].params.max_rate: 'fast' is not allowed"),
+    ({"methods__1__label": "maxrate"}, "campaign.methods[1].label: 'maxrate' is not allowed; allowed: a label no "
+                                       "other method has"),
+    ({"methods": []}, "campaign.methods: [] is not allowed; allowed: a non-empty list"),
+    ({"metrics__enabled": "yes"}, "campaign.metrics.enabled: 'yes' is not allowed; allowed: true or false"),
+    ({"metrics__prometheus": "x"}, "campaign.metrics.prometheus: 'x' is not allowed; allowed: no such key"),
+])
+def test_validation_errors_name_field_value_and_allowed(changes, message):
+    with pytest.raises(ConfigError) as err:
+        parse_campaign(_mutate(**changes), cpus=2)
+    assert message in str(err.value)
+
+
+def test_validation_of_the_file_itself(tmp_path):
+    with pytest.raises(ConfigError, match=r"campaign: '.*missing.yaml' is not allowed; allowed: a readable YAML"):
+        load_campaign(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="allowed: valid YAML"):
+        parse_campaign("frame_sizes: [64\n")
+    with pytest.raises(ConfigError, match="campaign: 'list' is not allowed; allowed: a mapping"):
+        parse_campaign("- 64\n")
+    with pytest.raises(ConfigError, match=r"campaign.frame_sizes: None is not allowed"):
+        parse_campaign(_mutate(frame_sizes=_DELETE))
+
+
+def test_auto_dut_cores_per_machine_and_backend():
+    text = _mutate()
+    assert parse_campaign(text, cpus=1).dut_cores == (1,)
+    assert parse_campaign(text, cpus=1).shared_cores == (1,)          # xdp: DUT and generator share the CPU
+    assert parse_campaign(text, cpus=4).dut_cores == (1, 2, 3)
+    shared = parse_campaign(_mutate(dut_cores="auto+shared"), cpus=4)
+    assert shared.dut_cores == (1, 2, 3, 4) and shared.shared_cores == (4,)
+    flagged = [u.shared_cores for u in expand(shared) if u.scenario.dut_cores == 4]
+    assert len(flagged) == 2 * 7 * 2 * 2 and all(flagged)
+    with pytest.raises(ConfigError, match="campaign.dut_cores: 'auto' is not allowed; allowed: a list of core "
+                                          "counts for the trex generator"):
+        parse_campaign(_mutate(generator__backend="trex"), cpus=4)
+    assert parse_campaign(_mutate(generator__backend="trex", dut_cores=[8, 16]), cpus=2).dut_cores == (8, 16)
+
+
+def test_expansion_order_ids_and_repeats():
+    c = parse_campaign(_mutate(repeats=2, frame_sizes=[64, 3024], flows=[1]), cpus=2)
+    units = expand(c)
+    assert [u.id for u in units[:4]] == ["pgwu-ul-64B-1flow-1core__maxrate__r1", "pgwu-ul-64B-1flow-1core__ndr__r1",
+                                         "pgwu-ul-64B-1flow-1core__maxrate__r2", "pgwu-ul-64B-1flow-1core__ndr__r2"]
+    # one scenario's units are consecutive: one generator per scenario
+    seen, last = [], None
+    for u in units:
+        if u.scenario != last:
+            assert u.scenario not in seen
+            seen.append(u.scenario)
+            last = u.scenario
+    assert len(seen) == 4
+
+
+def test_rates_in_params_resolve_per_frame_size():
+    c = parse_campaign(_mutate(methods=[{"method": "maxrate", "params": {"max_rate": "50%", "duration": 1}}]), cpus=2)
+    small, big = (u.method.resolved_params(u.scenario)["max_rate"] for u in expand(c)
+                  if u.scenario.frame_size in (64, 1024) and u.scenario.direction == "dl" and u.scenario.flows == 1)
+    assert small == pytest.approx(5e9 / ((64 + 20) * 8))
+    assert big == pytest.approx(5e9 / ((1024 + 20) * 8))
+
+
+def test_jumbo_mtu_goes_to_generators_that_take_it():
+    class TakesMtu:
+        def __init__(self, scenario, mtu=1500):
+            pass
+
+    c = parse_campaign(_mutate(generator__backend="trex", generator__jumbo_mtu=9000, dut_cores=[1]), cpus=2)
+    by_size = {s.frame_size: generator_options(c, s, TakesMtu) for s in c.scenarios()}
+    assert by_size[3024] == {"mtu": 9000}
+    assert by_size[1424] == {}
+    auto = parse_campaign(_mutate(dut_cores=[1]), cpus=2)                  # default: the generator decides
+    assert auto.generator.jumbo_mtu is None
+    assert all(generator_options(auto, s, TakesMtu) == {} for s in auto.scenarios())
+    sim = parse_campaign(_mutate(generator={"backend": "sim"}), cpus=2)
+    assert "mtu" not in generator_options(sim, sim.scenarios()[-1], SimGenerator)
+
+
+# -- running ---------------------------------------------------------------------------------------
+def test_run_writes_trials_searches_journal_and_metadata():
+    runs = session_runs()
+    store = RunStore.open(runs.current, runs.root)
+    trials = store.trials()
+    c = load_campaign(runs.campaign)
+    units = expand(c)
+    summaries = {s["unit"]: s for s in store.searches()}
+    assert set(summaries) == {u.id for u in units}
+    assert set(trials["unit"]) == {u.id for u in units}
+    assert (trials["attempt"] == 1).all()
+    assert trials["trial_id"].is_unique
+    in_results = [t for s in summaries.values() for t in s["trial_ids"]]
+    assert sorted(in_results) == sorted(trials["trial_id"])
+    files = sorted((store.path / "trials").glob("*.parquet"))
+    assert len(files) == len(trials)
+    meta = store.metadata()
+    for key in ("host", "kernel", "cpu_model", "cpus", "perfkit", "bpf_objects", "campaign", "estimate"):
+        assert key in meta, key
+    assert meta["status"] == "complete" and meta["units_done"] == len(units)
+    assert meta["campaign"]["text"] == runs.campaign.read_text()
+    assert len(meta["perfkit"]["git_sha"]) >= 7
+    assert all(len(h) == 64 for h in meta["bpf_objects"].values())
+    st = Journal(store.path).state()
+    assert set(st.done) == {u.id for u in units}
+
+
+def test_unavailable_backend_fails_before_creating_a_run(tmp_path, monkeypatch):
+    from perfkit import generators
+
+    monkeypatch.setitem(generators.BACKENDS, "sim", "perfkit.generators.nonexistent:Nope")
+    with pytest.raises(ConfigError, match="campaign.generator.backend: 'sim' is not allowed; allowed: an available"):
+        produce_run(tiny(tmp_path), tmp_path / "runs", "r1")
+    assert not (tmp_path / "runs" / "r1").exists()
+
+
+class FlakyGenerator(SimGenerator):
+    """Fails to set up for 1024-byte DL frames (e.g. a testbed that rejects an MTU)."""
+
+    def __init__(self, scenario, **kw):
+        if scenario.frame_size == 1024 and scenario.direction == "dl":
+            raise PerfkitError("testbed: cannot set up this scenario")
+        super().__init__(scenario, **kw)
+
+
+def test_failed_units_are_reported_and_retried_on_resume(tmp_path, monkeypatch):
+    from perfkit import generators
+
+    monkeypatch.setitem(generators.BACKENDS, "sim", "tests.test_campaign:FlakyGenerator")
+    out = produce_run(tiny(tmp_path), tmp_path / "runs", "r1")
+    assert out.status == "incomplete"
+    assert sorted(out.units_failed) == ["pgwu-dl-1024B-1flow-1core__maxrate", "pgwu-dl-1024B-1flow-1core__ndrpdr"]
+    assert "cannot set up" in next(iter(out.units_failed.values()))
+    monkeypatch.setitem(generators.BACKENDS, "sim", "perfkit.generators.sim:SimGenerator")
+    again = resume_campaign("r1", root=tmp_path / "runs", metrics=False, progress=False, say=lambda m: None)
+    assert again.status == "complete" and again.units_done == 2
+    assert RunStore.open("r1", tmp_path / "runs").metadata()["status"] == "complete"
+
+
+# -- resume ----------------------------------------------------------------------------------------
+def _keys(store: RunStore) -> list[tuple[str, float, float]]:
+    t = store.trials()
+    return list(zip(t["unit"], t["intended_pps"], t["duration"]))
+
+
+@pytest.mark.parametrize("stops", [(1,), (4,), (9, 15), (2, 3, 20)])
+def test_resume_after_interruptions_neither_repeats_nor_loses_trials(tmp_path, stops):
+    campaign = tiny(tmp_path)
+    root = tmp_path / "runs"
+    produce_run(campaign, root, "reference")
+    reference = RunStore.open("reference", root)
+    count = [0]
+    written_before: list[str] = []
+
+    def interrupt(trial):
+        count[0] += 1
+        written_before.append(trial.trial_id)
+        if count[0] in stops:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        produce_run(campaign, root, "r", on_trial=interrupt)
+    sessions = 1
+    while True:
+        try:
+            out = resume_campaign("r", root=root, metrics=False, progress=False, on_trial=interrupt,
+                                  say=lambda m: None)
+            break
+        except KeyboardInterrupt:
+            sessions += 1
+    assert sessions == len(stops)
+    assert out.status == "complete"
+    store = RunStore.open("r", root)
+    trials = store.trials()
+    assert trials["trial_id"].is_unique                                  # nothing written twice
+    assert len(list((store.path / "trials").glob("*.parquet"))) == len(reference.trials())
+    assert set(written_before) == set(trials["trial_id"])                # nothing lost
+    assert _keys(store) == _keys(reference)                              # the same trials, in the same order
+    in_results = {t for s in store.searches() for t in s["trial_ids"]}
+    assert in_results == set(trials["trial_id"])                         # every trial counts in its unit
+    resumed = [s for s in store.searches() if s["replayed"]]
+    assert resumed, "the interrupted unit replayed its stored trials"
+    assert store.metadata()["status"] == "complete" and len(store.metadata()["resumes"]) == len(stops)
+
+
+def test_resume_through_the_cli(tmp_path, capsys):
+    campaign = tiny(tmp_path)
+    root = tmp_path / "runs"
+
+    def stop(trial):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        produce_run(campaign, root, "r", on_trial=stop)
+    assert main(["run", "--resume", "r", "--root", str(root), "--no-metrics", "--no-progress", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "complete" and out["trials_replayed"] == 1 and out["units_done_before"] == 0
+    assert main(["run", "--resume", "r", "--root", str(root), "--no-metrics", "--no-progress", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["units_done_before"] == len(expand(load_campaign(campaign)))
+
+
+def test_resume_refuses_another_campaign_and_unknown_runs(tmp_path):
+    campaign = tiny(tmp_path)
+    root = tmp_path / "runs"
+    produce_run(campaign, root, "r")
+    other = tmp_path / "other.yaml"
+    other.write_text(campaign.read_text().replace("1024", "512"))
+    with pytest.raises(StoreError, match="differs from the campaign run r started with"):
+        resume_campaign("r", root=root, campaign_path=other, metrics=False, progress=False)
+    with pytest.raises(StoreError, match="run_id: 'nope' not found"):
+        resume_campaign("nope", root=root, metrics=False, progress=False)
+    with pytest.raises(StoreError, match="already exists"):
+        produce_run(campaign, root, "r")
+
+
+def test_replay_serves_recorded_trials_then_goes_live_and_supersedes_the_rest():
+    scenario = Scenario(frame_size=64)
+    gen = SimGenerator(scenario, threshold=1e6)
+    recorded = [gen.measure(5e5, 1.0), gen.measure(8e5, 1.0), gen.measure(9e5, 1.0)]
+    superseded: list[str] = []
+    live = LazyGenerator(SimGenerator, scenario, {"threshold": 1e6})
+    replay = ReplayMeasurer(live, recorded, lambda rest: superseded.extend(t.trial_id for t in rest))
+    assert replay.measure(5e5, 1.0) is recorded[0]
+    assert replay.measure(8e5, 1.0) is recorded[1]
+    assert live._gen is None                                   # no testbed set up while replaying
+    fresh = replay.measure(7e5, 1.0)                           # the search asks for something else
+    assert fresh.trial_id not in {t.trial_id for t in recorded}
+    assert superseded == [recorded[2].trial_id]
+    assert replay.replayed == {recorded[0].trial_id, recorded[1].trial_id}
+    live.close()
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+class _Gateway(BaseHTTPRequestHandler):
+    """A fake Pushgateway: ready; PUTs succeed (``fail`` False) or answer 500. Records what it saw."""
+
+    fail = False
+    run_dir: Path | None = None
+    seen: list[tuple[str, bool]] = []
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        self.send_response(503 if self.path.startswith("/prom") else 200)
+        self.end_headers()
+
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        trial_id = self.path.rstrip("/").split("/")[-1]
+        on_disk = any(trial_id in p.name for p in (self.run_dir / "trials").glob("*.parquet"))
+        type(self).seen.append((trial_id, on_disk))
+        self.send_response(500 if self.fail else 200)
+        self.end_headers()
+        if self.fail:
+            self.wfile.write(b"storage full")
+
+
+@pytest.fixture()
+def gateway():
+    handler = type("Gateway", (_Gateway,), {"seen": [], "fail": False})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _with_gateway(tmp_path: Path, url: str) -> Path:
+    return tiny(tmp_path, metrics={"enabled": True, "pushgateway_url": url, "prometheus_url": url + "/prom"})
+
+
+def test_each_trial_is_on_disk_before_it_is_pushed(tmp_path, gateway):
+    handler, url = gateway
+    handler.run_dir = tmp_path / "runs" / "p"
+    out = produce_run(_with_gateway(tmp_path, url), tmp_path / "runs", "p", metrics=True)
+    store = RunStore.open("p", tmp_path / "runs")
+    ids = list(store.trials()["trial_id"])
+    assert [t for t, _ in handler.seen] == ids
+    assert all(on_disk for _, on_disk in handler.seen)
+    assert store.pushed_trial_ids() == set(ids)
+    assert out.metrics["pushed"] == len(ids) and out.metrics["push_failures"] == 0
+
+
+def test_a_failing_pushgateway_does_not_stop_the_run(tmp_path, gateway):
+    handler, url = gateway
+    handler.fail = True
+    handler.run_dir = tmp_path / "runs" / "p"
+    said: list[str] = []
+    out = run_campaign(_with_gateway(tmp_path, url), run_id="p", root=tmp_path / "runs", progress=False,
+                       say=said.append)
+    store = RunStore.open("p", tmp_path / "runs")
+    assert out.status == "complete"
+    assert len(store.trials()) > 3 and store.pushed_trial_ids() == set()
+    assert out.metrics["push_failures"] == 3 and out.metrics["stopped_pushing"]
+    assert len(handler.seen) == 3
+    assert any("perfkit push --run p" in s and "HTTP 500" in s for s in said)
+    assert store.metadata()["metrics"]["push_failures"] == 3
+
+
+def test_unreachable_endpoints_mean_running_without_metrics(tmp_path):
+    said: list[str] = []
+    campaign = tiny(tmp_path, metrics={"pushgateway_url": "http://127.0.0.1:9", "prometheus_url": "http://127.0.0.1:9"})
+    out = run_campaign(campaign, run_id="p", root=tmp_path / "runs", progress=False, say=said.append)
+    assert out.status == "complete"
+    assert any("not reachable" in s and "running without pushing" in s for s in said)
+
+
+@pytest.mark.slow
+def test_local_stack_is_started_used_and_stopped(tmp_path):
+    from perfkit.metrics import stack
+
+    stack_dir = tmp_path / "stack"
+    campaign = tiny(tmp_path, frame_sizes=[1024], directions=["ul"],
+                    metrics={"enabled": True, "start_local": True, "stack_dir": str(stack_dir)},
+                    methods=[{"method": "maxrate", "params": {"duration": 3.5}}])
+    out = produce_run(campaign, tmp_path / "runs", "s", metrics=True)
+    store = RunStore.open("s", tmp_path / "runs")
+    assert "local stack started" in out.metrics["note"]
+    assert store.pushed_trial_ids() == set(store.trials()["trial_id"])
+    assert not stack.status(stack_dir).components, "the stack the run started is stopped again"

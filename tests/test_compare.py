@@ -1,0 +1,140 @@
+"""Run vs baseline: changes, noise bands, verdicts, markdown/JSON output and the CI exit status."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfkit import analysis, compare
+from perfkit.cli import main
+from perfkit.errors import ConfigError
+from tests.campaign_fixtures import produce_run, session_runs
+
+BASE = """
+name: cmp
+directions: [ul]
+frame_sizes: [64, 1518]
+flows: [1]
+dut_cores: [1]
+generator:
+  backend: sim
+  options: {model: sharp, threshold: 1.5Mpps}
+methods:
+  - method: maxrate
+    params: {duration: 1}
+  - method: ndrpdr
+    label: ndr
+    params: {goals: [0.0], initial_duration: 0.5, final_duration: 1, relative_width: 0.005}
+metrics: false
+"""
+
+
+def _run(tmp_path: Path, run_id: str, **changes: object) -> analysis.RunData:
+    raw = yaml.safe_load(BASE)
+    for key, value in changes.items():
+        if key == "options":
+            raw["generator"]["options"].update(value)
+        else:
+            raw[key] = value
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    produce_run(path, tmp_path / "runs", run_id)
+    return analysis.load_run(run_id, tmp_path / "runs")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, analysis.RunData]:
+    tmp = tmp_path_factory.mktemp("cmp")
+    return {"base": _run(tmp, "base"),
+            "slower": _run(tmp, "slower", options={"threshold": "1.35Mpps"}),      # -10 %
+            "slightly": _run(tmp, "slightly", options={"threshold": "1.47Mpps"}),  # -2 %
+            "fewer": _run(tmp, "fewer", frame_sizes=[64]),
+            "root": tmp / "runs"}
+
+
+def _row(cmp: compare.Comparison, frame_size: int, goal: str) -> dict:
+    sel = cmp.rows[(cmp.rows["frame_size"] == frame_size) & (cmp.rows["goal"] == goal)]
+    assert len(sel) == 1
+    return sel.iloc[0].to_dict()
+
+
+def test_a_drop_beyond_threshold_and_noise_is_a_regression(runs):
+    cmp = compare.compare_runs(runs["slower"], runs["base"], threshold_pct=5)
+    ndr = _row(cmp, 64, "ndr")
+    assert ndr["change_pct"] == pytest.approx(-10, abs=0.6)
+    assert ndr["verdict"] == "regression"
+    assert ndr["noise_pct"] > 0 and ndr["band_pct"] == 5                   # bracket widths, below the threshold
+    assert _row(cmp, 64, "max")["verdict"] == "regression"                  # 64 B max rate: the DUT limit fell
+    assert _row(cmp, 1518, "max")["verdict"] == "within noise"              # 1518 B: the line rate limits both
+    assert set(cmp.regressions["scenario_key"]) == {"pgwu-ul-64B-1flow-1core"}
+    assert cmp.counts["regression"] == 2
+
+
+def test_a_drop_within_threshold_or_the_other_way_is_not(runs):
+    cmp = compare.compare_runs(runs["slightly"], runs["base"], threshold_pct=5)
+    assert cmp.regressions.empty
+    assert _row(cmp, 64, "ndr")["change_pct"] == pytest.approx(-2, abs=0.6)
+    back = compare.compare_runs(runs["base"], runs["slower"], threshold_pct=5)
+    assert _row(back, 64, "ndr")["verdict"] == "improvement"
+    strict = compare.compare_runs(runs["slightly"], runs["base"], threshold_pct=1)
+    assert _row(strict, 64, "ndr")["verdict"] == "regression"
+
+
+def test_missing_and_new_figures(runs):
+    cmp = compare.compare_runs(runs["fewer"], runs["base"])
+    assert set(cmp.rows.loc[cmp.rows["verdict"] == "missing", "frame_size"]) == {1518}
+    back = compare.compare_runs(runs["base"], runs["fewer"])
+    assert set(back.rows.loc[back.rows["verdict"] == "new", "frame_size"]) == {1518}
+    assert cmp.regressions.empty
+
+
+def test_noise_band_from_repeats_and_brackets(monkeypatch):
+    runs = session_runs()
+    cur = analysis.load_run(runs.current, runs.root)
+    tp = analysis.throughput_table(cur)
+    figures = compare.scenario_figures(cur)
+    ndr = figures[figures["goal"] == "ndr"]
+    widths = tp[tp["goal"] == "ndr"].set_index("scenario_key")["relative_width"].fillna(0) * 100
+    assert ndr.set_index("scenario_key")["noise_pct"].to_dict() == pytest.approx(widths.to_dict())
+    # three repeats of a max-rate figure: 2 x the coefficient of variation
+    fake = tp[tp["goal"] == "max"].head(1)
+    fake = fake.loc[fake.index.repeat(3)].reset_index(drop=True)
+    fake["throughput_pps"] = [0.9e6, 1.0e6, 1.1e6]
+    monkeypatch.setattr(compare, "throughput_table", lambda run: fake)
+    f = compare.scenario_figures(cur)
+    assert f["noise_pct"].iloc[0] == pytest.approx(20.0)                    # 2 x (0.1 / 1.0) x 100
+    assert f["value_pps"].iloc[0] == pytest.approx(1.0e6) and f["n"].iloc[0] == 3
+    noisy = compare.compare_runs(cur, cur, threshold_pct=5)
+    assert noisy.rows["band_pct"].iloc[0] == pytest.approx(20.0 * 2 ** 0.5)  # both runs' noise, combined
+
+
+def test_markdown_and_json(runs):
+    cmp = compare.compare_runs(runs["slower"], runs["base"], threshold_pct=5)
+    md = cmp.to_markdown()
+    assert md.startswith("### perfkit compare: `slower` vs baseline `base`")
+    assert "**2 regression(s)" in md
+    assert "| :red_circle: | `pgwu-ul-64B-1flow-1core` | ndr | NDR |" in md
+    assert "<details><summary>2 figure(s) within noise</summary>" in md
+    assert ":red_circle:" not in cmp.to_markdown(marks="text") and "**REGRESSION**" in cmp.to_markdown(marks="text")
+    d = json.loads(json.dumps(cmp.to_dict()))
+    assert d["regressed"] is True and d["counts"]["regression"] == 2 and len(d["rows"]) == 4
+    with pytest.raises(ConfigError, match="marks: 'html' is not allowed"):
+        cmp.to_markdown(marks="html")
+    with pytest.raises(ConfigError, match="threshold: -1 is not allowed"):
+        compare.compare_runs(runs["slower"], runs["base"], threshold_pct=-1)
+
+
+def test_cli_exit_status_is_1_on_regression(runs, capsys):
+    root = str(runs["root"])
+    assert main(["compare", "slower", "--baseline", "base", "--root", root, "--markdown"]) == 1
+    captured = capsys.readouterr()
+    assert "| :red_circle: |" in captured.out
+    assert "2 figure(s) regressed" in captured.err and "pgwu-ul-64B-1flow-1core" in captured.err
+    assert main(["compare", "slightly", "--baseline", "base", "--root", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["regressed"] is False
+    assert main(["compare", "slower", "--baseline", "base", "--root", root, "--threshold", "15"]) == 0
+    assert "no regression" in capsys.readouterr().out
+    assert main(["compare", "slower", "--baseline", "nope", "--root", root]) == 2
+    assert "run_id: 'nope' not found" in capsys.readouterr().err

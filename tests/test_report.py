@@ -1,0 +1,175 @@
+"""HTML reports: every notebook executed by papermill on a run made in this session, exported with figures.
+
+The report is built once through the CLI (``perfkit report``) for the session's runs
+(``tests/campaign_fixtures.py``), and the index is rendered in headless Chromium.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import papermill
+import pytest
+from PIL import Image
+
+from perfkit.cli import main
+from perfkit.report import INDEX, PAGES, NOTEBOOKS_DIR, PageSpec, build_report, links_html
+from tests.campaign_fixtures import session_runs
+
+IMG_RE = re.compile(r'<img[^>]+src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"')
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--virtual-time-budget=10000"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    runs = session_runs()
+    out = tmp_path_factory.mktemp("reports")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["report", runs.current, "--baseline", runs.baseline, "--root", str(runs.root),
+                     "--reports", str(out), "--json", "--no-progress"])
+    return {**json.loads(buf.getvalue()), "exit": code, "runs": runs}
+
+
+def _images(html: str) -> list[Image.Image]:
+    return [Image.open(io.BytesIO(base64.b64decode(m))) for m in IMG_RE.findall(html)]
+
+
+def test_every_page_is_rendered(report):
+    assert report["exit"] == 0 and report["ok"]
+    assert [p["name"] for p in report["pages"]] == [p.name for p in PAGES] + ["index"]
+    rdir = Path(report["dir"])
+    assert Path(report["index"]) == rdir / "index.html"
+    for p in report["pages"]:
+        assert p["ok"], p["error"]
+        assert (rdir / p["file"]).is_file()
+        assert (rdir / "notebooks" / f"{p['name']}.ipynb").is_file()        # the executed notebook is kept
+
+
+@pytest.mark.parametrize("page, at_least", [("index", 2), ("throughput", 6), ("cpu_regression", 2), ("search", 1),
+                                            ("compare", 1)])
+def test_pages_embed_their_figures(report, page, at_least):
+    html = (Path(report["dir"]) / f"{page}.html").read_text()
+    images = _images(html)
+    assert len(images) >= at_least
+    for im in images:
+        px = np.asarray(im.convert("L"), dtype=float)
+        assert im.width > 200 and im.height > 100 and px.std() > 5          # a figure, not a blank square
+    assert "Traceback" not in html
+    assert "load_run" not in html                                            # code hidden by default
+
+
+def test_pages_say_what_they_show(report):
+    rdir = Path(report["dir"])
+    runs = report["runs"]
+    index = (rdir / "index.html").read_text()
+    for spec in PAGES:
+        assert f'href="{spec.name}.html"' in index
+    assert runs.current in index and runs.baseline in index
+    cpu = (rdir / "cpu_regression.html").read_text()
+    assert "CPU source:" in cpu and "multivariate" in cpu and "Gbit/s" in cpu
+    cmp = (rdir / "compare.html").read_text()
+    assert f"perfkit compare: <code>{runs.current}</code> vs baseline <code>{runs.baseline}</code>" in cmp
+
+
+def test_show_code_keeps_the_code(tmp_path):
+    runs = session_runs()
+    rep = build_report(runs.current, data_root=runs.root, reports_root=tmp_path, show_code=True, progress=False,
+                       pages=(PAGES[2],))
+    assert rep.ok
+    assert ">load_run<" in (rep.dir / "search.html").read_text()               # highlighted source
+    index = (rep.dir / "index.html").read_text()
+    assert "No baseline run given" in index
+
+
+def test_a_failing_notebook_gets_a_page_and_fails_the_report(tmp_path):
+    runs = session_runs()
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    shutil.copy(NOTEBOOKS_DIR / "index.ipynb", nb_dir)
+    broken = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("run_id = None", metadata={"tags": ["parameters"]}),
+                                             nbformat.v4.new_code_cell("raise RuntimeError('no such figure')")])
+    broken.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(broken, nb_dir / "broken.ipynb")
+    rep = build_report(runs.current, data_root=runs.root, reports_root=tmp_path / "out", notebooks_dir=nb_dir,
+                       progress=False, pages=(PageSpec("broken", "Broken", "fails on purpose"),))
+    assert not rep.ok
+    page = rep.pages[0]
+    assert not page.ok and "RuntimeError" in page.error and "no such figure" in page.error
+    assert "no such figure" in (rep.dir / "broken.html").read_text()
+    assert "failed: cell" in (rep.dir / "index.html").read_text()
+    assert rep.pages[1].ok                                                   # the index is still written
+
+
+def test_report_of_an_unknown_run_fails_before_any_kernel(tmp_path, capsys):
+    assert main(["report", "nope", "--root", str(tmp_path), "--reports", str(tmp_path / "r")]) == 2
+    assert "run_id: 'nope' not found" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_links_html_escapes_and_flags_failures():
+    html = links_html([{"name": "a", "title": "A <b>", "description": "d & e", "file": "a.html", "ok": False,
+                        "error": "cell 3: KeyError: 'x'"}], None)
+    assert "A &lt;b&gt;" in html and "d &amp; e" in html and "failed: cell 3: KeyError" in html
+
+
+@pytest.mark.parametrize("name", [p.name for p in PAGES] + [INDEX.name])
+def test_notebooks_are_thin_parameterised_and_stripped(name):
+    path = NOTEBOOKS_DIR / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    params = papermill.inspect_notebook(str(path))
+    assert {"run_id", "baseline_run_id", "data_root"} <= set(params)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+            assert "def " not in cell.source and "class " not in cell.source   # logic lives in perfkit/
+
+
+# -- the index in a browser ------------------------------------------------------------------------
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed: apt-get install -y chromium (make test installs it)")
+    return exe
+
+
+def _screenshot(html: Path, png: Path, profile: Path) -> np.ndarray:
+    cmd = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+           "--window-size=1280,2400", html.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert png.is_file(), f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return np.asarray(Image.open(png).convert("RGB"), dtype=int)
+
+
+def _coloured(px: np.ndarray) -> int:
+    """Pixels with a clear hue: plot colours, not black/grey text on white."""
+    return int(((px.max(axis=2) - px.min(axis=2)) > 60).sum())
+
+
+def test_index_in_headless_chromium_shows_its_images(report, tmp_path):
+    index = Path(report["index"])
+    shot = _screenshot(index, tmp_path / "index.png", tmp_path / "profile-a")
+    assert shot.shape[0] >= 2000 and shot.shape[1] >= 1200
+    non_white = int((shot.min(axis=2) < 240).sum())
+    assert non_white > 0.05 * shot.shape[0] * shot.shape[1], "the page is (nearly) blank"
+    # the same page without its images: what the figures add must be most of the colour
+    stripped = tmp_path / "index-noimg.html"
+    stripped.write_text(IMG_RE.sub('<img src=""', index.read_text()))
+    bare = _screenshot(stripped, tmp_path / "bare.png", tmp_path / "profile-b")
+    with_images, without = _coloured(shot), _coloured(bare)
+    assert with_images > 0.02 * shot.shape[0] * shot.shape[1]
+    assert with_images > 10 * max(without, 1), (with_images, without)
