@@ -374,3 +374,31 @@ def test_cli_no_lower_bound_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "search", "ndr", *SIM, "--min-rate", "2Mpps", "--json")
     assert code == 2 and "no lower bound" in err
     assert json.loads(out)["lower_bound"] is None
+
+
+class _ShortOfferer:
+    """A generator on a busy machine: it offers 8 % less than asked at every rate (a shortfall that
+    is not a capacity limit). The DUT behind it is the sharp simulated one."""
+
+    def __init__(self) -> None:
+        self.inner = sim("sharp")
+        self.scenario = self.inner.scenario
+
+    def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
+        r = self.inner.measure(rate_pps * 0.92, duration, packets)
+        r.intended_pps = rate_pps
+        r.intended_packets = round(rate_pps * duration)
+        return r
+
+
+@pytest.mark.parametrize("search", ["ndrpdr", "binary"])
+def test_a_generator_that_falls_short_everywhere_does_not_drag_the_search_down(search):
+    """Each shortfall once became the new ceiling, so the search spiralled to the minimum rate."""
+    gen = _ShortOfferer()
+    if search == "ndrpdr":
+        res = ndrpdr(gen, NdrPdr(goals=(0.0,), max_rate=3 * T, final_duration=2.0, max_trials=60))
+    else:
+        res = binary_search(gen, BinarySearch(max_rate=3 * T, duration=1.0))
+    assert res.generator_limited
+    assert res.lower_bound is not None and res.lower_bound >= 0.9 * T  # judged at offered rates
+    assert res.trial_count < 60

@@ -6,9 +6,10 @@ qualifies). A search never calls it directly but through a ``TrialLog``, which l
 it, hands it to ``on_trial`` the moment it ends and advances the progress bar.
 
 Loss is judged against the *offered* packets (``TrialResult.loss_ratio``). When the generator could
-not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) the trial is noted
-and judged at the rate really offered; searches then never ask for more than that (the generator,
-not the DUT, is the limit) and say so in the result (``generator_limited``).
+not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) the trial is noted;
+every trial is judged at the rate really offered (never above the intended one). Once asking for
+clearly more than the generator ever offered gets no more, that is its capacity: searches then
+never ask for more (the generator, not the DUT, is the limit) and say so (``generator_limited``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from perfkit.trial import Rate, Scenario, TrialResult
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05
+#: Relative shortfall below which the offered rate counts as the intended one (packet rounding).
+OFFER_EPS = 1e-3
 #: Relative tolerance used when comparing rates computed along different paths.
 RATE_EPS = 1e-9
 
@@ -80,8 +83,11 @@ def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:
 
 # -- judging a trial ---------------------------------------------------------------------------
 def offered_rate(trial: TrialResult) -> float:
-    """The rate [pps] a trial should be judged at: intended, or what was really offered if less."""
-    return trial.tx_pps if generator_limited(trial) else trial.intended_pps
+    """The rate [pps] a trial is judged at: what was really offered if clearly less than intended
+    (beyond rounding of packet counts: ``OFFER_EPS``), else the intended rate."""
+    if 0 < trial.tx_pps < trial.intended_pps * (1 - OFFER_EPS):
+        return trial.tx_pps
+    return trial.intended_pps
 
 
 def generator_limited(trial: TrialResult) -> bool:
@@ -206,7 +212,13 @@ class TrialLog:
         self.trials: list[TrialResult] = []
         self.notes: list[str] = []
         self.ceiling: float | None = None
-        """The highest rate [pps] the generator has been seen to offer, once it fell short."""
+        """The generator's capacity [pps], once shown (see ``_note_shortfall``); None before."""
+        self.best_offer = 0.0
+        """The highest rate [pps] any trial was judged at so far."""
+        self.shortfalls = 0
+        """Trials the generator could not offer at their intended rate."""
+        self.offer_ratio = 1.0
+        """Offered / intended rate of the last trial below capacity (0.5 .. 1)."""
         self._start = time.monotonic()
         self._bar = tqdm(total=total, desc=method, unit="trial", disable=not progress, leave=False)
 
@@ -221,11 +233,23 @@ class TrialLog:
         return time.monotonic() - self._start
 
     def run(self, rate_pps: float, duration: float, phase: str) -> TrialResult:
-        """One trial at ``rate_pps`` [pps] for ``duration`` [s], labelled ``<method>/<phase>``."""
-        trial = self.measurer.measure(rate_pps, duration)
+        """One trial at ``rate_pps`` [pps] for ``duration`` [s], labelled ``<method>/<phase>``.
+
+        A generator that offers a steady fraction less than asked (pacing on a busy machine) is
+        asked for correspondingly more, below its capacity, so that trials land where the search
+        wants them; they are judged at what was really offered either way.
+        """
+        ask = rate_pps / self.offer_ratio
+        if self.ceiling is not None:
+            ask = min(ask, max(rate_pps, self.ceiling))
+        trial = self.measurer.measure(ask, duration)
         trial.method = f"{self.method}/{phase}"
         if generator_limited(trial):
+            self.shortfalls += 1
             self._note_shortfall(trial)
+        self.best_offer = max(self.best_offer, offered_rate(trial))
+        if trial.intended_pps > 0 and (self.ceiling is None or offered_rate(trial) < self.ceiling * (1 - OFFER_SHORTFALL)):
+            self.offer_ratio = min(1.0, max(0.5, offered_rate(trial) / trial.intended_pps))
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
@@ -237,18 +261,24 @@ class TrialLog:
         note = (f"generator offered {trial.tx_pps:.6g} pps of the intended {trial.intended_pps:.6g} pps; "
                 "judged at the offered rate")
         trial.notes.append(note)
-        if self.ceiling is None or trial.tx_pps < self.ceiling:
-            self.ceiling = trial.tx_pps
-            self.notes.append(f"generator-limited: it could not offer more than {trial.tx_pps:.6g} pps; "
-                              "rates above were not tested")
+        # A capacity limit shows as asking clearly more than it ever offered and getting no more.
+        # A shortfall at a rate it has exceeded before (a busy moment, pacing) is no limit: once each
+        # shortfall capped the search, a generator short by a few % everywhere dragged it down.
+        if (self.best_offer and trial.intended_pps > self.best_offer * (1 + OFFER_SHORTFALL)
+                and trial.tx_pps <= self.best_offer * (1 + OFFER_SHORTFALL)):
+            self.ceiling = max(self.ceiling or 0.0, self.best_offer, trial.tx_pps)
 
     def result(self, method: str, lower: float | None, upper: float | None, params: Any,
                goals: list[Bounds] | None = None, notes: list[str] | None = None) -> SearchResult:
         """Assemble the ``SearchResult`` from the trials logged so far."""
+        limited = ([f"generator-limited: it offered at most {self.ceiling:.6g} pps when asked for more; "
+                    "rates above that were not tested"] if self.ceiling is not None else
+                   [f"the generator fell short of the intended rate in {self.shortfalls} trial(s); "
+                    "they were judged at the rate really offered"] if self.shortfalls else [])
         return SearchResult(
             method=method, lower_bound=lower, upper_bound=upper, trials=list(self.trials),
-            goals=goals or [], params=dataclasses.asdict(params), notes=self.notes + (notes or []),
-            generator_limited=self.ceiling is not None, wall_seconds=self.wall_seconds)
+            goals=goals or [], params=dataclasses.asdict(params), notes=self.notes + limited + (notes or []),
+            generator_limited=self.shortfalls > 0, wall_seconds=self.wall_seconds)
 
 
 def goal_name(loss_tolerance: float) -> str:

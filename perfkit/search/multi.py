@@ -198,7 +198,7 @@ class _Search:
             return guess
         if goal.anchor is None or not self._anchor_valid(goal, plo, hi):
             goal.anchor, goal.anchor_good, goal.steps = (plo, True, 0) if plo is not None else (hi, False, 0)
-        step = unit * 2 ** goal.steps
+        step = min(unit * 2 ** goal.steps, 50.0)  # e^50: far beyond any rate range
         rate = goal.anchor * math.exp(step if goal.anchor_good else -step)
         if guess is not None and self._inside(guess, plo, hi) and (
                 guess > rate if goal.anchor_good else guess < rate):
