@@ -64,16 +64,30 @@ static __always_inline __u32 var_next(const volatile struct gen_var *v, __u32 *p
 	return v->op == GEN_OP_DEC ? v->max - off : v->min + off;
 }
 
-/* Add the change of the 16-bit word at off (template -> packet) to every checksum in mask. */
-static __always_inline void csum_account(__u32 *acc, __u8 mask, void *data, __u16 off)
-{
-	__u16 old = *(const volatile __u16 *)&gen_cfg.tmpl[off & (GEN_TEMPLATE_MAX - 2)];
-	__u16 new = *(__u16 *)(data + (off & (GEN_TEMPLATE_MAX - 2)));
+/* Add delta to the accumulators of the checksums in mask. */
+#define CSUM_ADD(mask, delta)			\
+	do {					\
+		if ((mask) & 1)			\
+			acc0 += (delta);	\
+		if ((mask) & 2)			\
+			acc1 += (delta);	\
+		if ((mask) & 4)			\
+			acc2 += (delta);	\
+	} while (0)
 
-#pragma unroll
-	for (int c = 0; c < GEN_MAX_CSUMS; c++)
-		if (mask & (1 << c))
-			acc[c] += (__u16)~old + new;
+/* RFC 1624 eqn. 3 on the 16-bit checksum at off: HC' = ~(~HC + sum of (~m + m')) */
+static __always_inline int csum_apply(void *data, void *data_end, __u16 off, __u32 acc)
+{
+	__u16 *p = data + (off & (GEN_TEMPLATE_MAX - 2));
+	__u32 sum;
+
+	if ((void *)(p + 1) > data_end)
+		return -1;
+	sum = (__u16)~*p + acc;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	*p = (__u16)~sum;
+	return 0;
 }
 
 SEC("xdp")
@@ -81,9 +95,11 @@ int xdp_gen(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 acc[GEN_MAX_CSUMS] = {};
+	__u32 acc0 = 0, acc1 = 0, acc2 = 0; /* GEN_MAX_CSUMS checksums being fixed up */
 	__u32 var0 = 0, var1 = 0; /* GEN_MAX_VARS; scalars, since a variable index into the stack is refused */
+	__u8 nwrites = gen_cfg.nwrites;
 	int stamped = 0;
+	__u32 words;
 	struct gen_state *st;
 	__u32 zero = 0;
 
@@ -116,16 +132,17 @@ int xdp_gen(struct xdp_md *ctx)
 		stamped = 1;
 	}
 
-#pragma unroll
-	for (int i = 0; i < GEN_TEMPLATE_MAX / 8; i++) {
-		__u64 *dst = data + i * 8;
-
-		if (i * 8 >= gen_cfg.restore_len)
-			break;
-		if ((void *)(dst + 1) > data_end)
-			return XDP_ABORTED;
-		*dst = *(const volatile __u64 *)&gen_cfg.tmpl[i * 8];
-	}
+	/* restore_len is a constant to the verifier (a frozen .rodata value): one bounds check
+	 * covers every word, and the unrolled steps past it are dead code */
+	words = gen_cfg.restore_len / 8;
+	if (data + words * 8 > data_end)
+		return XDP_ABORTED;
+#define RESTORE(i) \
+	if (words > (i)) \
+		((__u64 *)data)[i] = gen_cfg.tmpl[i];
+	RESTORE(0) RESTORE(1) RESTORE(2) RESTORE(3) RESTORE(4) RESTORE(5) RESTORE(6) RESTORE(7)
+	RESTORE(8) RESTORE(9) RESTORE(10) RESTORE(11) RESTORE(12) RESTORE(13) RESTORE(14) RESTORE(15)
+#undef RESTORE
 
 	if (gen_cfg.nvars > 0)
 		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0], &st->rng);
@@ -135,33 +152,24 @@ int xdp_gen(struct xdp_md *ctx)
 #pragma unroll
 	for (int w = 0; w < GEN_MAX_WRITES; w++) {
 		const volatile struct gen_write *wr = &gen_cfg.writes[w];
-		__u16 off = wr->offset & (GEN_TEMPLATE_MAX - 1);
-		__u8 *p = data + off;
-		__u32 val;
+		__u16 *p = data + (wr->offset & (GEN_TEMPLATE_MAX - 2));
+		__u32 val, new;
+		__u8 mask;
 
-		if (w >= gen_cfg.nwrites)
+		if (w >= nwrites)
 			break;
-		if ((void *)(p + 4) > data_end)
+		if ((void *)(p + 2) > data_end)
 			return XDP_ABORTED;
 		val = (wr->var ? var1 : var0) + wr->add;
 		if (wr->size == 4) {
 			*(__be32 *)p = bpf_htonl(val);
-		} else if (wr->size == 2) {
-			*(__be16 *)p = bpf_htons(val);
+			new = (__u32)p[0] + p[1];
 		} else {
-			*p = val;
+			*(__be16 *)p = bpf_htons(val);
+			new = p[0];
 		}
-		if (wr->csum_mask) {
-			/* every 16-bit word the write touched: at most 3 for 4 bytes at an odd offset */
-#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				__u16 word = (off & ~1) + 2 * k;
-
-				if (word >= off + wr->size)
-					break;
-				csum_account(acc, wr->csum_mask, data, word);
-			}
-		}
+		mask = wr->csum_mask;
+		CSUM_ADD(mask, new + wr->csum_old);
 	}
 
 	if (gen_cfg.sig_off) {
@@ -189,28 +197,20 @@ int xdp_gen(struct xdp_md *ctx)
 		sig->seq = st->seq[slot]++;
 		sig->tx_ns = st->last_ts;
 		if (gen_cfg.sig_csum_mask) {
-#pragma unroll
-			for (int k = 0; k < (int)sizeof(*sig); k += 2)
-				csum_account(acc, gen_cfg.sig_csum_mask, data, off + k);
+			__u16 *w = (__u16 *)sig;
+			__u8 mask = gen_cfg.sig_csum_mask;
+			__u32 new = (__u32)w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+
+			CSUM_ADD(mask, new + gen_cfg.sig_csum_old);
 		}
 	}
 
-#pragma unroll
-	for (int c = 0; c < GEN_MAX_CSUMS; c++) {
-		__u16 off = gen_cfg.csum_off[c] & (GEN_TEMPLATE_MAX - 2);
-		__u16 *p = data + off;
-		__u32 sum;
-
-		if (!gen_cfg.csum_off[c] || !acc[c])
-			continue;
-		if ((void *)(p + 1) > data_end)
-			return XDP_ABORTED;
-		/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') */
-		sum = (__u16)~*p + acc[c];
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		*p = (__u16)~sum;
-	}
+	if (acc0 && gen_cfg.csum_off[0] && csum_apply(data, data_end, gen_cfg.csum_off[0], acc0))
+		return XDP_ABORTED;
+	if (acc1 && gen_cfg.csum_off[1] && csum_apply(data, data_end, gen_cfg.csum_off[1], acc1))
+		return XDP_ABORTED;
+	if (acc2 && gen_cfg.csum_off[2] && csum_apply(data, data_end, gen_cfg.csum_off[2], acc2))
+		return XDP_ABORTED;
 
 	st->tx_packets++;
 	st->tx_bytes += gen_cfg.frame_len + FCS_LEN;

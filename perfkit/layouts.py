@@ -119,14 +119,15 @@ class gen_var(Struct):
 
 
 class gen_write(Struct):
-    _fields_ = [("offset", u16), ("size", u8), ("var", u8), ("add", u32), ("csum_mask", u8), ("pad", u8 * 3)]
+    _fields_ = [("offset", u16), ("size", u8), ("var", u8), ("add", u32), ("csum_old", u32), ("csum_mask", u8),
+                ("pad", u8 * 3)]
 
 
 class gen_config(Struct):
-    _fields_ = [("tx_ifindex", u32), ("frame_len", u32), ("restore_len", u16), ("sig_off", u16),
-                ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8), ("pad", u8),
-                ("csum_off", u16 * GEN_MAX_CSUMS), ("pad2", u16), ("vars", gen_var * GEN_MAX_VARS),
-                ("writes", gen_write * GEN_MAX_WRITES), ("tmpl", u8 * GEN_TEMPLATE_MAX)]
+    _fields_ = [("tmpl", u64 * (GEN_TEMPLATE_MAX // 8)), ("tx_ifindex", u32), ("frame_len", u32),
+                ("restore_len", u16), ("sig_off", u16), ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8),
+                ("pad", u8), ("sig_csum_old", u32), ("csum_off", u16 * GEN_MAX_CSUMS), ("pad2", u16),
+                ("vars", gen_var * GEN_MAX_VARS), ("writes", gen_write * GEN_MAX_WRITES)]
 
 
 GEN_MAX_STREAMS = 64

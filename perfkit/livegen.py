@@ -19,6 +19,7 @@ each of those changes waits for an RCU grace period (~100 ms per call, measured 
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -52,8 +53,8 @@ def build_config(frame: bytes, engine: FieldEngine | None, tx_ifindex: int) -> g
     """The generator's ``const volatile`` configuration for a template frame and field engine."""
     cfg = gen_config(tx_ifindex=tx_ifindex, frame_len=len(frame))
     cfg.restore_len = min(GEN_TEMPLATE_MAX, len(frame)) // 8 * 8
-    head = frame[:GEN_TEMPLATE_MAX]
-    cfg.tmpl[:len(head)] = list(head)
+    head = frame[:GEN_TEMPLATE_MAX].ljust(GEN_TEMPLATE_MAX, b"\0")
+    ctypes.memmove(cfg.tmpl, head, GEN_TEMPLATE_MAX)
     if engine is None:
         return cfg
     if len(engine.vars) > GEN_MAX_VARS or len(engine.writes) > GEN_MAX_WRITES or len(engine.csum_offsets) > GEN_MAX_CSUMS:
@@ -65,17 +66,26 @@ def build_config(frame: bytes, engine: FieldEngine | None, tx_ifindex: int) -> g
     if engine.sig_offset + SIGNATURE.size > min(GEN_TEMPLATE_MAX, len(frame)):
         raise ConfigError("signature offset", engine.sig_offset, f"<= {min(GEN_TEMPLATE_MAX, len(frame)) - SIGNATURE.size}")
     cfg.sig_off, cfg.sig_csum_mask = engine.sig_offset, engine.sig_csum_mask
+    cfg.sig_csum_old = _neg_words(head, engine.sig_offset, SIGNATURE.size)
     cfg.nvars, cfg.nwrites = len(engine.vars), len(engine.writes)
     for i, off in enumerate(engine.csum_offsets):
         cfg.csum_off[i] = off
     for i, v in enumerate(engine.vars):
         cfg.vars[i].min, cfg.vars[i].max, cfg.vars[i].step, cfg.vars[i].op = v.min, v.max, v.step, _OPS[v.op]
     for i, w in enumerate(engine.writes):
-        if w.size not in (1, 2, 4) or w.offset + 4 > min(GEN_TEMPLATE_MAX, len(frame)):
-            raise ConfigError(f"write {w.name}", f"{w.size} bytes at {w.offset}", "1, 2 or 4 bytes inside the template")
+        if w.size not in (2, 4) or w.offset % 2 or w.offset + 4 > min(GEN_TEMPLATE_MAX, len(frame)):
+            raise ConfigError(f"write {w.name}", f"{w.size} bytes at {w.offset}",
+                              "2 or 4 bytes at an even offset inside the template")
         cw = cfg.writes[i]
         cw.offset, cw.size, cw.var, cw.add, cw.csum_mask = w.offset, w.size, w.var, w.add & 0xFFFFFFFF, w.csum_mask
+        cw.csum_old = _neg_words(head, w.offset, w.size)
     return cfg
+
+
+def _neg_words(head: bytes, offset: int, size: int) -> int:
+    """Sum of ~w over the 16-bit words at [offset, offset + size), loaded as the CPU loads them."""
+    words = struct.unpack_from(f"={size // 2}H", head, offset)
+    return sum(~w & 0xFFFF for w in words)
 
 
 class _NoCalls:

@@ -29,19 +29,22 @@ struct gen_var {
 	__u8 pad[3];
 };
 
-/* Write var + add, as a big-endian integer of size bytes, at offset. */
+/* Write var + add, as a big-endian integer of size bytes, at offset. Checksums covering it are
+ * updated with RFC 1624's HC' = ~(~HC + ~m + m'): userspace precomputes the ~m part. */
 struct gen_write {
-	__u16 offset;
-	__u8 size;		/* 1, 2 or 4 */
+	__u16 offset;		/* even: whole 16-bit words of the checksums it touches */
+	__u8 size;		/* 2 or 4 */
 	__u8 var;		/* index into vars */
 	__u32 add;
-	__u8 csum_mask;		/* bit i: csums[i] covers these bytes */
+	__u32 csum_old;		/* sum of ~w over the template's 16-bit words it replaces (as loaded) */
+	__u8 csum_mask;		/* bit i: the checksum at csum_off[i] covers these bytes */
 	__u8 pad[3];
 };
 
 /* The generator's whole configuration, a `const volatile` global set before load, so the
  * verifier sees the counts as constants and drops the unused steps. */
 struct gen_config {
+	__u64 tmpl[GEN_TEMPLATE_MAX / 8];	/* the frame's first bytes as built by userspace */
 	__u32 tx_ifindex;	/* port to send on (in the caller's network namespace) */
 	__u32 frame_len;	/* frame length without FCS */
 	__u16 restore_len;	/* template bytes rewritten per packet, multiple of 8 */
@@ -50,11 +53,11 @@ struct gen_config {
 	__u8 nvars;
 	__u8 nwrites;
 	__u8 pad;
+	__u32 sig_csum_old;	/* sum of ~w over the template's signature words */
 	__u16 csum_off[GEN_MAX_CSUMS];	/* offsets of 16-bit checksum fields, 0 = unused */
 	__u16 pad2;
 	struct gen_var vars[GEN_MAX_VARS];
 	struct gen_write writes[GEN_MAX_WRITES];
-	__u8 tmpl[GEN_TEMPLATE_MAX];	/* the frame's first bytes as built by userspace */
 };
 
 /* Streams: each generator thread owns 2^k consecutive stream ids (sequence spaces) and puts flow
