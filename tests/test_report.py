@@ -1,4 +1,5 @@
-"""HTML reports: every notebook executed by papermill on a run made in this session, exported with figures.
+"""HTML reports: every notebook executed by papermill on a real run made in this session on the local
+testbed (campaigns/smoke-xdp.yaml), exported with figures.
 
 The report is built once through the CLI (``perfkit report``) for the session's runs
 (``tests/campaign_fixtures.py``), and the index is rendered in headless Chromium.
@@ -22,7 +23,7 @@ from PIL import Image
 
 from perfkit.cli import main
 from perfkit.report import INDEX, PAGES, NOTEBOOKS_DIR, PageSpec, build_report, links_html
-from tests.campaign_fixtures import session_runs
+from tests.campaign_fixtures import runs_on_testbed
 
 IMG_RE = re.compile(r'<img[^>]+src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"')
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -32,7 +33,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    runs = session_runs()
+    runs = runs_on_testbed()
     out = tmp_path_factory.mktemp("reports")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -83,7 +84,7 @@ def test_pages_say_what_they_show(report):
 
 
 def test_show_code_keeps_the_code(tmp_path):
-    runs = session_runs()
+    runs = runs_on_testbed()
     rep = build_report(runs.current, data_root=runs.root, reports_root=tmp_path, show_code=True, progress=False,
                        pages=(PAGES[2],))
     assert rep.ok
@@ -93,7 +94,7 @@ def test_show_code_keeps_the_code(tmp_path):
 
 
 def test_a_failing_notebook_gets_a_page_and_fails_the_report(tmp_path):
-    runs = session_runs()
+    runs = runs_on_testbed()
     nb_dir = tmp_path / "notebooks"
     nb_dir.mkdir()
     shutil.copy(NOTEBOOKS_DIR / "index.ipynb", nb_dir)
