@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfkit.generators import create  # noqa: E402
-from perfkit.search import MaxRate, NdrPdr, max_rate, ndrpdr  # noqa: E402
+from perfkit.search import MaxRate, NdrPdr, max_rate, ndrpdr, offered_rate  # noqa: E402
 from perfkit.trial import Scenario, l1_bps  # noqa: E402
 
 
@@ -35,9 +35,9 @@ def main() -> int:
                 top = max_rate(gen, MaxRate(duration=1.0)).trials[0]
                 res = ndrpdr(gen, NdrPdr(goals=(0.0, 0.005), initial_duration=0.5,
                                          final_duration=args.final_duration, max_rate=max(top.tx_pps, 1.0)),
-                             progress=True)
+                             progress=sys.stderr.isatty())
             ndr, pdr = res.goals[0], res.goals[1]
-            at_ndr = [t for t in res.trials if t.intended_pps and abs(t.intended_pps - (ndr.lower_bound or 0)) < 1
+            at_ndr = [t for t in res.trials if ndr.lower_bound and abs(offered_rate(t) - ndr.lower_bound) < 1
                       and t.loss_ratio == 0]
             t = at_ndr[-1] if at_ndr else None
             rows.append({
@@ -61,7 +61,7 @@ def main() -> int:
         print(f"{r['direction']:3} {r['frame_size']:>5} {r['wire_frame_size']:>5} {r['max_offered_pps'] / 1e6:>11.3f} "
               f"{r['max_received_pps'] / 1e6:>11.3f} {_b(r['ndr_lower_pps'], r['ndr_upper_pps']):>17} "
               f"{r['ndr_gbps_l1']:>8.2f} {_b(r['pdr_lower_pps'], r['pdr_upper_pps']):>17} "
-              f"{bpf if bpf is None else round(bpf):>7} {r['trials']:>6} {r['trial_seconds']:>5.0f}")
+              f"{'-' if bpf is None else round(bpf):>7} {r['trials']:>6} {r['trial_seconds']:>5.0f}")
         print(f"      at max rate: DUT drops {r['max_drops'] or '-'}, tester drops {r['max_tester_drops'] or '-'}; "
               f"DUT threads at NDR {r['dut_kthread_cpu_at_ndr']}")
     return 0
