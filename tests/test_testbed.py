@@ -2,10 +2,12 @@
 and SIGTERM; `clean` removes leftovers."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +86,22 @@ def test_cli_clean_and_status():
     assert '"dead02"' in status.stdout
     subprocess.run([sys.executable, "-m", "perfkit", "testbed", "clean"], cwd=ROOT, check=True, env=env)
     assert "dead02" not in running()
+
+
+def test_one_command_removes_testbeds_and_metrics_servers(tmp_path):
+    stack_dir = tmp_path / "stack"
+    up = [sys.executable, "-m", "perfkit", "stack", "up", "--dir", str(stack_dir), "--prometheus-port", "0",
+          "--pushgateway-port", "0", "--node-exporter-port", "0"]
+    subprocess.run(up, cwd=ROOT, check=True, capture_output=True)
+    state = json.loads((stack_dir / "state.json").read_text())
+    pids = [c["pid"] for c in state["components"].values()]
+    assert all(os.path.exists(f"/proc/{p}") for p in pids)
+    Testbed(run_id="dead03").up(keep=True)
+    out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--stack-dir", str(stack_dir), "--json"],
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    removed = json.loads(out)
+    assert any("dead03" in r for r in removed) and sum("metrics server" in r for r in removed) == 3
+    assert "dead03" not in running()
+    for p in pids:  # gone, or a zombie waiting for init to reap it
+        stat = Path(f"/proc/{p}/stat")
+        assert not stat.exists() or stat.read_text().split()[2] == "Z"

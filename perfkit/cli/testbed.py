@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(cl)
     cl.set_defaults(func=_clean)
     c = sub.add_parser("clean", help="remove every leftover of perfkit: testbeds and metrics servers")
+    c.add_argument("--stack-dir", default=None, help="the local metrics stack's directory (default data/stack)")
     add_json(c)
     c.set_defaults(func=_clean_all)
 
@@ -56,12 +57,10 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _clean_all(args: argparse.Namespace) -> int:
+    from perfkit.metrics import stack
+
     removed = clean()
-    try:
-        from perfkit.metrics.stack import clean as clean_stacks
-    except ImportError:  # pragma: no cover - the metrics package is part of perfkit
-        clean_stacks = None
-    if clean_stacks is not None:
-        removed += clean_stacks()
+    stopped = stack.down(args.stack_dir)  # only the processes perfkit recorded starting
+    removed += [f"metrics server {name} ({stopped.dir})" for name in stopped.started]
     emit(removed, args.json, lambda r: "\n".join(f"removed {x}" for x in r) or "nothing to clean")
     return 0
