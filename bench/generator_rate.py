@@ -8,9 +8,10 @@ port whose XDP program only drops (the DUT's NAPI thread on its own core):
   field (the flow number, written into the destination address and source port, checksum fixed);
 - baseline: a live-frames redirect with no per-packet work at all (bpf/gen_trivial.bpf.c).
 
-Rounds alternate between the two, unpaced, and the figures are medians over rounds. The rate is
-what the DUT port accepted (its XDP packet counter), so frames the port could not take do not
-count. Target: full / baseline >= 0.8.
+Rounds alternate between the two, unpaced; each adjacent pair gives a ratio, and the figures are
+medians (the machine's speed drifts between rounds; a pair shares its moment). The rate is what the
+DUT port accepted (its XDP packet counter), so frames the port could not take do not count.
+Target: full / baseline >= 0.8.
 
     .venv/bin/python bench/generator_rate.py [--rounds 5] [--seconds 2] [--json]
 """
@@ -67,8 +68,9 @@ def main() -> int:
             for g in gens.values():
                 g.close()
     full, base = statistics.median(rates["full"]), statistics.median(rates["baseline"])
+    ratio = statistics.median(f / b for f, b in zip(rates["full"], rates["baseline"]))
     out = {"frame_size": 64, "generator_cpu": gen_cpu, "dut_cpu": dut_cpu, "rounds": args.rounds,
-           "seconds": args.seconds, "full_pps": full, "baseline_pps": base, "ratio": full / base,
+           "seconds": args.seconds, "full_pps": full, "baseline_pps": base, "ratio": ratio,
            "full_rounds": rates["full"], "baseline_rounds": rates["baseline"], "target": 0.8}
     if args.json:
         json.dump(out, sys.stdout, indent=2)
@@ -80,7 +82,7 @@ def main() -> int:
               f"(rounds {', '.join(f'{x / 1e6:.2f}' for x in rates['full'])})")
         print(f"  trivial redirect (baseline)          {base / 1e6:7.3f} Mpps  "
               f"(rounds {', '.join(f'{x / 1e6:.2f}' for x in rates['baseline'])})")
-        print(f"  ratio {full / base:.3f} (target >= 0.8: {'met' if full / base >= 0.8 else 'MISSED'})")
+        print(f"  ratio {ratio:.3f}, median of the rounds' pairs (target >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
     return 0
 
 

@@ -23,14 +23,6 @@ struct {
 	__type(value, struct gen_state);
 } gen_state SEC(".maps");
 
-/* Userspace bumps gen_call[cpu] before each test run, so the program knows a new call began. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 512);
-	__type(key, __u32);
-	__type(value, __u64);
-} gen_call SEC(".maps");
-
 /* xorshift64 (Marsaglia): a helper call per packet costs more than the whole field engine. */
 static __always_inline __u32 rng_next(__u64 *x)
 {
@@ -182,13 +174,14 @@ int xdp_gen(struct xdp_md *ctx)
 		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
 
 		if (!stamped) {
-			__u32 cpu = bpf_get_smp_processor_id();
-			__u64 *call = bpf_map_lookup_elem(&gen_call, &cpu);
+			/* userspace alternates the receive queue of consecutive calls: a change means the
+			 * first frame of a new call, whose stamp must not come from the previous call */
+			__u32 call = ctx->rx_queue_index;
 
-			if (!call || *call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
+			if (call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
 				st->last_ts = bpf_ktime_get_ns();
 				st->ts_count = 0;
-				st->epoch = call ? *call : 0;
+				st->epoch = call;
 			}
 			st->ts_count++;
 		}

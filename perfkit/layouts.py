@@ -131,7 +131,7 @@ class gen_config(Struct):
 
 
 GEN_MAX_STREAMS = 64
-GEN_TS_EVERY, GEN_MAX_BURST = 8, 32
+GEN_TS_EVERY, GEN_MAX_BURST = 16, 32
 
 
 class gen_state(Struct):

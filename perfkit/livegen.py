@@ -88,13 +88,6 @@ def _neg_words(head: bytes, offset: int, size: int) -> int:
     return sum(~w & 0xFFFF for w in words)
 
 
-class _NoCalls:
-    """The trivial generator keeps no per-call state."""
-
-    def update(self, key: bytes, value: bytes) -> None:
-        pass
-
-
 def stream_plan(cores: list[int], cpu: int, flows: int) -> tuple[int, int]:
     """(first stream id, flow mask) of the thread on ``cpu``: each thread gets the same power of
     two of streams, at most as many as there are flows, so sequence numbers are per flow when the
@@ -134,6 +127,7 @@ class LiveGenerator:
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
         self.frame = profile.packet(0)
         self.tx_ifindex = tx.ifindex
+        self.anchor_ifindex = anchor.ifindex
         engine = None if trivial else profile.field_engine(flow_op)
         cfg = build_config(self.frame, engine, self.tx_ifindex)
         name = "gen_trivial" if trivial else "gen"
@@ -142,7 +136,6 @@ class LiveGenerator:
         with netns.inside(anchor.ns):
             xdp_attach(anchor.ifindex, self.program.fd)
         self.trivial = trivial
-        self._call_map = self.obj.map("gen_call") if not trivial else _NoCalls()
         self._stop = threading.Event()
 
     # -- per-thread state ------------------------------------------------------------------------
@@ -233,8 +226,9 @@ class LiveGenerator:
             old_nice = os.getpriority(os.PRIO_PROCESS, tid)
             os.setpriority(os.PRIO_PROCESS, tid, GEN_NICE)
             with netns.inside(self.tx.ns):
-                ctx = XdpMd(0, len(self.frame), 0, self.tx_ifindex, 0, 0)
-                cpu_key, calls = struct.pack("=I", cpu), time.monotonic_ns()
+                # the frames "arrive" on the anchor port, whose two queues tell calls apart
+                ctxs = [XdpMd(0, len(self.frame), 0, self.anchor_ifindex, q, 0) for q in (0, 1)]
+                calls = 0
                 barrier.wait()
                 runs, t0 = 0, time.monotonic()
                 while not self._stop.is_set():
@@ -251,8 +245,7 @@ class LiveGenerator:
                         if k <= 0 or (quota is None and time.monotonic() - t0 >= duration):
                             break
                     calls += 1
-                    self._call_map.update(cpu_key, struct.pack("=Q", calls))  # a new call: stamp its first frame
-                    self.program.run_live(self.frame, k, ctx, self.batch_size)
+                    self.program.run_live(self.frame, k, ctxs[calls % 2], self.batch_size)
                     runs += k
                 results[idx] = (runs, t0, time.monotonic())
             os.setpriority(os.PRIO_PROCESS, tid, old_nice)

@@ -69,7 +69,7 @@ struct gen_config {
  * frame): frames of a call are built back to back (~100 ns apart) and leave together when the
  * kernel flushes a batch of 64, so this costs at most a few hundred ns of accuracy while saving
  * most of the clock reads, which cost ~30 ns each in a VM. Paced, every frame reads the clock. */
-#define GEN_TS_EVERY 8
+#define GEN_TS_EVERY 16
 /* Paced: after the thread lost the CPU, at most this many overdue frames go back to back; the
  * rest are not sent (they count as intended, not offered), so a preemption never becomes a burst
  * that overflows the DUT's receive ring. */
@@ -81,7 +81,7 @@ struct gen_state {
 	__u64 tx_packets;
 	__u64 tx_bytes;		/* FCS included */
 	__u64 rng;		/* xorshift64 state for random variables (seeded by userspace) */
-	__u64 epoch;		/* gen_call[cpu] when the last frame was built */
+	__u64 epoch;		/* rx queue index of the call that built the last frame */
 	__u64 start_ns;		/* clock at the trial's first run, 0 before */
 	__u64 due;		/* when the next frame is due: ns after start_ns, 16.16 fixed point */
 	__u64 interval;		/* ns between frames, 16.16 fixed point; 0 = as fast as possible */
