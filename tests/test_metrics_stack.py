@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,18 @@ def test_up_status_down(tmp_path):
     assert not any(_alive(p) for p in pids)
     assert stack.status(d).components == []
     assert not (d / "endpoints.json").exists()
-    for c in st.components:                       # ports released
-        assert not stack.port_in_use("127.0.0.1", c.port)
+    for c in st.components:                       # ports released (the kernel may take a moment)
+        assert _released("127.0.0.1", c.port), f"{c.name} still holds port {c.port}"
     assert (d / "logs" / "prometheus.log").stat().st_size > 0     # data and logs stay
+
+
+def _released(host: str, port: int, wait: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait
+    while stack.port_in_use(host, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def test_down_one_component_and_up_restarts_only_it_on_the_same_port(tmp_path):
