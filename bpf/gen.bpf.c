@@ -174,9 +174,10 @@ int xdp_gen(struct xdp_md *ctx)
 		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
 
 		if (!stamped) {
-			/* userspace alternates the receive queue of consecutive calls: a change means the
-			 * first frame of a new call, whose stamp must not come from the previous call */
-			__u32 call = ctx->rx_queue_index;
+			/* userspace alternates the ingress port of consecutive calls (the kernel ignores
+			 * the queue in live-frames mode): a change means the first frame of a new call,
+			 * whose stamp must not come from the previous call */
+			__u32 call = ctx->ingress_ifindex;
 
 			if (call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
 				st->last_ts = bpf_ktime_get_ns();

@@ -33,7 +33,7 @@ from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_M
 from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
 from perfkit.pgwu import BUILD_DIR
 from perfkit.profiles import SIGNATURE, FieldEngine, TrafficProfile
-from perfkit.testbed import Port
+from perfkit.testbed import Port, anchor_peer
 from perfkit.trial import FCS_LEN
 
 #: Frames per call when sending as fast as possible.
@@ -127,7 +127,7 @@ class LiveGenerator:
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
         self.frame = profile.packet(0)
         self.tx_ifindex = tx.ifindex
-        self.anchor_ifindex = anchor.ifindex
+        self.anchor_ifindexes = (anchor.ifindex, netns.ifindex(anchor.ns, anchor_peer(anchor)))
         engine = None if trivial else profile.field_engine(flow_op)
         cfg = build_config(self.frame, engine, self.tx_ifindex)
         name = "gen_trivial" if trivial else "gen"
@@ -226,8 +226,8 @@ class LiveGenerator:
             old_nice = os.getpriority(os.PRIO_PROCESS, tid)
             os.setpriority(os.PRIO_PROCESS, tid, GEN_NICE)
             with netns.inside(self.tx.ns):
-                # the frames "arrive" on the anchor port, whose two queues tell calls apart
-                ctxs = [XdpMd(0, len(self.frame), 0, self.anchor_ifindex, q, 0) for q in (0, 1)]
+                # the frames "arrive" on one anchor port or its peer, alternately: calls told apart
+                ctxs = [XdpMd(0, len(self.frame), 0, ifindex, 0, 0) for ifindex in self.anchor_ifindexes]
                 calls = 0
                 barrier.wait()
                 runs, t0 = 0, time.monotonic()

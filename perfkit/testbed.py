@@ -12,8 +12,9 @@
 Uplink traffic goes p0 -> DUT -> p1, downlink p1 -> DUT -> p0, as with a TRex tester's two ports.
 ``rid`` is a 6-hex-digit run id in every name, so parallel runs and leftovers are recognisable;
 ``clean()`` removes everything perfkit ever left (namespaces and what lives in them). The pair
-``g``/``h`` only anchors the generator program in the kernel's XDP dispatcher, and its two receive
-queues let the generator tell consecutive calls apart (see ``perfkit.livegen``). MAC addresses are fixed per role (``perfkit.pgwu.PgwuConfig`` defaults), every
+``g``/``h`` only anchors the generator program in the kernel's XDP dispatcher and gives its calls
+two ingress ports to alternate between, so that it can tell consecutive calls apart (see
+``perfkit.livegen``). MAC addresses are fixed per role (``perfkit.pgwu.PgwuConfig`` defaults), every
 link has one queue (one NAPI instance: the DUT's receive processing is placed by pinning its
 thread) and IPv6 is off so that no router solicitation or neighbour discovery reaches the sink.
 """
@@ -105,18 +106,16 @@ class Testbed:
             netns.run(None, "ip", "netns", "add", ns)
             netns.run(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
         one_queue = ["numtxqueues", "1", "numrxqueues", "1"]
-        two_queues = ["numtxqueues", "2", "numrxqueues", "2"]  # the anchor: see perfkit.livegen
         for tester, dut in ((self.p0, self.a), (self.p1, self.b), (self.anchor, None)):
-            peer_ns, peer_dev = (dut.ns, dut.dev) if dut else (self.tester_ns, f"t{self.rid}h")
-            queues = one_queue if dut else two_queues
-            netns.run(None, "ip", "link", "add", tester.dev, "netns", tester.ns, *queues, "address", tester.mac,
+            peer_ns, peer_dev = (dut.ns, dut.dev) if dut else (self.tester_ns, anchor_peer(self.anchor))
+            netns.run(None, "ip", "link", "add", tester.dev, "netns", tester.ns, *one_queue, "address", tester.mac,
                       "mtu", str(self.mtu), "type", "veth", "peer", "name", peer_dev, "netns", peer_ns,
-                      *queues, *(["address", dut.mac] if dut else []), "mtu", str(self.mtu))
+                      *one_queue, *(["address", dut.mac] if dut else []), "mtu", str(self.mtu))
         for port in (self.p0, self.p1, self.a, self.b):
             netns.run(port.ns, "ip", "addr", "add", f"{port.addr}/30", "dev", port.dev)
         for ns, dev in ((self.tester_ns, self.p0.dev), (self.tester_ns, self.p1.dev), (self.dut_ns, self.a.dev),
                         (self.dut_ns, self.b.dev), (self.tester_ns, self.anchor.dev),
-                        (self.tester_ns, f"t{self.rid}h")):
+                        (self.tester_ns, anchor_peer(self.anchor))):
             netns.run(ns, "ip", "link", "set", dev, "up")
 
     def down(self) -> None:
@@ -197,6 +196,11 @@ class Testbed:
                 "mtu": self.mtu,
                 "ports": {name: {"ns": p.ns, "dev": p.dev, "mac": p.mac, "addr": p.addr}
                           for name, p in (("p0", self.p0), ("p1", self.p1), ("a", self.a), ("b", self.b))}}
+
+
+def anchor_peer(anchor: Port) -> str:
+    """The anchor veth's peer (``t<rid>h``): the generator's frames alternate between the two."""
+    return anchor.dev[:-1] + "h"
 
 
 def _raise_sigterm(signum: int, frame: object) -> None:

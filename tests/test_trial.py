@@ -55,6 +55,14 @@ def test_latency_percentiles_positive_and_ordered(ul_gen):
     assert [lat[k] for k in keys] == sorted(lat[k] for k in keys)
 
 
+def test_unpaced_trials_stamp_every_frame_with_its_own_call(ul_gen):
+    """As fast as possible, the clock is read once per 16 frames and at each call's first frame; a
+    stamp left from an earlier call or trial would show as a latency of seconds (or below zero)."""
+    for _ in range(3):
+        lat = ul_gen.measure(None, 0.3).latency_ns
+        assert 1_000 < lat["min"] and lat["max"] < 1e9
+
+
 def test_loss_reported_when_the_dut_drops(ul_gen):
     """Remove two of the eight sessions: a quarter of the packets must be lost, by the DUT."""
     pg = ul_gen.dut.pgwu

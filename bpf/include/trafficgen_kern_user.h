@@ -81,7 +81,7 @@ struct gen_state {
 	__u64 tx_packets;
 	__u64 tx_bytes;		/* FCS included */
 	__u64 rng;		/* xorshift64 state for random variables (seeded by userspace) */
-	__u64 epoch;		/* rx queue index of the call that built the last frame */
+	__u64 epoch;		/* ingress ifindex of the call that built the last frame */
 	__u64 start_ns;		/* clock at the trial's first run, 0 before */
 	__u64 due;		/* when the next frame is due: ns after start_ns, 16.16 fixed point */
 	__u64 interval;		/* ns between frames, 16.16 fixed point; 0 = as fast as possible */
