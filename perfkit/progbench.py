@@ -73,12 +73,12 @@ class ProgBenchResult:
                                "budget_64b_10gbe_ns": BUDGET_64B_10GBE_NS}
 
 
-def _offsets(direction: str, vlan: bool) -> tuple[int, int, int]:
-    """(teid_off, ue_off, vlan_off) in a profile frame; 0 = not varied."""
-    l2 = 18 if vlan else 14
-    if direction == "ul":
-        return l2 + 20 + 8 + 4, l2 + 20 + 8 + 8 + 12, 0  # GTP TEID, inner IPv4 source
-    return 0, l2 + 16, 14 if vlan else 0  # IPv4 destination, tenant VLAN TCI
+def _offsets(profile: TrafficProfile) -> tuple[int, int, int]:
+    """(teid_off, ue_off, vlan_off) of the fields the harness varies in ``profile.packet(0)``; 0 = not varied."""
+    off = profile.offsets()
+    if profile.direction == "ul":
+        return off["gtp"] + 4, off["inner_ip"] + 12, 0  # GTP TEID, inner IPv4 source
+    return 0, off["inner_ip"] + 16, 14 if profile.vlan else 0  # IPv4 destination, tenant VLAN TCI
 
 
 def _keys(plan: SessionPlan, seed: int) -> np.ndarray:
@@ -120,7 +120,7 @@ def prog_bench(dataplane: str = "pgwu", direction: str = "ul", frame_size: int =
         pg.configure(config)
         with BpfObject(BUILD_DIR / "bench.o", max_entries={"bench_keys": max(sessions, 1)}) as harness, \
                 BpfObject(BUILD_DIR / "drop.o") as drop:
-            cfg = _setup_harness(harness, frame, direction, plan, vlan, seed)
+            cfg = _setup_harness(harness, frame, profile, seed)
             os.sched_setaffinity(0, {cpu})
             return _measure(pg, harness, drop, frame, profile, cfg, rounds, repeat, cpu)
     finally:
@@ -129,10 +129,10 @@ def prog_bench(dataplane: str = "pgwu", direction: str = "ul", frame_size: int =
             pg.close()
 
 
-def _setup_harness(harness: BpfObject, frame: bytes, direction: str, plan: SessionPlan, vlan: bool,
-                   seed: int) -> bench_config:
+def _setup_harness(harness: BpfObject, frame: bytes, profile: TrafficProfile, seed: int) -> bench_config:
     """Load template and keys; returns the config to install once the path is verified."""
-    teid_off, ue_off, vlan_off = _offsets(direction, vlan)
+    teid_off, ue_off, vlan_off = _offsets(profile)
+    plan = profile.plan
     keys = _keys(plan, seed)
     restore = min(BENCH_RESTORE_MAX, len(frame) // 8 * 8)
     cfg = bench_config(frame_len=len(frame), restore_len=restore, nkeys=0,

@@ -42,8 +42,6 @@ def rate_pps(name: str, text: str | None, scenario: Scenario) -> float | None:
     """A ``Rate`` string in pps for the scenario's wire frames (None stays None)."""
     if text is None:
         return None
-    from perfkit.profiles import TrafficProfile
-
     try:
         rate = Rate.parse(text, scenario.line_rate)
     except ConfigError as err:

@@ -66,7 +66,6 @@ def check_rate_range(min_rate: float | None, max_rate: float | None) -> None:
 
 def line_rate_pps(scenario: Scenario) -> float:
     """100 % of the scenario's line rate [pps] for the frames the generator puts on the wire."""
-    from perfkit.profiles import TrafficProfile  # scapy: imported only when needed
 
     return Rate(100, "%", scenario.line_rate).pps(scenario.wire_frame_size)
 
