@@ -5,13 +5,13 @@
 
 #include "trafficgen_kern_user.h"
 
-/* Only tx_ifindex is used: the same configuration type as the real generator. */
-const volatile struct gen_config gen_cfg = {};
+/* The same load-time setting as the real generator's. */
+const volatile __u32 gen_tx_ifindex SEC(".rodata.port") = 0;
 
 SEC("xdp")
 int xdp_gen_trivial(struct xdp_md *ctx)
 {
-	return bpf_redirect(gen_cfg.tx_ifindex, 0);
+	return bpf_redirect(gen_tx_ifindex, 0);
 }
 
 char _license[] SEC("license") = "GPL";

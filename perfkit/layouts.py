@@ -124,7 +124,7 @@ class gen_write(Struct):
 
 
 class gen_config(Struct):
-    _fields_ = [("tmpl", u64 * (GEN_TEMPLATE_MAX // 8)), ("tx_ifindex", u32), ("frame_len", u32),
+    _fields_ = [("tmpl", u64 * (GEN_TEMPLATE_MAX // 8)), ("frame_len", u32), ("pad0", u32),
                 ("restore_len", u16), ("sig_off", u16), ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8),
                 ("pad", u8), ("sig_csum_old", u32), ("csum_off", u16 * GEN_MAX_CSUMS), ("pad2", u16),
                 ("vars", gen_var * GEN_MAX_VARS), ("writes", gen_write * GEN_MAX_WRITES)]

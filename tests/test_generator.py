@@ -1,5 +1,6 @@
 """The generator program (bpf/gen.bpf.c) in the real kernel: BPF_PROG_TEST_RUN without live frames
-shows the frame it builds. Flow i must be the profile's packet(i); checksums must verify."""
+shows the frame it builds. Flow i must be the profile's packet(i); checksums must verify.
+The program is compiled per profile as perfkit runs it (perfkit/bpfbuild.py)."""
 from __future__ import annotations
 
 import os
@@ -11,8 +12,10 @@ from scapy.layers.l2 import Ether
 
 from perfkit.errors import ConfigError
 from perfkit.layouts import GEN_MAX_STREAMS
-from perfkit.libbpf import BpfObject
-from perfkit.livegen import build_config, stream_plan
+from perfkit import bpfbuild
+from perfkit.layouts import gen_state
+from perfkit.libbpf import BpfObject, num_possible_cpus
+from perfkit.livegen import build_config, compile_generator, load_generator, stream_plan
 from perfkit.pgwu import BUILD_DIR, SessionPlan
 from perfkit.pgwu_model import ones_sum
 from perfkit.profiles import SIGNATURE, SIGNATURE_MAGIC, TrafficProfile
@@ -27,11 +30,15 @@ def one_cpu():
     os.sched_setaffinity(0, old)
 
 
-def load(profile: TrafficProfile, flow_op: str = "inc", stream_base: int = 0, stream_mask: int = 0) -> BpfObject:
-    obj = BpfObject(BUILD_DIR / "gen.o", rodata=build_config(profile.packet(0), profile.field_engine(flow_op), 1))
-    from perfkit.layouts import gen_state
-    from perfkit.libbpf import num_possible_cpus
-
+def load(profile: TrafficProfile, flow_op: str = "inc", stream_base: int = 0, stream_mask: int = 0,
+         plain: bool = False) -> BpfObject:
+    """The generator for ``profile`` sending on lo; ``plain``: the Makefile's build, configured
+    through .rodata at load instead of compiled in."""
+    if plain:
+        obj = BpfObject(BUILD_DIR / "gen.o", rodata=build_config(profile.packet(0), profile.field_engine(flow_op)),
+                        initial_values={".rodata.port": struct.pack("=I", 1)})
+    else:
+        obj = load_generator(compile_generator(profile, flow_op), 1)
     obj.map("gen_state").update(struct.pack("=I", 0), bytes(gen_state(stream_base=stream_base, stream_mask=stream_mask))
                                 * num_possible_cpus())
     return obj
@@ -116,6 +123,40 @@ def test_bad_field_engine_is_refused():
     from dataclasses import replace
 
     with pytest.raises(ConfigError, match="checksum offset"):
-        build_config(prof.packet(0), replace(eng, csum_offsets=(61,)), 1)
+        build_config(prof.packet(0), replace(eng, csum_offsets=(61,)))
     with pytest.raises(ConfigError, match="flow_op"):
         prof.field_engine("shuffle")
+
+
+@pytest.mark.parametrize("direction,flow_op", [("ul", "inc"), ("dl", "random")])
+def test_compiled_in_and_rodata_configurations_build_the_same_frames(direction, flow_op):
+    """The per-profile build must mean exactly what the plain build does with the same configuration."""
+    prof = TrafficProfile(direction=direction, frame_size=200, flows=9, plan=SessionPlan(9))
+    frames = {}
+    for plain in (False, True):
+        with load(prof, flow_op, stream_mask=7, plain=plain) as obj:
+            st = bytes(gen_state(stream_mask=7, rng=0x9E3779B97F4A7C15)) * num_possible_cpus()
+            obj.map("gen_state").update(struct.pack("=I", 0), st)
+            frames[plain] = [masked(prof, flow_op, run(obj, prof.packet(0))) for _ in range(20)]
+    assert frames[False] == frames[True]
+    assert len({f[:60] for f in frames[False]}) > 3  # the flows really vary
+
+
+def masked(prof: TrafficProfile, flow_op: str, frame: bytes) -> bytes:
+    """``frame`` without what depends on the clock: the transmit time and the checksums over it
+    (the other tests check those checksums)."""
+    out = bytearray(frame)
+    off = prof.offsets()["signature"] + SIGNATURE.size - 4
+    out[off:off + 4] = bytes(4)
+    for c in prof.field_engine(flow_op).csum_offsets:
+        out[c:c + 2] = bytes(2)
+    return bytes(out)
+
+
+def test_specialised_objects_are_cached_by_configuration(tmp_path, monkeypatch):
+    monkeypatch.setattr(bpfbuild, "CACHE_DIR", tmp_path)
+    a = compile_generator(TrafficProfile(direction="ul", frame_size=128))
+    mtime = a.stat().st_mtime_ns
+    assert compile_generator(TrafficProfile(direction="ul", frame_size=128)) == a and a.stat().st_mtime_ns == mtime
+    b = compile_generator(TrafficProfile(direction="ul", frame_size=130))
+    assert b != a and b.parent == tmp_path

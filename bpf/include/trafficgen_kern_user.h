@@ -41,12 +41,12 @@ struct gen_write {
 	__u8 pad[3];
 };
 
-/* The generator's whole configuration, a `const volatile` global set before load, so the
- * verifier sees the counts as constants and drops the unused steps. */
+/* The generator's configuration for one traffic profile: compiled into the program as constants
+ * (see gen.bpf.c). The port it sends on is set separately, at load. */
 struct gen_config {
 	__u64 tmpl[GEN_TEMPLATE_MAX / 8];	/* the frame's first bytes as built by userspace */
-	__u32 tx_ifindex;	/* port to send on (in the caller's network namespace) */
 	__u32 frame_len;	/* frame length without FCS */
+	__u32 pad0;
 	__u16 restore_len;	/* template bytes rewritten per packet, multiple of 8 */
 	__u16 sig_off;		/* where the signature goes, 0 = no signature */
 	__u8 sig_csum_mask;	/* checksums covering the signature */

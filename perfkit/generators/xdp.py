@@ -71,7 +71,7 @@ class XdpGenerator(Generator):
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, run_id: str | None = None,
-                 batch_size: int = 64, flow_op: str = "inc", profile: TrafficProfile | None = None,
+                 batch_size: int | None = None, flow_op: str = "inc", profile: TrafficProfile | None = None,
                  trivial_generator: bool = False):
         super().__init__(scenario)
         self.profile = profile or TrafficProfile.for_scenario(scenario)
