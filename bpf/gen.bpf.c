@@ -23,11 +23,17 @@
 #ifdef GEN_CONFIG_FILE
 #include GEN_CONFIG_FILE	/* defines GEN_CONFIG_INIT */
 #define GEN_CFG const
+#define GEN_COMPILED_IN 1
 static const struct gen_config gen_cfg = GEN_CONFIG_INIT;
 #else
 #define GEN_CFG const volatile
+#define GEN_COMPILED_IN 0
 const volatile struct gen_config gen_cfg = {};
 #endif
+
+/* Compiled in, every offset is a constant below gen_end(), which the first bounds check covers,
+ * so the verifier needs no other; each would cost a few instructions per frame. */
+#define OUT_OF_BOUNDS(end) (!GEN_COMPILED_IN && (void *)(end) > data_end)
 
 /* Set at load: the tester port is another ifindex in every testbed, and compiled objects are
  * reused across testbeds. */
@@ -91,13 +97,29 @@ static __always_inline int csum_apply(void *data, void *data_end, __u16 off, __u
 	__u16 *p = data + (off & (GEN_TEMPLATE_MAX - 2));
 	__u32 sum;
 
-	if ((void *)(p + 1) > data_end)
+	if (OUT_OF_BOUNDS(p + 1))
 		return -1;
 	sum = (__u16)~*p + acc;
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	*p = (__u16)~sum;
 	return 0;
+}
+
+/* Bytes of the frame the program touches (compiled in, a constant: clang folds the loops). */
+static __always_inline __u32 gen_end(void)
+{
+	__u32 end = gen_cfg.restore_len;
+
+	if (gen_cfg.sig_off && gen_cfg.sig_off + sizeof(struct signature) > end)
+		end = gen_cfg.sig_off + sizeof(struct signature);
+	for (int w = 0; w < GEN_MAX_WRITES; w++)
+		if (w < gen_cfg.nwrites && gen_cfg.writes[w].offset + 4U > end)
+			end = gen_cfg.writes[w].offset + 4U;
+	for (int c = 0; c < GEN_MAX_CSUMS; c++)
+		if (gen_cfg.csum_off[c] + 2U > end)
+			end = gen_cfg.csum_off[c] + 2U;
+	return end;
 }
 
 SEC("xdp")
@@ -145,7 +167,7 @@ int xdp_gen(struct xdp_md *ctx)
 	/* restore_len is a constant to the verifier (a frozen .rodata value): one bounds check
 	 * covers every word, and the unrolled steps past it are dead code */
 	words = gen_cfg.restore_len / 8;
-	if (data + words * 8 > data_end)
+	if (data + (GEN_COMPILED_IN ? gen_end() : words * 8) > data_end)
 		return XDP_ABORTED;
 #define RESTORE(i) \
 	if (words > (i)) \
@@ -168,7 +190,7 @@ int xdp_gen(struct xdp_md *ctx)
 
 		if (w >= nwrites)
 			break;
-		if ((void *)(p + 2) > data_end)
+		if (OUT_OF_BOUNDS(p + 2))
 			return XDP_ABORTED;
 		val = (wr->var ? var1 : var0) + wr->add;
 		if (wr->size == 4) {
@@ -187,7 +209,7 @@ int xdp_gen(struct xdp_md *ctx)
 		struct signature *sig = data + off;
 		__u32 slot;
 
-		if ((void *)(sig + 1) > data_end)
+		if (OUT_OF_BOUNDS(sig + 1))
 			return XDP_ABORTED;
 		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
 
