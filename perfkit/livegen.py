@@ -10,9 +10,11 @@ template and field engine become constants in the code.
 Pacing happens inside the program, like a DPDK generator busy-polling its clock: each run reads
 the clock and sends only when the next frame is due (else it returns XDP_DROP and the kernel
 recycles the frame), so frames leave evenly spaced whatever Python does between calls. A thread
-that lost its core sends at most ``GEN_MAX_BURST`` overdue frames back to back and skips the rest:
-a preemption shows up as intended-but-not-offered packets, never as a burst the DUT is blamed for.
-The program also enforces the duration and the packet quota, so counts are exact.
+that lost its core (this VM's host takes a vCPU away for milliseconds now and then) sends at most
+``GEN_MAX_BURST`` overdue frames back to back and shifts the rest of its schedule, so a stall never
+becomes a burst the DUT is blamed for. A paced trial sends its rate x duration frames (the
+program's quota) and so ends a little late after a stall; what is not sent by ``LATE_STOP`` past
+the duration is intended but not offered (the generator could not keep up). Counts are exact.
 
 Keeping the generator program attached (natively) to an otherwise unused veth pins it in the
 kernel's XDP dispatcher: otherwise every test run with repeat > 1 adds and removes it there, and
@@ -45,6 +47,8 @@ MAX_CHUNK = 65536
 #: the program does not run (the kernel sets up a new page pool), so calls are long; the program
 #: stops sending at the trial's end by itself, so a call may run past it.
 PACED_RUNS = 1 << 18
+#: A paced trial may run this fraction of its duration (plus 20 ms) late to send all its frames.
+LATE_STOP = 0.1
 #: Frames per kernel batch (one flush to the port per batch) unless set: paced, frames leave
 #: within ~3 us of their timestamp; unpaced, the kernel's maximum, whose page pool (as big as a
 #: batch) then recycles the frames the DUT returns instead of allocating new pages (+10-20 %
@@ -163,11 +167,13 @@ class LiveGenerator:
     def _arm(self, rate_pps: float | None, duration: float, packets: int | None) -> list[int]:
         """Per thread: streams, pacing interval, time limit and quota; returns the quotas."""
         n = len(self.cores)
+        stop_after = 0
+        if rate_pps and packets is None:  # the duration's frames, with time to catch up after stalls
+            packets, stop_after = round(rate_pps * duration), int((duration * (1 + LATE_STOP) + 0.02) * 1e9)
         quotas = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [0] * n
         if self.trivial:
             return quotas
         interval = round(1e9 * n / rate_pps * FP_ONE) if rate_pps else 0
-        stop_after = int(duration * 1e9) if rate_pps and packets is None else 0
         vals = b""
         for cpu in range(num_possible_cpus()):
             base, mask = stream_plan(self.cores, cpu, self.profile.flows)
@@ -201,7 +207,8 @@ class LiveGenerator:
         barrier = threading.Barrier(n + 1)
         self._stop.clear()
         threads = [threading.Thread(target=self._worker, name=f"perfkit-gen-{c}",
-                                    args=(c, bool(rate_pps), duration, quotas[i] if packets is not None else None,
+                                    args=(c, bool(rate_pps), duration,
+                                          quotas[i] if packets is not None or rate_pps else None,
                                           barrier, results, i, errors))
                    for i, c in enumerate(self.cores)]
         for t in threads:
@@ -249,14 +256,13 @@ class LiveGenerator:
                 batch = self.batch_size or (PACED_BATCH if paced else UNPACED_BATCH)
                 barrier.wait()
                 runs, t0 = 0, time.monotonic()
-                while not self._stop.is_set():
+                while quota != 0 and not self._stop.is_set():  # quota 0: this thread's share is none
                     if paced:
                         k = PACED_RUNS
                         state = self._states()[cpu] if runs else None
-                        if state is not None and (
-                                (quota is not None and state.tx_packets >= quota) or
-                                (quota is None and state.start_ns and
-                                 time.monotonic_ns() - state.start_ns >= duration * 1e9)):
+                        if state is not None and (state.tx_packets >= quota or (
+                                state.stop_after and state.start_ns and
+                                time.monotonic_ns() - state.start_ns >= state.stop_after)):
                             break
                     else:
                         k = MAX_CHUNK if quota is None else min(MAX_CHUNK, quota - runs)

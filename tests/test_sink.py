@@ -116,11 +116,12 @@ def test_latency_from_the_signature(sink):
 
 def test_ipdv_between_consecutive_packets(sink):
     sink.reset(0)
-    for i, age in enumerate([10_000, 1_010_000, 10_000, 1_010_000]):
+    for i, age in enumerate([10_000, 10_010_000, 10_000, 10_010_000]):
         feed(sink, [i], age_ns=age)
     rep = sink.read()
     assert int(rep.ipdv_hist.sum()) == 3  # pairs (0,1), (1,2), (2,3)
-    assert 900_000 < rep.ipdv_ns()["p50"] < 1_100_000  # |1 ms| give or take this test's own jitter
+    # |10 ms|, give or take this test's own jitter (a vCPU stall here can take a millisecond)
+    assert 9_000_000 < rep.ipdv_ns()["p50"] < 11_000_000
 
 
 def test_tcp_inside_gtp_is_found_too(sink):

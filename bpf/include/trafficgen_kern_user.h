@@ -70,9 +70,9 @@ struct gen_config {
  * kernel flushes a batch of 64, so this costs at most a few hundred ns of accuracy while saving
  * most of the clock reads, which cost ~30 ns each in a VM. Paced, every frame reads the clock. */
 #define GEN_TS_EVERY 16
-/* Paced: after the thread lost the CPU, at most this many overdue frames go back to back; the
- * rest are not sent (they count as intended, not offered), so a preemption never becomes a burst
- * that overflows the DUT's receive ring. */
+/* Paced: after the thread lost the CPU, at most this many overdue frames go back to back and the
+ * schedule of the rest shifts, so a preemption never becomes a burst that overflows the DUT's
+ * receive ring; the trial then ends a little late (userspace allows for it). */
 #define GEN_MAX_BURST 32
 
 /* Per CPU: one generator thread runs on each CPU, so this is per thread. Userspace arms it before
