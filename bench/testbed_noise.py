@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""How reproducible is zero loss on this machine? The PGW-U on the local testbed, many identical
+trials at a few fixed rates, in shuffled order.
+
+For each rate: the share of trials with any loss, the median and worst loss ratio, where the lost
+frames went (DUT receive ring, dataplane drop reasons, tester ring), and how far the generator's
+offered rate fell below the intended one. A DUT whose capacity alone decides loss shows no loss
+well below its maximum rate and loss in every trial above it; sporadic pauses of the DUT's core
+(a VM's host taking the vCPU away) show as loss in some trials at any rate, mostly in
+``rx_ring_full``. NDR searches on such a testbed cannot give reproducible results.
+
+    .venv/bin/python bench/testbed_noise.py [--rates 0.1,0.3,0.6,1.0Mpps] [--trials 10] [--duration 1] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tqdm import tqdm  # noqa: E402
+
+from perfkit.generators import create  # noqa: E402
+from perfkit.profiles import TrafficProfile  # noqa: E402
+from perfkit.trial import Rate, Scenario  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="0.1Mpps,0.3Mpps,0.6Mpps,1.0Mpps",
+                    help="comma-separated rates (pps, Mpps, Gbps or %% of 10GbE)")
+    ap.add_argument("--trials", type=int, default=10, help="trials per rate")
+    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s]")
+    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
+    ap.add_argument("--frame-size", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    sc = Scenario(direction=args.direction, frame_size=args.frame_size)
+    wire = TrafficProfile.for_scenario(sc).wire_frame_size
+    rates = [Rate.parse(r.strip(), sc.line_rate).pps(wire) for r in args.rates.split(",")]
+    order = [r for r in rates for _ in range(args.trials)]
+    random.Random(args.seed).shuffle(order)  # drifts of the machine spread over every rate
+    trials: dict[float, list] = {r: [] for r in rates}
+    with create("xdp", sc) as gen:
+        for rate in tqdm(order, desc="trials", file=sys.stderr):
+            trials[rate].append(gen.measure(rate, args.duration))
+    rows = []
+    for rate in rates:
+        ts = trials[rate]
+        losses = [t.loss_ratio for t in ts]
+        where: Counter[str] = Counter()
+        for t in ts:
+            where.update(t.dut_drops)
+            where.update({f"tester {k}": v for k, v in t.tester_drops.items()})
+        rows.append({"rate_pps": rate, "trials": len(ts), "lossy": sum(1 for x in losses if x > 0),
+                     "median_loss": statistics.median(losses), "max_loss": max(losses),
+                     "drops": dict(where), "min_offered_ratio": min(t.tx_pps / rate for t in ts)})
+    if args.json:
+        json.dump({"scenario": dataclasses.asdict(sc), "duration": args.duration,
+                   "rows": rows}, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print(f"PGW-U {args.direction.upper()} {args.frame_size} B, {args.trials} x {args.duration:g} s trials per rate, "
+          "shuffled")
+    print(f"{'rate [Mpps]':>11s}  {'lossy':>7s}  {'median loss':>11s}  {'worst loss':>10s}  "
+          f"{'offered >=':>10s}  drops (all trials)")
+    for r in rows:
+        print(f"{r['rate_pps'] / 1e6:11.3f}  {r['lossy']:3d}/{r['trials']:<3d}  {r['median_loss']:11.2e}  "
+              f"{r['max_loss']:10.2e}  {r['min_offered_ratio']:9.1%}  {r['drops'] or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
