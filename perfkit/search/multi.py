@@ -19,18 +19,10 @@ trials are short until the interval is narrow. The design here is perfkit's own:
    short trials): a short trial then only *probes* (bad: an upper bound; good: repeated at full
    duration, ``long``), and once a good probe proves wrong, only full-duration trials are run.
 
-4. *retest*: a bad trial that lost a larger share than a trial at least as long at a higher rate
-   (loss ratio falling as the rate rises: one of them was irregular) is repeated once at its rate
-   and duration. A load (an intended rate) is bad for a goal when most
-   of its trial time was bad; a tie is good. So a single trial hit by a sporadic irregularity (a
-   VM's host pausing the DUT's core for milliseconds loses packets at any rate) does not cap a
-   goal far below where the DUT really loses, while a DUT that loses twice at a rate still does.
-   A shorter trial never contradicts a longer one (buffers hide loss in short trials).
-
-Bounds: a goal's upper bound is its lowest bad load (any duration); its lower bound the highest
-good load below that with a good full-duration trial (so inversion never yields a lower bound
-above a bad load). Rates are judged at the offered rate; a generator that falls short caps the
-search (``generator_limited``).
+Bounds: a goal's upper bound is its lowest bad rate (any duration); its lower bound the highest
+rate below that with a good full-duration trial (so a load with both counts as bad, and loss
+inversion never yields a lower bound above a bad rate). Rates are judged at the offered rate; a
+generator that falls short caps the search (``generator_limited``).
 """
 from __future__ import annotations
 
@@ -109,39 +101,6 @@ class _Obs:
     """Whether it lasted the final duration."""
     forwarding: float
     """rate x (1 - loss) [pps]."""
-    intended: float
-    """The rate asked for [pps]: trials at one intended rate form a load."""
-    duration: float
-    """[s]"""
-
-
-@dataclass(frozen=True)
-class _Load:
-    """The trials at one intended rate, as one goal sees them."""
-
-    rate: float
-    """Lowest offered rate of its trials [pps]."""
-    bad: bool
-    """Most of its trial time was above the goal's loss (a tie is good)."""
-    full_good: bool
-    """Good, with a good full-duration trial."""
-    forwarding: float
-    """Lowest forwarding rate of its trials [pps]."""
-    trials: tuple[_Obs, ...]
-
-
-def _loads(obs: list[_Obs], loss: float) -> list[_Load]:
-    groups: dict[float, list[_Obs]] = {}
-    for o in obs:
-        groups.setdefault(o.intended, []).append(o)
-    loads = []
-    for ts in groups.values():
-        bad_time = sum(o.duration for o in ts if o.loss > loss)
-        bad = bad_time > sum(o.duration for o in ts) / 2
-        loads.append(_Load(min(o.rate for o in ts), bad,
-                           not bad and any(o.full and o.loss <= loss for o in ts),
-                           min(o.forwarding for o in ts), tuple(ts)))
-    return loads
 
 
 @dataclass
@@ -171,8 +130,8 @@ class _Goal:
 class _View:
     """What the observations say about one goal."""
 
-    hi: _Load | None = None
-    """Lowest bad load."""
+    hi: _Obs | None = None
+    """Lowest bad trial."""
     lo: float | None = None
     """Highest full-duration good rate below ``hi`` [pps]."""
     plo: float | None = None
@@ -180,27 +139,12 @@ class _View:
 
 
 def _view(obs: list[_Obs], goal: _Goal) -> _View:
-    loads = _loads(obs, goal.loss)
-    bad = [ld for ld in loads if ld.bad]
-    hi = min(bad, key=lambda ld: ld.rate) if bad else None
-    good = [ld for ld in loads if not ld.bad and (hi is None or ld.rate < hi.rate)]
-    lo = max((ld.rate for ld in good if ld.full_good), default=None)
-    plo = lo if goal.long_only else max((ld.rate for ld in good), default=None)
+    bad = [o for o in obs if o.loss > goal.loss]
+    hi = min(bad, key=lambda o: o.rate) if bad else None
+    good = [o for o in obs if o.loss <= goal.loss and (hi is None or o.rate < hi.rate)]
+    lo = max((o.rate for o in good if o.full), default=None)
+    plo = lo if goal.long_only else max((o.rate for o in good), default=None)
     return _View(hi, lo, plo)
-
-
-def _contradicted(obs: list[_Obs], goals: list[float]) -> tuple[float, float] | None:
-    """(intended rate, duration) of a load to measure again: its one trial is bad for some goal and
-    lost a larger share than a trial at least as long at a higher rate (loss that falls as the rate
-    rises: one of the two was irregular); None if there is none."""
-    for loss in goals:
-        for ld in _loads(obs, loss):
-            if not ld.bad or len(ld.trials) != 1:
-                continue
-            t = ld.trials[0]
-            if any(o.rate > t.rate and o.duration >= t.duration and o.loss < t.loss for o in obs):
-                return t.intended, t.duration
-    return None
 
 
 @dataclass
@@ -223,7 +167,7 @@ class _Search:
         trial = self.log.run(rate, duration, phase)
         offered = offered_rate(trial)
         full = duration >= self.p.final_duration * (1 - RATE_EPS)
-        self.obs.append(_Obs(offered, trial.loss_ratio, full, offered * (1 - trial.loss_ratio), rate, duration))
+        self.obs.append(_Obs(offered, trial.loss_ratio, full, offered * (1 - trial.loss_ratio)))
         return trial
 
     # -- per goal decisions ------------------------------------------------------------------
@@ -234,7 +178,7 @@ class _Search:
     def finished(self, v: _View) -> bool:
         return self.failed(v) or (v.lo is not None and self._closed(v.lo, v.hi))
 
-    def _closed(self, lower: float, hi: _Load | None) -> bool:
+    def _closed(self, lower: float, hi: _Obs | None) -> bool:
         if hi is None:
             return lower >= self.top * (1 - RATE_EPS)
         return narrow(lower, hi.rate, self.p.relative_width)
@@ -313,10 +257,6 @@ class _Search:
             if len(self.log.trials) >= self.p.max_trials:
                 notes.append(f"stopped after max_trials={self.p.max_trials} trials; bounds are partial")
                 break
-            again = _contradicted(self.obs, list(self.p.goals))
-            if again is not None:
-                self.measure(*again, "retest")
-                continue
             nxt = self.next_trial()
             if nxt is None:
                 break
@@ -327,7 +267,7 @@ class _Search:
                 continue
             good = trial.loss_ratio <= goal.loss
             if good and phase == "probe":  # a short good trial is not trusted here: go long
-                good = self.measure(self.obs[-1].intended, self.p.final_duration, "long").loss_ratio <= goal.loss
+                good = self.measure(self.obs[-1].rate, self.p.final_duration, "long").loss_ratio <= goal.loss
                 goal.probe = goal.probe and good
             self.after(goal, self.obs[-1].rate, good)
         return [self._bounds(goal, notes) for goal in self.goals]
