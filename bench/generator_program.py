@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfkit.libbpf import BpfObject, XdpMd  # noqa: E402
-from perfkit.livegen import build_config, compile_generator, load_generator  # noqa: E402
-from perfkit.pgwu import BUILD_DIR, SessionPlan  # noqa: E402
-from perfkit.profiles import TrafficProfile  # noqa: E402
+from perfkit.testbed.livegen import build_config, compile_generator, load_generator  # noqa: E402
+from perfkit.dataplanes.pgwu.control import BUILD_DIR, SessionPlan  # noqa: E402
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 
 
 def main() -> int:
@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # per-CPU generator state: one CPU
-    profile = TrafficProfile(direction=args.direction, frame_size=64, flows=1000, plan=SessionPlan(1000))
+    profile = PgwuTraffic(direction=args.direction, frame_size=64, flows=1000, plan=SessionPlan(1000))
     frame, port = profile.packet(0), struct.pack("=I", 1)  # redirect target lo: test runs do not send
     objs = {
         "compiled": load_generator(compile_generator(profile, "random"), 1),

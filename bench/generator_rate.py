@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
 
-from perfkit import netns  # noqa: E402
+from perfkit.testbed import netns  # noqa: E402
 from perfkit.libbpf import BpfObject, xdp_attach  # noqa: E402
-from perfkit.livegen import LiveGenerator  # noqa: E402
-from perfkit.pgwu import BUILD_DIR, SessionPlan  # noqa: E402
-from perfkit.profiles import TrafficProfile  # noqa: E402
-from perfkit.testbed import Testbed  # noqa: E402
+from perfkit.testbed.livegen import LiveGenerator  # noqa: E402
+from perfkit.dataplanes.pgwu.control import BUILD_DIR, SessionPlan  # noqa: E402
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
+from perfkit.testbed.topology import Testbed  # noqa: E402
 
 
 def main() -> int:
@@ -46,7 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     gen_cpu, dut_cpu = cpus[0], cpus[-1]
-    profile = TrafficProfile(direction="dl", frame_size=64, flows=1000, plan=SessionPlan(1000))
+    profile = PgwuTraffic(direction="dl", frame_size=64, flows=1000, plan=SessionPlan(1000))
     rates: dict[str, list[float]] = {"full": [], "baseline": []}
     with Testbed() as tb, BpfObject(BUILD_DIR / "drop.o") as drop:
         with netns.inside(tb.a.ns):

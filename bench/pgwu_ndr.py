@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfkit.generators import create  # noqa: E402
 from perfkit.search import MaxRate, NdrPdr, max_rate, ndrpdr, offered_rate  # noqa: E402
-from perfkit.trial import Scenario, l1_bps  # noqa: E402
+from perfkit.scenario import Scenario  # noqa: E402
+from perfkit.units import l1_bps  # noqa: E402
 
 
 def main() -> int:
@@ -30,7 +31,7 @@ def main() -> int:
     rows = []
     for direction in ("ul", "dl"):
         for frame in (64, 1424):
-            sc = Scenario(direction=direction, frame_size=frame)
+            sc = Scenario("pgwu", frame_size=frame, params={"direction": direction})
             with create("xdp", sc) as gen:
                 top = max_rate(gen, MaxRate(duration=1.0)).trials[0]
                 res = ndrpdr(gen, NdrPdr(goals=(0.0, 0.005), initial_duration=0.5,

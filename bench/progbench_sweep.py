@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
 
-from perfkit.pgwu import Pgwu, SessionPlan  # noqa: E402
 from perfkit.progbench import BUDGET_64B_10GBE_NS, prog_bench  # noqa: E402
 
 FRAME_SIZES = (64, 128, 256, 512, 1024, 1424)
@@ -34,19 +33,10 @@ def main() -> int:
     rounds, repeat = (5, 50_000) if args.quick else (21, 200_000)
     rows = []
     configs = [(d, s, c, f) for s in (1, many) for d in ("ul", "dl") for c in (False, True) for f in FRAME_SIZES]
-    pg_many = None
-    try:
-        for direction, sessions, csum, frame in tqdm(configs, desc="prog-bench", unit="config", file=sys.stderr):
-            if sessions > 1 and pg_many is None:
-                pg_many = Pgwu.load(max_sessions=MANY)
-                pg_many.add_sessions(SessionPlan(sessions, tagged=True))
-            res = prog_bench(direction=direction, frame_size=frame, sessions=sessions, udp_csum=csum,
-                             vlan=sessions > 1, rounds=rounds, repeat=repeat,
-                             pgwu=pg_many if sessions > 1 else None)
-            rows.append(res.to_dict())
-    finally:
-        if pg_many is not None:
-            pg_many.close()
+    for direction, sessions, csum, frame in tqdm(configs, desc="prog-bench", unit="config", file=sys.stderr):
+        res = prog_bench("pgwu", frame_size=frame, rounds=rounds, repeat=repeat,
+                         params={"direction": direction, "sessions": sessions, "udp_csum": csum, "vlan": sessions > 1})
+        rows.append(res.to_dict() | res.params)
     target = [r for r in rows if r["frame_size"] == 64 and not r["udp_csum"] and r["sessions"] == 1]
     if args.json:
         json.dump({"rows": rows, "target_ns": BUDGET_64B_10GBE_NS}, sys.stdout, indent=2)

@@ -38,9 +38,11 @@ from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E40
 
 from perfkit.generators.base import Generator  # noqa: E402
 from perfkit.generators.sim import SimGenerator  # noqa: E402
-from perfkit.profiles import TrafficProfile  # noqa: E402
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
-from perfkit.trial import Rate, Scenario, TrialResult  # noqa: E402
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult  # noqa: E402
 
 GOALS = (0.0, 0.005)
 WIDTH = 0.005
@@ -215,7 +217,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
-    wire = TrafficProfile.for_scenario(scenario).wire_frame_size
+    wire = scenario.traffic().wire_frame_size
     top = Rate.parse(args.max_rate, scenario.line_rate).pps(wire) if args.max_rate else line_rate_pps(scenario)
     low = Rate.parse(args.min_rate, scenario.line_rate).pps(wire) if args.min_rate else top / 1000
     return Settings(min_rate=low, max_rate=top, initial=args.initial_duration, final=args.final_duration)
@@ -223,7 +225,7 @@ def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    scenario = Scenario(dataplane="pgwu", direction="ul", frame_size=64)
+    scenario = Scenario("pgwu", frame_size=64, params={"direction": "ul"})
     s = settings(args, scenario)
     print(f"NDR (0) and PDR (0.5%) at relative width {WIDTH:.1%}; rates {s.min_rate:.6g}..{s.max_rate:.6g} pps; "
           f"trials {s.initial:g} s initial, {s.final:g} s final; {args.seeds} seed(s) per simulated DUT")

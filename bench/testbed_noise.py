@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm  # noqa: E402
 
 from perfkit.generators import create  # noqa: E402
-from perfkit.profiles import TrafficProfile  # noqa: E402
-from perfkit.trial import Rate, Scenario  # noqa: E402
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario  # noqa: E402
 
 
 def main() -> int:
@@ -42,8 +43,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    sc = Scenario(direction=args.direction, frame_size=args.frame_size)
-    wire = TrafficProfile.for_scenario(sc).wire_frame_size
+    sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
+    wire = sc.traffic().wire_frame_size
     rates = [Rate.parse(r.strip(), sc.line_rate).pps(wire) for r in args.rates.split(",")]
     order = [r for r in rates for _ in range(args.trials)]
     random.Random(args.seed).shuffle(order)  # drifts of the machine spread over every rate

@@ -2,8 +2,9 @@
 /* prog-bench harness. BPF_PROG_TEST_RUN's repeat mode runs a program again and again on the same
  * buffer, so a program that moves or rewrites headers would see its own output on the next run
  * (a decap would measure the drop path of a decapsulated packet). This harness first undoes
- * whatever the previous run did -- head moved back, template bytes restored, the next session's
- * TEID / UE address written in -- then tail-calls the program under test. The baseline is the
+ * whatever the previous run did -- head moved back, template bytes restored, the next flow's key
+ * fields (the dataplane says which: PGW-U TEID and UE address, LB client address and port) written
+ * in -- then tail-calls the program under test. The baseline is the
  * same harness tail-calling a program that only returns XDP_DROP, so the harness cancels out.
  */
 #include <linux/bpf.h>
@@ -27,7 +28,7 @@ struct {
 	__type(value, struct bench_template);
 } bench_template SEC(".maps");
 
-/* Sessions to address, in the (shuffled) order userspace wants them hit. */
+/* Keys (flows, sessions) to address, in the (shuffled) order userspace wants them hit. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1 << 20);
@@ -91,26 +92,23 @@ int xdp_bench(struct xdp_md *ctx)
 		key = bpf_map_lookup_elem(&bench_keys, &idx);
 		if (!key)
 			return XDP_ABORTED;
-		if (cfg->teid_off) {
-			__be32 *p = data + (cfg->teid_off & 0x7f);
+#pragma unroll
+		for (int i = 0; i < BENCH_MAX_FIELDS; i++) {
+			struct bench_field *f = &cfg->fields[i];
+			void *p;
 
-			if ((void *)(p + 1) > data_end)
-				return XDP_ABORTED;
-			*p = key->teid;
-		}
-		if (cfg->ue_off) {
-			__be32 *p = data + (cfg->ue_off & 0x7f);
-
-			if ((void *)(p + 1) > data_end)
-				return XDP_ABORTED;
-			*p = key->ue_addr;
-		}
-		if (cfg->vlan_off) {
-			__be16 *p = data + (cfg->vlan_off & 0x7f);
-
-			if ((void *)(p + 1) > data_end)
-				return XDP_ABORTED;
-			*p = key->vlan;
+			if (i >= cfg->nfields)
+				break;
+			p = data + (f->offset & 0x7f);
+			if (f->size == 4) {
+				if (p + 4 > data_end)
+					return XDP_ABORTED;
+				*(__u32 *)p = *(__u32 *)&key->bytes[f->key_off & (BENCH_KEY_MAX - 4)];
+			} else {
+				if (p + 2 > data_end)
+					return XDP_ABORTED;
+				*(__u16 *)p = *(__u16 *)&key->bytes[f->key_off & (BENCH_KEY_MAX - 2)];
+			}
 		}
 	}
 	bpf_tail_call(ctx, &bench_target, 0);

@@ -87,6 +87,9 @@ static __always_inline struct signature *find_signature(void *data, void *data_e
 	if (proto != bpf_htons(ETH_P_IP))
 		return NULL;
 	proto = parse_iphdr(&nh, data_end, &iph);
+	/* tunnels a dataplane may emit: IPIP (a load balancer's L3 DSR), GTP-U (a PGW-U's downlink) */
+	if (proto == IPPROTO_IPIP)
+		proto = parse_iphdr(&nh, data_end, &iph);
 	if (proto == IPPROTO_UDP) {
 		if (parse_udphdr(&nh, data_end, &udp) < 0)
 			return NULL;

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Software RSS for GTP-U (seed 001's fix, done in XDP): the NIC's hash sees the same 5-tuple for
+/* Software RSS (seed 001's fix for GTP-U, done in XDP): the NIC's hash sees the same 5-tuple for
  * every tunnel (UDP 2152 both ways, few SGW addresses), so all bearers land on one core. This
  * program runs first on the DUT port and spreads packets over the DUT cores through a cpumap,
- * hashing the TEID of GTP-U packets and the destination address of plain IPv4 ones, so that a
- * bearer always stays on one core (no reordering). The dataplane runs in the cpumap.
+ * hashing what the dataplane chose (steer_cfg.key: the TEID of GTP-U packets, a destination
+ * address, or a flow's addresses and ports) so that a flow always stays on one core (no
+ * reordering). The dataplane runs in the cpumap.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
 #include <linux/udp.h>
+#include <linux/tcp.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -43,8 +45,13 @@ int xdp_steer(struct xdp_md *ctx)
 	if (parse_iphdr(&nh, data_end, &iph) < 0)
 		return XDP_PASS;
 	key = iph->daddr;
-	if (iph->protocol == IPPROTO_UDP && parse_udphdr(&nh, data_end, &udp) >= 0 &&
-	    udp->dest == bpf_htons(GTPU_PORT)) {
+	if (steer_cfg.key == STEER_KEY_FLOW) {
+		key ^= iph->saddr * 31;
+		if ((iph->protocol == IPPROTO_UDP || iph->protocol == IPPROTO_TCP) &&
+		    parse_udphdr(&nh, data_end, &udp) >= 0) /* both start with the two ports */
+			key ^= *(__u32 *)&udp->source;
+	} else if (steer_cfg.key == STEER_KEY_GTPU_TEID && iph->protocol == IPPROTO_UDP &&
+		   parse_udphdr(&nh, data_end, &udp) >= 0 && udp->dest == bpf_htons(GTPU_PORT)) {
 		struct gtpu_hdr *gh = nh.pos;
 
 		if ((void *)(gh + 1) <= data_end)

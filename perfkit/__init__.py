@@ -4,7 +4,9 @@ The public API, re-exported here; each name lives in the module named for its co
 """
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
-from perfkit.trial import Rate, Scenario, Trial, TrialResult
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
-__all__ = ["ConfigError", "Generator", "PerfkitError", "Rate", "Scenario", "Trial", "TrialResult"]
+__all__ = ["ConfigError", "Generator", "PerfkitError", "Rate", "Scenario", "TrialResult"]
 __version__ = "0.1.0"

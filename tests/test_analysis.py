@@ -10,7 +10,8 @@ import pytest
 from perfkit import analysis
 from perfkit.search import line_rate_pps
 from perfkit.store import RunStore
-from perfkit.trial import Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 from tests.campaign_fixtures import session_runs
 
 

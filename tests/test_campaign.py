@@ -16,14 +16,14 @@ from perfkit.cli import main
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.generators.sim import SimGenerator
 from perfkit.store import RunStore
-from perfkit.trial import Scenario
+from perfkit.scenario import Scenario
 from tests.campaign_fixtures import ROOT, produce_run, session_runs
 
 CAMPAIGNS = ROOT / "campaigns"
 #: A small deterministic campaign (sharp/smooth sim: the same rates every time) for resume tests.
 TINY = """
 name: tiny
-directions: [ul, dl]
+params: {direction: [ul, dl]}
 frame_sizes: [64, 1024]
 flows: [1]
 dut_cores: [1]
@@ -51,7 +51,7 @@ def tiny(tmp_path: Path, **changes: object) -> Path:
 def test_default_campaign_is_the_seed_grid_and_fits_the_budget():
     text = (CAMPAIGNS / "default.yaml").read_text()
     c = parse_campaign(text, "default.yaml", cpus=2)
-    assert c.directions == ("ul", "dl")
+    assert c.dataplane == "pgwu" and dict(c.params)["direction"] == ("ul", "dl")
     assert c.frame_sizes == (64, 128, 256, 512, 1024, 1424, 3024)
     assert c.flows == (1, 1024)
     assert c.dut_cores == (1,) and c.shared_cores == ()
@@ -96,14 +96,19 @@ _DELETE = object()
     ({"frame_sizes": [64, 128, 63]}, "campaign.frame_sizes[2]: 63 is not allowed; allowed: 64 .. 9018"),
     ({"frame_sizes": [64, 64]}, "campaign.frame_sizes[1]: 64 is not allowed; allowed: each value once"),
     ({"frame_sizes": "64"}, "campaign.frame_sizes: '64' is not allowed; allowed: a non-empty list"),
-    ({"directions": ["ul", "up"]}, "campaign.directions[1]: 'up' is not allowed; allowed: ul, dl"),
+    ({"params": {"direction": ["ul", "up"]}}, "campaign.params.direction[1]: 'up' is not allowed; allowed: ul, dl"),
+    ({"params": {"protocol": "tcp"}}, "campaign.params.protocol: 'tcp' is not allowed; allowed: no such key; keys of "
+     "campaign.params: direction, sessions, udp_csum, vlan"),
+    ({"params": {"sessions": 200000}}, "campaign.sessions: 200000 is not allowed; allowed: at most 130560 untagged"),
+    ({"dataplane": "bng"}, "campaign.dataplane: 'bng' is not allowed; allowed: "),
+    ({"directions": ["ul"]}, "campaign.directions: ['ul'] is not allowed; allowed: no such key; keys of campaign:"),
     ({"frame_size": [64]}, "campaign.frame_size: [64] is not allowed; allowed: no such key; keys of campaign:"),
     ({"flows": {"single": 1, "multi": 1}}, "campaign.flows.multi: 1 is not allowed; allowed: an integer, 2 .."),
     ({"flows": [1, 0]}, "campaign.flows[1]: 0 is not allowed"),
     ({"dut_cores": [1, 5]}, "campaign.dut_cores[1]: 5 is not allowed; allowed: 1 .. 2 (this machine has 2 CPUs)"),
     ({"dut_cores": "all"}, "campaign.dut_cores: 'all' is not allowed; allowed: auto, auto+shared or a list"),
     ({"repeats": 0}, "campaign.repeats: 0 is not allowed; allowed: an integer, 1 .. 100"),
-    ({"udp_csum": "no"}, "campaign.udp_csum: 'no' is not allowed; allowed: true or false"),
+    ({"params": {"udp_csum": "maybe"}}, "campaign.params.udp_csum: 'maybe' is not allowed; allowed: on or off"),
     ({"line_rate": "12GbE"}, "campaign.line_rate: '12GbE' is not allowed; allowed: 1GbE, 10GbE"),
     ({"generator__backend": "dpdk"}, "campaign.generator.backend: 'dpdk' is not allowed; allowed: xdp, trex, sim"),
     ({"generator__options": {"mtu": 9000}}, "campaign.generator.options.mtu: 9000 is not allowed"),
@@ -171,7 +176,7 @@ def test_expansion_order_ids_and_repeats():
 def test_rates_in_params_resolve_per_frame_size():
     c = parse_campaign(_mutate(methods=[{"method": "maxrate", "params": {"max_rate": "50%", "duration": 1}}]), cpus=2)
     small, big = (u.method.resolved_params(u.scenario)["max_rate"] for u in expand(c)
-                  if u.scenario.frame_size in (64, 1024) and u.scenario.direction == "dl" and u.scenario.flows == 1)
+                  if u.scenario.frame_size in (64, 1024) and u.scenario.params["direction"] == "dl" and u.scenario.flows == 1)
     assert small == pytest.approx(5e9 / ((64 + 20) * 8))
     assert big == pytest.approx(5e9 / ((1024 + 20) * 8))
 
@@ -232,7 +237,7 @@ class FlakyGenerator(SimGenerator):
     """Fails to set up for 1024-byte DL frames (e.g. a testbed that rejects an MTU)."""
 
     def __init__(self, scenario, **kw):
-        if scenario.frame_size == 1024 and scenario.direction == "dl":
+        if scenario.frame_size == 1024 and scenario.params["direction"] == "dl":
             raise PerfkitError("testbed: cannot set up this scenario")
         super().__init__(scenario, **kw)
 
@@ -426,7 +431,7 @@ def test_local_stack_is_started_used_and_stopped(tmp_path):
     from perfkit.metrics import stack
 
     stack_dir = tmp_path / "stack"
-    campaign = tiny(tmp_path, frame_sizes=[1024], directions=["ul"],
+    campaign = tiny(tmp_path, frame_sizes=[1024], params={"direction": ["ul"]},
                     metrics={"enabled": True, "start_local": True, "stack_dir": str(stack_dir)},
                     methods=[{"method": "maxrate", "params": {"duration": 3.5}}])
     out = produce_run(campaign, tmp_path / "runs", "s", metrics=True)

@@ -12,13 +12,15 @@ from scapy.layers.l2 import Ether
 
 from perfkit.errors import ConfigError
 from perfkit.layouts import GEN_MAX_STREAMS
-from perfkit import bpfbuild
+from perfkit.testbed import bpfbuild
 from perfkit.layouts import gen_state
 from perfkit.libbpf import BpfObject, num_possible_cpus
-from perfkit.livegen import build_config, compile_generator, load_generator, stream_plan
-from perfkit.pgwu import BUILD_DIR, SessionPlan
-from perfkit.pgwu_model import ones_sum
-from perfkit.profiles import SIGNATURE, SIGNATURE_MAGIC, TrafficProfile
+from perfkit.testbed.livegen import build_config, compile_generator, load_generator, stream_plan
+from perfkit.dataplanes.pgwu.control import SessionPlan
+from perfkit.paths import BUILD_DIR
+from perfkit.checksum import ones_sum
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +32,7 @@ def one_cpu():
     os.sched_setaffinity(0, old)
 
 
-def load(profile: TrafficProfile, flow_op: str = "inc", stream_base: int = 0, stream_mask: int = 0,
+def load(profile: PgwuTraffic, flow_op: str = "inc", stream_base: int = 0, stream_mask: int = 0,
          plain: bool = False) -> BpfObject:
     """The generator for ``profile`` sending on lo; ``plain``: the Makefile's build, configured
     through .rodata at load instead of compiled in."""
@@ -51,7 +53,7 @@ def run(obj: BpfObject, frame: bytes) -> bytes:
 
 
 
-def unsign(profile: TrafficProfile, frame: bytes) -> tuple[bytes, tuple]:
+def unsign(profile: PgwuTraffic, frame: bytes) -> tuple[bytes, tuple]:
     """The frame with its signature zeroed like the template's, and the signature fields."""
     off = profile.offsets()["signature"]
     sig = SIGNATURE.unpack_from(frame, off)
@@ -61,7 +63,7 @@ def unsign(profile: TrafficProfile, frame: bytes) -> tuple[bytes, tuple]:
 
 @pytest.mark.parametrize("direction", ["ul", "dl"])
 def test_flows_walk_the_profile_packets_in_order(direction):
-    prof = TrafficProfile(direction=direction, frame_size=128, flows=5, plan=SessionPlan(5))
+    prof = PgwuTraffic(direction=direction, frame_size=128, flows=5, plan=SessionPlan(5))
     # uplink keeps flow 0's outer IPv4 header (the SGW address): the PGW-U ignores it
     keep = prof.offsets()["gtp"] if direction == "ul" else 0
     with load(prof, stream_mask=0) as obj:
@@ -73,7 +75,7 @@ def test_flows_walk_the_profile_packets_in_order(direction):
 
 
 def test_tcp_checksums_stay_valid_with_addresses_ports_and_signature_changing():
-    prof = TrafficProfile(direction="dl", frame_size=200, flows=7, plan=SessionPlan(7), inner_l4="tcp")
+    prof = PgwuTraffic(direction="dl", frame_size=200, flows=7, plan=SessionPlan(7), inner_l4="tcp")
     with load(prof, flow_op="random") as obj:
         seen = set()
         for _ in range(50):
@@ -90,7 +92,7 @@ def test_tcp_checksums_stay_valid_with_addresses_ports_and_signature_changing():
 
 def test_headers_are_restored_from_the_template_every_time():
     """Live frames are recycled after the DUT rewrote them: the generator must not care."""
-    prof = TrafficProfile(direction="ul", frame_size=128)
+    prof = PgwuTraffic(direction="ul", frame_size=128)
     junk = bytes(range(96)) + prof.packet(0)[96:]
     with load(prof) as obj:
         body, _ = unsign(prof, run(obj, junk))
@@ -98,7 +100,7 @@ def test_headers_are_restored_from_the_template_every_time():
 
 
 def test_streams_are_per_flow_when_flows_fit():
-    prof = TrafficProfile(direction="ul", frame_size=128, flows=4, plan=SessionPlan(4))
+    prof = PgwuTraffic(direction="ul", frame_size=128, flows=4, plan=SessionPlan(4))
     base, mask = stream_plan([0, 1], 1, prof.flows)
     assert (base, mask) == (4, 3)
     with load(prof, stream_base=base, stream_mask=mask) as obj:
@@ -118,7 +120,7 @@ def test_stream_plan_shares_the_streams_between_threads():
 
 
 def test_bad_field_engine_is_refused():
-    prof = TrafficProfile(direction="ul", frame_size=128)
+    prof = PgwuTraffic(direction="ul", frame_size=128)
     eng = prof.field_engine()
     from dataclasses import replace
 
@@ -131,7 +133,7 @@ def test_bad_field_engine_is_refused():
 @pytest.mark.parametrize("direction,flow_op", [("ul", "inc"), ("dl", "random")])
 def test_compiled_in_and_rodata_configurations_build_the_same_frames(direction, flow_op):
     """The per-profile build must mean exactly what the plain build does with the same configuration."""
-    prof = TrafficProfile(direction=direction, frame_size=200, flows=9, plan=SessionPlan(9))
+    prof = PgwuTraffic(direction=direction, frame_size=200, flows=9, plan=SessionPlan(9))
     frames = {}
     for plain in (False, True):
         with load(prof, flow_op, stream_mask=7, plain=plain) as obj:
@@ -142,7 +144,7 @@ def test_compiled_in_and_rodata_configurations_build_the_same_frames(direction, 
     assert len({f[:60] for f in frames[False]}) > 3  # the flows really vary
 
 
-def masked(prof: TrafficProfile, flow_op: str, frame: bytes) -> bytes:
+def masked(prof: PgwuTraffic, flow_op: str, frame: bytes) -> bytes:
     """``frame`` without what depends on the clock: the transmit time and the checksums over it
     (the other tests check those checksums)."""
     out = bytearray(frame)
@@ -155,8 +157,8 @@ def masked(prof: TrafficProfile, flow_op: str, frame: bytes) -> bytes:
 
 def test_specialised_objects_are_cached_by_configuration(tmp_path, monkeypatch):
     monkeypatch.setattr(bpfbuild, "CACHE_DIR", tmp_path)
-    a = compile_generator(TrafficProfile(direction="ul", frame_size=128))
+    a = compile_generator(PgwuTraffic(direction="ul", frame_size=128))
     mtime = a.stat().st_mtime_ns
-    assert compile_generator(TrafficProfile(direction="ul", frame_size=128)) == a and a.stat().st_mtime_ns == mtime
-    b = compile_generator(TrafficProfile(direction="ul", frame_size=130))
+    assert compile_generator(PgwuTraffic(direction="ul", frame_size=128)) == a and a.stat().st_mtime_ns == mtime
+    b = compile_generator(PgwuTraffic(direction="ul", frame_size=130))
     assert b != a and b.parent == tmp_path

@@ -1,16 +1,34 @@
-"""perfkit/layouts.py must match bpf/include/*_kern_user.h exactly: structs against the BTF of the
-compiled objects (what the kernel sees) and, like enums, against a C program compiled from the
-headers (which also covers structs only used through pointers, absent from BTF)."""
+"""The Python mirrors (perfkit/layouts.py and each dataplane's layouts.py) must match
+bpf/include/*_kern_user.h exactly: structs against the BTF of the compiled objects (what the kernel
+sees) and, like enums, against a C program compiled from the headers (which also covers structs
+only used through pointers, absent from BTF)."""
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
+import pkgutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
-from perfkit import layouts
+import perfkit.dataplanes
+from perfkit import layouts as generic
 from tests.conftest import BUILD, ROOT
+
+
+def _mirrors() -> SimpleNamespace:
+    """Every mirror module merged: the generic one and ``perfkit/dataplanes/*/layouts.py``."""
+    mods = [generic] + [importlib.import_module(f"perfkit.dataplanes.{m.name}.layouts")
+                        for m in pkgutil.iter_modules(perfkit.dataplanes.__path__)
+                        if m.ispkg and (ROOT / "perfkit" / "dataplanes" / m.name / "layouts.py").exists()]
+    return SimpleNamespace(STRUCTS={k: v for m in mods for k, v in m.STRUCTS.items()},
+                           ENUMS={k: v for m in mods for k, v in m.ENUMS.items()},
+                           HEADERS=tuple(h for m in mods for h in m.HEADERS))
+
+
+layouts = _mirrors()
 
 
 def _btf_structs() -> dict[str, tuple[dict, dict[int, dict]]]:

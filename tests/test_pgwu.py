@@ -1,5 +1,5 @@
 """The PGW-U XDP program in the real kernel (BPF_PROG_TEST_RUN), checked with scapy and against
-the reference model ``perfkit.pgwu_model``."""
+the reference model ``perfkit.dataplanes.pgwu.model``."""
 from __future__ import annotations
 
 import struct
@@ -14,9 +14,10 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
 from perfkit.errors import BpfError
-from perfkit.pgwu import Pgwu, PgwuConfig, Session, SessionPlan
-from perfkit.pgwu_model import emit, ones_sum
-from perfkit.profiles import S5_VLAN, SERVER_ADDR
+from perfkit.dataplanes.pgwu.control import Pgwu, PgwuConfig, Session, SessionPlan
+from perfkit.checksum import ones_sum
+from perfkit.dataplanes.pgwu.model import emit
+from perfkit.dataplanes.pgwu.traffic import S5_VLAN, SERVER_ADDR
 
 CFG = PgwuConfig(s5_ifindex=7, sgi_ifindex=9)
 SESSIONS = [

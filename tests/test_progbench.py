@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from perfkit.errors import ConfigError
-from perfkit.pgwu import Pgwu, SessionPlan
-from perfkit.profiles import TrafficProfile
+from perfkit.dataplanes.pgwu.control import Pgwu, SessionPlan
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
 from perfkit.progbench import prog_bench
 
 FAST = dict(rounds=3, repeat=2000)
@@ -18,7 +18,7 @@ FAST = dict(rounds=3, repeat=2000)
 @pytest.mark.parametrize("direction", ["ul", "dl"])
 @pytest.mark.parametrize("udp_csum", [False, True])
 def test_every_measured_run_takes_the_forwarding_path(direction, udp_csum):
-    res = prog_bench(direction=direction, frame_size=128, udp_csum=udp_csum, **FAST)
+    res = prog_bench("pgwu", frame_size=128, params={"direction": direction, "udp_csum": udp_csum}, **FAST)
     assert res.path_counter == f"{direction}_fwd"
     assert res.path_packets == res.measured_runs == 3 * 2000
     assert res.other_counters == {}
@@ -28,7 +28,7 @@ def test_every_measured_run_takes_the_forwarding_path(direction, udp_csum):
 
 def test_plain_repeat_would_measure_the_wrong_path():
     """The pitfall the harness exists for: without restoring, run 2.. sees the decapsulated packet."""
-    prof = TrafficProfile(direction="ul", frame_size=128)
+    prof = PgwuTraffic(direction="ul", frame_size=128)
     with Pgwu.load(max_sessions=1024) as pg:
         pg.add_sessions(prof.plan)
         pg.program.test_run(prof.packet(0), repeat=1000)
@@ -41,14 +41,16 @@ def test_plain_repeat_would_measure_the_wrong_path():
 def test_many_sessions_are_all_hit_evenly(direction):
     n = 500
     plan = SessionPlan(n)
-    with Pgwu.load(max_sessions=1024) as pg:
-        pg.add_sessions(plan)
-        res = prog_bench(direction=direction, frame_size=64, sessions=n, pgwu=pg, rounds=3, repeat=5000)
-        assert res.path_verified
-        if direction == "ul":
-            hits = [pg.ul_session(s.ul_teid)[2].packets for s in plan]
-        else:
-            hits = [pg.dl_session(s.ue_addr)[2].packets for s in plan]
+    hits: list[int] = []
+
+    def read(dut) -> None:
+        pg = dut.pgwu
+        hits.extend(pg.ul_session(s.ul_teid)[2].packets if direction == "ul" else pg.dl_session(s.ue_addr)[2].packets
+                    for s in plan)
+
+    res = prog_bench("pgwu", frame_size=64, params={"direction": direction, "sessions": n}, rounds=3, repeat=5000,
+                     inspect=read)
+    assert res.path_verified and res.keys == n
     # 4 rounds (one warm-up) x 5000 runs cycle through all 500 sessions: 40 each, plus the one
     # unvaried check run on the template's session 0
     assert sorted(set(hits)) in ([40, 41], [40])
@@ -57,7 +59,9 @@ def test_many_sessions_are_all_hit_evenly(direction):
 
 def test_bad_input_names_the_field():
     with pytest.raises(ConfigError, match="direction: 'up'"):
-        prog_bench(direction="up")
+        prog_bench(params={"direction": "up"})
+    with pytest.raises(ConfigError, match="cpu: 99"):
+        prog_bench(cpu=99)
     with pytest.raises(ConfigError, match="rounds"):
         prog_bench(rounds=1)
 

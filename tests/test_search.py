@@ -11,7 +11,8 @@ from perfkit.errors import ConfigError
 from perfkit.generators.sim import SimGenerator
 from perfkit.search import (METHODS, BinarySearch, LatencyAt, MaxRate, NdrPdr, SearchResult, Sweep, best_worst,
                             binary_search, latency_at, line_rate_pps, max_rate, ndrpdr, run_method, sweep)
-from perfkit.trial import Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
 T = 1e6
 """Threshold of the simulated DUTs [pps]."""

@@ -8,8 +8,8 @@ import pytest
 from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.generators.sim import SimGenerator, SimModel
-from perfkit.profiles import TrafficProfile
-from perfkit.trial import Scenario
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.scenario import Scenario
 
 T = 1e6
 
@@ -19,10 +19,10 @@ def gen(model: str = "sharp", **kw: object) -> SimGenerator:
 
 
 def test_created_by_name_and_labelled_sim() -> None:
-    g = create("sim", Scenario(direction="dl"), model="smooth", threshold="2Mpps")
+    g = create("sim", Scenario(params={"direction": "dl"}), model="smooth", threshold="2Mpps")
     assert isinstance(g, SimGenerator) and g.model.threshold == 2e6
     r = g.measure(1e5, 1.0)
-    assert r.generator == "sim" and r.direction == "dl" and any("simulated" in n for n in r.notes)
+    assert r.generator == "sim" and r.params["direction"] == "dl" and r.variant == "dl" and any("simulated" in n for n in r.notes)
 
 
 def test_counts_are_honest_and_trials_take_no_time() -> None:
@@ -30,7 +30,7 @@ def test_counts_are_honest_and_trials_take_no_time() -> None:
     assert r.intended_packets == r.tx_packets == 20_000_000
     assert r.rx_packets == 10_000_000 and r.loss_ratio == pytest.approx(0.5)
     assert r.elapsed == r.duration == 10.0 and r.end_time - r.start_time == 10.0
-    wire = TrafficProfile.for_scenario(Scenario()).wire_frame_size
+    wire = Scenario().traffic().wire_frame_size
     assert r.wire_frame_size == wire and r.tx_bytes == r.tx_packets * wire
 
 

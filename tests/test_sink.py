@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
-from perfkit.pgwu import SessionPlan
-from perfkit.profiles import SIGNATURE, SIGNATURE_MAGIC, TrafficProfile
-from perfkit.sink import Sink, bucket_bounds, bucket_of, percentiles
+from perfkit.dataplanes.pgwu.control import SessionPlan
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
+from perfkit.testbed.sink import Sink, bucket_bounds, bucket_of, percentiles
 from tests.conftest import ROOT
 
-UL = TrafficProfile(direction="ul", frame_size=128)
-DL_TCP = TrafficProfile(direction="dl", frame_size=128, inner_l4="tcp", plan=SessionPlan(1))
+UL = PgwuTraffic(direction="ul", frame_size=128)
+DL_TCP = PgwuTraffic(direction="dl", frame_size=128, inner_l4="tcp", plan=SessionPlan(1))
 
 
 def now32() -> int:
@@ -25,12 +26,12 @@ def now32() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def output_and_offset(profile: TrafficProfile) -> tuple[bytes, int]:
+def output_and_offset(profile: PgwuTraffic) -> tuple[bytes, int]:
     frame = profile.expected_output(0)
     return frame, len(frame) - profile.inner_len + (profile.offsets()["signature"] - profile.offsets()["inner_ip"])
 
 
-def signed(profile: TrafficProfile, stream: int, seq: int, age_ns: int = 5000) -> bytes:
+def signed(profile: PgwuTraffic, stream: int, seq: int, age_ns: int = 5000) -> bytes:
     """A frame as the DUT would emit it, whose signature says it left ``age_ns`` ago."""
     frame, off = output_and_offset(profile)
     sig = SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq & 0xFFFFFFFF, (now32() - age_ns) & 0xFFFFFFFF)
@@ -44,7 +45,7 @@ def sink():
     s.close()
 
 
-def feed(sink: Sink, seqs, stream: int = 0, profile: TrafficProfile = UL, age_ns: int = 5000) -> None:
+def feed(sink: Sink, seqs, stream: int = 0, profile: PgwuTraffic = UL, age_ns: int = 5000) -> None:
     for q in seqs:
         assert sink.program.test_run(signed(profile, stream, q, age_ns)).verdict == "XDP_DROP"
 

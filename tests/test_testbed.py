@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfkit import netns
+from perfkit.testbed import netns
 from perfkit.errors import ConfigError
-from perfkit.testbed import Testbed, clean, running
+from perfkit.testbed.topology import Testbed, clean, running
 from tests.conftest import ROOT
 
 
@@ -56,7 +56,7 @@ def test_bad_mtu_and_run_id_are_refused():
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_clean_up(sig):
-    code = ("import time\nfrom perfkit.testbed import Testbed\n"
+    code = ("import time\nfrom perfkit.testbed.topology import Testbed\n"
             "with Testbed(run_id='abc123'):\n    print('up', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -70,7 +70,7 @@ def test_signals_clean_up(sig):
 
 
 def test_clean_removes_leftovers_of_a_killed_run():
-    code = "from perfkit.testbed import Testbed\nimport os\nTestbed(run_id='dead01').up()\nos._exit(0)\n"
+    code = "from perfkit.testbed.topology import Testbed\nimport os\nTestbed(run_id='dead01').up()\nos._exit(0)\n"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
     assert "dead01" in running()  # os._exit skipped every cleanup
     removed = clean()

@@ -16,10 +16,12 @@ from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators import create
 from perfkit.generators.trex import (ENV_SERVER, GLOBAL_COUNTERS_NOTE, TRexGenerator, build_streams, latency_ns,
                                      split_load, stats_to_result, vm_instructions)
-from perfkit.pgwu import UE_BASE, UL_TEID_BASE, SessionPlan
-from perfkit.pgwu_model import emit
-from perfkit.profiles import SPORT_BASE, FieldEngine, TrafficProfile
-from perfkit.trial import Scenario
+from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, SessionPlan
+from perfkit.dataplanes.pgwu.model import emit
+from perfkit.dataplanes.pgwu.traffic import SPORT_BASE
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.fieldengine import FieldEngine
+from perfkit.scenario import Scenario
 from tests.fake_trex import (FakeTRexClient, STLScVmRaw, STLTXCont, STLTXSingleBurst, STLVmFixChecksumHw, apply_vm,
                              fake_stl)
 
@@ -31,14 +33,14 @@ def kinds(vm: STLScVmRaw) -> list[tuple[str, dict]]:
     return [(type(c).__name__, c.kw) for c in vm.commands]
 
 
-def data_stream(profile: TrafficProfile, rate: float = 1e6, **kw):
+def data_stream(profile: PgwuTraffic, rate: float = 1e6, **kw):
     return build_streams(STL, profile, rate, **kw)[0]
 
 
 # -- field engine -> STLVm ------------------------------------------------------------------------
 def test_uplink_multiflow_translation_offsets_sizes_adds():
     """Untagged UL: Ether 14 + IP 20 + UDP 8 + GTP 8 -> TEID at 46, inner IPv4 at 50, inner UDP at 70."""
-    vm = data_stream(TrafficProfile(direction="ul", flows=8, plan=SessionPlan(count=8))).kw["packet"].kw["vm"]
+    vm = data_stream(PgwuTraffic(direction="ul", flows=8, plan=SessionPlan(count=8))).kw["packet"].kw["vm"]
     assert kinds(vm) == [
         ("STLVmFlowVar", {"name": "flow0", "init_value": None, "min_value": 0, "max_value": 7, "size": 4, "step": 1,
                           "op": "inc"}),
@@ -54,7 +56,7 @@ def test_uplink_multiflow_translation_offsets_sizes_adds():
 
 def test_downlink_multiflow_translation_tagged():
     """DL with a tenant tag: Ether 14 + 802.1Q 4 -> inner IPv4 at 18, dst at 34, sport at 38."""
-    profile = TrafficProfile(direction="dl", flows=16, plan=SessionPlan(count=16, tagged=True), vlan=True)
+    profile = PgwuTraffic(direction="dl", flows=16, plan=SessionPlan(count=16, tagged=True), vlan=True)
     vm = data_stream(profile, flow_op="random").kw["packet"].kw["vm"]
     assert [(n, k.get("pkt_offset", k.get("offset")), k.get("add_val", k.get("add_value"))) for n, k in kinds(vm)] == [
         ("STLVmFlowVar", None, None), ("STLVmWrFlowVar", 34, UE_BASE), ("STLVmWrMaskFlowVar", 38, SPORT_BASE),
@@ -68,7 +70,7 @@ def test_translated_program_sends_every_flow_of_the_profile(direction, vlan, l4)
     """Run the STLVm program like TRex does: variable value i must give profile.packet(i) (uplink: from the
     GTP header on, the outer source stays flow 0's SGW by design), checksums included."""
     flows = 12
-    profile = TrafficProfile(direction=direction, flows=flows, plan=SessionPlan(count=flows, tagged=vlan), vlan=vlan,
+    profile = PgwuTraffic(direction=direction, flows=flows, plan=SessionPlan(count=flows, tagged=vlan), vlan=vlan,
                              inner_l4=l4, frame_size=128)
     builder = data_stream(profile).kw["packet"]
     start = profile.offsets()["gtp"] if direction == "ul" else 0
@@ -78,14 +80,14 @@ def test_translated_program_sends_every_flow_of_the_profile(direction, vlan, l4)
 
 
 def test_tcp_checksum_fixed_in_hardware_with_inner_offsets():
-    profile = TrafficProfile(direction="ul", flows=4, plan=SessionPlan(count=4), inner_l4="tcp", frame_size=128)
+    profile = PgwuTraffic(direction="ul", flows=4, plan=SessionPlan(count=4), inner_l4="tcp", frame_size=128)
     fix = data_stream(profile).kw["packet"].kw["vm"].commands[-1]
     assert isinstance(fix, STLVmFixChecksumHw)
     assert fix.kw == {"l3_offset": 50, "l4_offset": 70, "l4_type": 13}
 
 
 def test_single_flow_has_no_program_and_frame_is_padded_to_size():
-    profile = TrafficProfile(direction="ul", frame_size=64)
+    profile = PgwuTraffic(direction="ul", frame_size=64)
     builder = data_stream(profile).kw["packet"]
     assert builder.kw["vm"] is None and builder.kw["pkt"] is None
     assert len(builder.kw["pkt_buffer"]) == profile.wire_frame_size - 4 == 96
@@ -94,9 +96,9 @@ def test_single_flow_has_no_program_and_frame_is_padded_to_size():
 
 
 def test_unknown_checksum_offset_is_a_config_error():
-    engine = TrafficProfile(direction="dl", flows=2, plan=SessionPlan(count=2)).field_engine()
+    engine = PgwuTraffic(direction="dl", flows=2, plan=SessionPlan(count=2)).field_engine()
     with pytest.raises(ConfigError, match="checksum offset: 99"):
-        vm_instructions(STL, FieldEngine(engine.vars, engine.writes, (99,), 0, 0), inner_ip=14, inner_l4=34)
+        vm_instructions(STL, FieldEngine(engine.vars, engine.writes, (99,), 0, 0, l3_offset=14, l4_offset=34))
 
 
 # -- streams and load split -----------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_split_load_keeps_the_total_rate_and_count():
 
 
 def test_streams_modes_latency_and_macs():
-    profile = TrafficProfile(direction="dl", flows=4, plan=SessionPlan(count=4))
+    profile = PgwuTraffic(direction="dl", flows=4, plan=SessionPlan(count=4))
     data, lat = build_streams(STL, profile, 1e6, latency_pg_id=7)
     assert isinstance(data.kw["mode"], STLTXCont) and data.kw["mode"].kw == {"pps": 999_000.0}
     assert lat.kw["mode"].kw == {"pps": 1000.0} and lat.kw["flow_stats"].kw["pg_id"] == 7
@@ -136,7 +138,7 @@ def trex_stats(tx=1_000_000, rx=990_000, tx_len=96, rx_len=60, pg_id=None):
 
 
 def test_stats_to_result_counts_bytes_with_fcs_and_l1_bits():
-    sc = Scenario(direction="ul", frame_size=64)
+    sc = Scenario(frame_size=64, params={"direction": "ul"})
     r = stats_to_result(trex_stats(), sc, wire_frame_size=100, tx_port=0, rx_port=1, rate_pps=1e6, duration=1.0)
     assert (r.generator, r.intended_packets, r.tx_packets, r.rx_packets) == ("trex", 1_000_000, 1_000_000, 990_000)
     assert (r.tx_bytes, r.rx_bytes) == (100 * 1_000_000, 64 * 990_000)
@@ -148,7 +150,7 @@ def test_stats_to_result_counts_bytes_with_fcs_and_l1_bits():
 
 
 def test_stats_to_result_latency_usec_to_ns_and_burst_counts():
-    sc = Scenario(direction="dl", frame_size=128)
+    sc = Scenario(frame_size=128, params={"direction": "dl"})
     r = stats_to_result(trex_stats(tx=5000, rx=5000, pg_id=3), sc, wire_frame_size=128, tx_port=0, rx_port=1,
                         rate_pps=1e4, duration=9.0, packets=5000, latency_pg_id=3)
     assert (r.intended_packets, r.duration, r.elapsed) == (5000, 0.5, 0.5)
@@ -163,12 +165,12 @@ def test_latency_without_samples_is_empty():
 
 
 # -- the generator and the client call sequence ---------------------------------------------------
-def dut_for(profile: TrafficProfile):
+def dut_for(profile: PgwuTraffic):
     return lambda frame: emit(frame, profile.config, profile.plan).out
 
 
 def make(scenario: Scenario, client: FakeTRexClient | None = None, **options) -> tuple[TRexGenerator, FakeTRexClient]:
-    profile = TrafficProfile.for_scenario(scenario)
+    profile = scenario.traffic()
     fake = client or FakeTRexClient(dut=dut_for(profile))
 
     def factory(server):
@@ -179,8 +181,8 @@ def make(scenario: Scenario, client: FakeTRexClient | None = None, **options) ->
 
 
 def test_call_sequence_and_result_uplink():
-    sc = Scenario(direction="ul", frame_size=64, flows=100)
-    gen, fake = make(sc, FakeTRexClient(dut=dut_for(TrafficProfile.for_scenario(sc)), capacity_pps=800_000))
+    sc = Scenario(frame_size=64, flows=100, params={"direction": "ul"})
+    gen, fake = make(sc, FakeTRexClient(dut=dut_for(sc.traffic()), capacity_pps=800_000))
     with gen:
         r = gen.measure(1e6, 2.0)
     assert fake.call_names == ["connect", "reset", "add_streams", "clear_stats", "start", "wait_on_traffic",
@@ -196,7 +198,7 @@ def test_call_sequence_and_result_uplink():
 
 
 def test_downlink_uses_port_1_and_burst_mode():
-    gen, fake = make(Scenario(direction="dl", frame_size=128))
+    gen, fake = make(Scenario(frame_size=128, params={"direction": "dl"}))
     with gen:
         r = gen.measure(1e5, 1.0, packets=1000)
     start = dict(fake.calls)["start"]
@@ -226,7 +228,7 @@ def test_l2_mode_sets_destination_macs():
 
 
 def test_latency_stream_gives_percentiles_in_ns():
-    gen, fake = make(Scenario(direction="ul", flows=10), latency_pg_id=5)
+    gen, fake = make(Scenario(flows=10, params={"direction": "ul"}), latency_pg_id=5)
     with gen:
         r = gen.measure(1e6, 1.0)
     assert len(dict(fake.calls)["add_streams"]["streams"]) == 2
@@ -236,7 +238,7 @@ def test_latency_stream_gives_percentiles_in_ns():
 
 @pytest.mark.parametrize("direction", ["ul", "dl"])
 def test_capture_is_saved_and_checked_with_the_model(tmp_path, direction):
-    sc = Scenario(direction=direction, flows=20)
+    sc = Scenario(flows=20, params={"direction": direction})
     gen, fake = make(sc, capture=tmp_path / "rx.pcap", capture_count=8)
     with gen:
         r = gen.measure(1e5, 1.0)
@@ -248,8 +250,8 @@ def test_capture_is_saved_and_checked_with_the_model(tmp_path, direction):
 
 
 def test_capture_mismatch_is_counted_and_noted(tmp_path):
-    sc = Scenario(direction="ul", flows=4)
-    client = FakeTRexClient(dut=dut_for(TrafficProfile.for_scenario(sc)), corrupt_capture=True)
+    sc = Scenario(flows=4, params={"direction": "ul"})
+    client = FakeTRexClient(dut=dut_for(sc.traffic()), corrupt_capture=True)
     gen, _ = make(sc, client, capture=tmp_path / "rx.pcap", capture_count=4)
     with gen:
         r = gen.measure(1e4, 1.0)
@@ -277,7 +279,7 @@ def test_disconnects_when_connect_fails():
 
 
 def test_create_by_name():
-    gen = create("trex", Scenario(direction="dl"), client_factory=lambda server: FakeTRexClient(), stl=STL,
+    gen = create("trex", Scenario(params={"direction": "dl"}), client_factory=lambda server: FakeTRexClient(), stl=STL,
                  server="x")
     with gen:
         assert isinstance(gen, TRexGenerator) and gen.name == "trex"

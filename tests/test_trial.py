@@ -14,9 +14,9 @@ from scapy.utils import rdpcap
 
 from perfkit.generators import create
 from perfkit.generators.xdp import XdpGenerator
-from perfkit.livegen import LATE_STOP
-from perfkit.testbed import running
-from perfkit.trial import Scenario
+from perfkit.testbed.livegen import LATE_STOP
+from perfkit.testbed.topology import running
+from perfkit.scenario import Scenario
 from tests.conftest import ROOT
 
 
@@ -27,14 +27,14 @@ def accounted(r) -> bool:
 
 @pytest.fixture(scope="module")
 def ul_gen():
-    with create("xdp", Scenario(direction="ul", frame_size=128, flows=8)) as g:
+    with create("xdp", Scenario(frame_size=128, flows=8, params={"direction": "ul"})) as g:
         yield g
 
 
 @pytest.fixture(scope="module")
 def dl_gen(tmp_path_factory):
     cap = tmp_path_factory.mktemp("cap") / "dl.pcap"
-    with create("xdp", Scenario(direction="dl", frame_size=256, flows=4, udp_csum=True), capture=cap) as g:
+    with create("xdp", Scenario(frame_size=256, flows=4, params={"direction": "dl", "udp_csum": True}), capture=cap) as g:
         yield g
 
 
@@ -116,7 +116,7 @@ def test_a_stall_longer_than_the_allowance_leaves_frames_unsent(ul_gen):
 
 def test_loss_reported_when_the_dut_drops(ul_gen):
     """Remove two of the eight sessions: a quarter of the packets must be lost, by the DUT."""
-    pg = ul_gen.dut.pgwu
+    pg = ul_gen.dut.nf.pgwu
     gone = [ul_gen.profile.session(i) for i in (2, 5)]
     raw = {s.ul_teid: pg.map("ul_sessions").lookup(struct.pack("!I", s.ul_teid)) for s in gone}
     for s in gone:
@@ -135,7 +135,7 @@ def test_mismatched_packets_are_detected(ul_gen):
     """A DUT that writes the wrong next-hop MAC forwards everything -- but not what it should."""
     from dataclasses import replace
 
-    pg = ul_gen.dut.pgwu
+    pg = ul_gen.dut.nf.pgwu
     good = pg.config
     pg.configure(replace(good, sgi_dst_mac="02:00:00:00:02:99"))
     try:
@@ -171,7 +171,7 @@ def test_cpu_and_bpf_figures(ul_gen):
 
 
 def test_several_dut_cores_spread_flows_over_a_cpumap():
-    with create("xdp", Scenario(direction="ul", frame_size=128, flows=16, dut_cores=2)) as g:
+    with create("xdp", Scenario(frame_size=128, flows=16, dut_cores=2, params={"direction": "ul"})) as g:
         r = g.measure(20_000, 5.0, packets=2000)
     assert r.rx_packets == 2000 and accounted(r) and r.reordered == 0
     assert any(k.startswith("cpumap/") for k in r.dut_kthread_cpu)
@@ -179,7 +179,7 @@ def test_several_dut_cores_spread_flows_over_a_cpumap():
 
 def test_cleanup_when_a_trial_raises(monkeypatch):
     before = set(running())
-    g = XdpGenerator(Scenario(direction="ul", frame_size=128))
+    g = XdpGenerator(Scenario(frame_size=128, params={"direction": "ul"}))
     monkeypatch.setattr(g.gen, "send", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
         with g:
@@ -202,7 +202,7 @@ def test_cli_trial_json():
 def test_jumbo_frames_of_3024_bytes_both_ways():
     """3024-byte user frames: the testbed raises the MTU so the 3060-byte GTP-U frames fit."""
     for direction in ("ul", "dl"):
-        with create("xdp", Scenario(direction=direction, frame_size=3024)) as g:
+        with create("xdp", Scenario(frame_size=3024, params={"direction": direction})) as g:
             assert g.testbed.mtu >= 3060 - 18
             r = g.measure(10_000, 5.0, packets=500)
         assert (r.tx_packets, r.rx_packets, r.mismatched_packets) == (500, 500, 0)

@@ -16,8 +16,8 @@ from typing import Any
 
 from perfkit.errors import ConfigError
 from perfkit.generators.trex import LATENCY_PPS, build_streams, load_stl
-from perfkit.profiles import TrafficProfile
-from perfkit.trial import Scenario
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.scenario import Scenario
 
 #: name -> (type, default, help). ``dir`` also accepts TRex's own ``direction`` (0/1 = port parity).
 TUNABLES: dict[str, tuple[type, Any, str]] = {
@@ -71,11 +71,11 @@ class STLS1:
             raise ConfigError("tunable", unknown[0], TUNABLES)
         opts = {name: kind(opts[name]) if opts[name] is not None else None
                 for name, (kind, _, _) in TUNABLES.items()}
-        scenario = Scenario(direction=direction_of(opts["dir"] or direction), frame_size=opts["frame_size"],
-                            flows=opts["flows"], sessions=opts["sessions"], vlan=bool(opts["vlan"]),
-                            udp_csum=bool(opts["udp_csum"]))
+        scenario = Scenario("pgwu", frame_size=opts["frame_size"], flows=opts["flows"],
+                            params={"direction": direction_of(opts["dir"] or direction), "sessions": opts["sessions"],
+                                    "vlan": bool(opts["vlan"]), "udp_csum": bool(opts["udp_csum"])})
         pg_id = opts["latency_pg_id"] if opts["latency_pg_id"] >= 0 else None
-        return build_streams(self.stl or load_stl(), TrafficProfile.for_scenario(scenario), opts["pps"],
+        return build_streams(self.stl or load_stl(), scenario.traffic(), opts["pps"],
                              flow_op=opts["flow_op"], latency_pg_id=pg_id, latency_pps=opts["latency_pps"],
                              packet_macs=bool(opts["packet_macs"]))
 

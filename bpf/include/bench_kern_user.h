@@ -7,22 +7,28 @@
 /* Bytes restored from the template before every run: everything a dataplane may rewrite. */
 #define BENCH_RESTORE_MAX 128
 
+/* At most this many fields are rewritten per run, from a key of at most BENCH_KEY_MAX bytes. */
+#define BENCH_MAX_FIELDS 4
+#define BENCH_KEY_MAX 16
+
+/* Copy key bytes [key_off, key_off + size) to frame offset `offset` (size 2 or 4). */
+struct bench_field {
+	__u16 offset;
+	__u8 size;
+	__u8 key_off;
+};
+
 struct bench_config {
 	__u32 frame_len;	/* length of the template frame */
 	__u32 restore_len;	/* bytes copied back before each run, <= BENCH_RESTORE_MAX, multiple of 8 */
 	__u32 nkeys;		/* entries of bench_keys in use; 0 = leave the template as it is */
-	__u16 teid_off;		/* where bench_key.teid goes, 0 = nowhere */
-	__u16 ue_off;		/* where bench_key.ue_addr goes, 0 = nowhere */
-	__u16 vlan_off;		/* where bench_key.vlan goes (the TCI), 0 = nowhere */
-	__u16 pad;
+	__u32 nfields;		/* entries of fields in use */
+	struct bench_field fields[BENCH_MAX_FIELDS];
 };
 
-/* One session the harness addresses: fields written into the frame. */
+/* One flow (or session) the harness addresses: the bytes its fields take, network order. */
 struct bench_key {
-	__be32 teid;
-	__be32 ue_addr;
-	__be16 vlan;		/* TCI, network order */
-	__u16 pad;
+	__u8 bytes[BENCH_KEY_MAX];
 };
 
 struct bench_template {

@@ -40,7 +40,8 @@ from perfkit.campaign.schema import Campaign, load_campaign, parse_campaign
 from perfkit.campaign.units import Estimate, Unit, estimate, expand
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.store import DEFAULT_ROOT, RunStore
-from perfkit.trial import Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
 #: Relative tolerance when matching a requested (rate, duration) with a recorded trial.
 REPLAY_TOLERANCE = 1e-9

@@ -4,9 +4,12 @@ A campaign is declarative data (flent's idea): the scenarios to measure and the 
 each with. Example (``campaigns/default.yaml`` is the full one)::
 
     name: default
-    dataplane: pgwu
-    directions: [ul, dl]
-    frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024]   # user-side frames [bytes], FCS included
+    dataplane: pgwu                                       # a package of perfkit.dataplanes
+    params:                                               # the dataplane's scenario parameters:
+      direction: [ul, dl]                                 #   a list is a grid axis,
+      sessions: 1000000                                   #   a value is fixed
+      vlan: true
+    frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024]   # the dataplane's frames [bytes], FCS included
     flows: {single: 1, multi: 1024}                       # or a list: [1, 1024]
     dut_cores: auto                                       # or auto+shared, or a list: [1, 2]
     repeats: 1                                            # every unit this many times
@@ -44,12 +47,17 @@ from typing import Any, Mapping
 
 import yaml
 
+import itertools
+
+from perfkit import dataplanes
 from perfkit.errors import ConfigError
-from perfkit.trial import DATAPLANES, DIRECTIONS, LINE_RATES, Rate, Scenario
+from perfkit.rate import Rate
+from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.units import FCS_LEN, LINE_RATES
 
 #: The keys a campaign file may have at the top level.
-TOP_KEYS = ("name", "description", "dataplane", "directions", "frame_sizes", "flows", "sessions",
-            "dut_cores", "udp_csum", "vlan", "line_rate", "repeats", "generator", "methods", "metrics")
+TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
+            "repeats", "generator", "methods", "metrics")
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds")
 METHOD_KEYS = ("method", "label", "params")
 METRICS_KEYS = ("enabled", "start_local", "stack_dir", "config", "prometheus_url", "pushgateway_url")
@@ -60,7 +68,6 @@ SETUP_SECONDS = {"xdp": 5.0, "trex": 10.0, "sim": 0.0}
 TRIAL_OVERHEAD_SECONDS = {"xdp": 0.5, "trex": 1.0, "sim": 0.0}
 #: Backends whose DUT is this machine (``dut_cores`` is checked against its CPUs).
 LOCAL_BACKENDS = ("xdp", "sim")
-FRAME_MIN, FRAME_MAX = 64, 9018
 STANDARD_MTU = 1500
 
 
@@ -91,8 +98,7 @@ class MethodSpec:
             value = out.get(key)
             if isinstance(value, str):
                 if wire is None:
-                    from perfkit.profiles import TrafficProfile
-                    wire = TrafficProfile.for_scenario(scenario).wire_frame_size
+                    wire = scenario.wire_frame_size
                 out[key] = Rate.parse(value, scenario.line_rate).pps(wire)
         return out
 
@@ -139,9 +145,11 @@ class Campaign:
     name: str
     description: str
     dataplane: str
-    directions: tuple[str, ...]
+    params: tuple[tuple[str, tuple[Any, ...]], ...]
+    """The dataplane's parameters, each with its values (one value: fixed; several: a grid axis),
+    in the dataplane's parameter order; every parameter is present."""
     frame_sizes: tuple[int, ...]
-    """User-side frame sizes [bytes], FCS included."""
+    """Frame sizes [bytes], FCS included (the dataplane's frame)."""
     flows: tuple[int, ...]
     """Flow counts; 1 is the single-flow case, more is multi-flow."""
     dut_cores: tuple[int, ...]
@@ -151,9 +159,6 @@ class Campaign:
     methods: tuple[MethodSpec, ...]
     generator: GeneratorSpec
     metrics: MetricsSpec
-    sessions: int = 0
-    udp_csum: bool = False
-    vlan: bool = False
     line_rate: str = "10GbE"
     repeats: int = 1
     dut_cores_spec: Any = "auto"
@@ -164,14 +169,18 @@ class Campaign:
     """Where the text came from (a path)."""
 
     def scenarios(self) -> list[Scenario]:
-        """Every scenario, in run order: direction, frame size, flows, cores."""
-        return [Scenario(self.dataplane, d, fs, fl, c, self.sessions, self.udp_csum, self.vlan, self.line_rate)
-                for d in self.directions for fs in self.frame_sizes for fl in self.flows for c in self.dut_cores]
+        """Every scenario, in run order: the parameter grid (first parameter outermost), frame size,
+        flows, cores."""
+        names = [n for n, _ in self.params]
+        return [Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)))
+                for values in itertools.product(*(v for _, v in self.params))
+                for fs in self.frame_sizes for fl in self.flows for c in self.dut_cores]
 
     def needs_jumbo(self, scenario: Scenario) -> bool:
-        """Whether the scenario's largest packet (with the GTP-U tunnel) exceeds a 1500-byte MTU."""
-        from perfkit.profiles import GTPU_OVERHEAD
-        return scenario.frame_size - 18 + GTPU_OVERHEAD > STANDARD_MTU
+        """Whether the scenario's largest packet (offered or emitted, e.g. with a tunnel) exceeds a
+        1500-byte MTU."""
+        traffic = scenario.traffic()
+        return max(traffic.wire_frame_size, traffic.output_frame_size) - FCS_LEN - 14 > STANDARD_MTU
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -203,21 +212,43 @@ def parse_campaign(text: str, source: str = "<string>", cpus: int | None = None)
     generator = _generator(raw.get("generator", {}))
     cores, shared = _dut_cores(raw.get("dut_cores", "auto"), generator.backend, cpus)
     name = raw.get("name", Path(source).stem if source != "<string>" else "campaign")
-    return Campaign(
+    dataplane = _choice("campaign.dataplane", raw.get("dataplane", dataplanes.DEFAULT), dataplanes.names())
+    campaign = Campaign(
         name=_str("campaign.name", name), description=_str("campaign.description", raw.get("description", "")),
-        dataplane=_choice("campaign.dataplane", raw.get("dataplane", "pgwu"), DATAPLANES),
-        directions=_choices("campaign.directions", raw.get("directions", ["ul", "dl"]), DIRECTIONS),
+        dataplane=dataplane, params=_params(dataplane, raw.get("params", {})),
         frame_sizes=_frame_sizes(raw.get("frame_sizes")),
         flows=_flows(raw.get("flows", [1])),
         dut_cores=cores, shared_cores=shared, dut_cores_spec=raw.get("dut_cores", "auto"),
         methods=_methods(raw.get("methods")),
         generator=generator, metrics=_metrics(raw.get("metrics", {})),
-        sessions=_int("campaign.sessions", raw.get("sessions", 0), 0),
-        udp_csum=_bool("campaign.udp_csum", raw.get("udp_csum", False)),
-        vlan=_bool("campaign.vlan", raw.get("vlan", False)),
         line_rate=_choice("campaign.line_rate", raw.get("line_rate", "10GbE"), LINE_RATES),
         repeats=_int("campaign.repeats", raw.get("repeats", 1), 1, 100),
         text=text, source=source)
+    try:
+        campaign.scenarios()  # the dataplane checks every combination (and frame sizes against it)
+    except ConfigError as err:
+        raise ConfigError(f"campaign.{err.field}", err.value, err.allowed) from None
+    return campaign
+
+
+def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """``params:`` of a campaign: each parameter of the dataplane with its values (defaults filled)."""
+    dp = dataplanes.get(dataplane)
+    if not isinstance(raw, dict):
+        raise ConfigError("campaign.params", raw, f"a mapping of {dataplane}'s parameters: "
+                          + (", ".join(p.name for p in dp.params) or "none"))
+    _keys("campaign.params", raw, tuple(p.name for p in dp.params))
+    out = []
+    for p in dp.params:
+        value = raw.get(p.name, p.default)
+        if isinstance(value, list):
+            items = _list(f"campaign.params.{p.name}", value)
+            values = tuple(p.parse_named(f"campaign.params.{p.name}[{i}]", v) for i, v in enumerate(items))
+            _unique(f"campaign.params.{p.name}", values)
+        else:
+            values = (p.parse_named(f"campaign.params.{p.name}", value),)
+        out.append((p.name, values))
+    return tuple(out)
 
 
 def _keys(where: str, raw: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
@@ -260,13 +291,6 @@ def _list(name: str, value: Any) -> list[Any]:
     if not isinstance(value, list) or not value:
         raise ConfigError(name, value, "a non-empty list")
     return value
-
-
-def _choices(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    items = _list(name, value)
-    out = tuple(_choice(f"{name}[{i}]", v, allowed) for i, v in enumerate(items))
-    _unique(name, out)
-    return out
 
 
 def _unique(name: str, items: tuple[Any, ...]) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfkit.campaign.schema import Campaign, MethodSpec
-from perfkit.trial import Scenario
+from perfkit.scenario import Scenario
 
 
 @dataclass(frozen=True)

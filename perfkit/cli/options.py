@@ -6,36 +6,61 @@ import json
 import sys
 from typing import Any, Callable
 
+from perfkit import dataplanes
 from perfkit.errors import ConfigError
-from perfkit.trial import DATAPLANES, DIRECTIONS, LINE_RATES, Scenario
+from perfkit.scenario import Scenario
+from perfkit.units import LINE_RATES
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
-def add_scenario(parser: argparse.ArgumentParser) -> None:
-    """--dataplane --direction --frame-size --flows --dut-cores --sessions --udp-csum --vlan --line-rate"""
+def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
+    """--dataplane --frame-size --flows [--dut-cores] --line-rate, and every dataplane's parameters.
+
+    A parameter option belongs to the dataplanes that define it (``--direction``: pgwu); given for a
+    dataplane without it, it is refused. Its default is the dataplane's.
+    """
     g = parser.add_argument_group("scenario")
-    g.add_argument("--dataplane", default="pgwu", choices=DATAPLANES)
-    g.add_argument("--direction", default="ul", choices=DIRECTIONS)
+    g.add_argument("--dataplane", default=dataplanes.DEFAULT, choices=dataplanes.names(),
+                   help=f"the network function under test (default {dataplanes.DEFAULT})")
     g.add_argument("--frame-size", type=int, default=64,
-                   help="user-side frame size in bytes, FCS included (default 64)")
-    g.add_argument("--flows", type=int, default=1, help="number of flows / sessions hit (default 1)")
-    g.add_argument("--dut-cores", type=int, default=1, help="cores for the DUT's receive processing")
-    g.add_argument("--sessions", type=int, default=0,
-                   help="sessions installed in the DUT (default: as many as --flows)")
-    g.add_argument("--udp-csum", choices=("on", "off"), default="off",
-                   help="outer UDP checksum on encapsulation (default off: zero, TS 29.281)")
-    g.add_argument("--vlan", action="store_true", help="802.1Q-tag both sides")
+                   help="frame size in bytes, FCS included (the dataplane's frame: PGW-U the user-side one; default 64)")
+    g.add_argument("--flows", type=int, default=1, help="number of flows (default 1)")
+    if cores:
+        g.add_argument("--dut-cores", type=int, default=1, help="cores for the DUT's receive processing")
     g.add_argument("--line-rate", default="10GbE", choices=list(LINE_RATES),
                    help="nominal line rate that percentages refer to")
+    d = parser.add_argument_group("dataplane parameters (each dataplane's own; defaults are the dataplane's)")
+    for name, owners in dataplanes.all_params().items():
+        p = dataplanes.get(owners[0]).param(name)
+        choices = f" {{{','.join(str(c) for c in p.choices)}}}" if p.choices else (" {on,off}" if p.kind is bool else "")
+        d.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", default=None, metavar=name.upper(),
+                       help=f"{', '.join(owners)}: {p.help}{choices} (default {_show(p.default)})")
+
+
+def _show(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The dataplane parameters given on the command line (the dataplane validates them)."""
+    dp = dataplanes.get(args.dataplane)
+    own = {p.name for p in dp.params}
+    given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    for name in given:
+        if name not in own:
+            raise ConfigError(f"--{name.replace('_', '-')}", given[name],
+                              f"an option of dataplane {dp.name}'s parameters: "
+                              + (", ".join(f"--{p.name.replace('_', '-')}" for p in dp.params) or "none"))
+    return given
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    return Scenario(dataplane=args.dataplane, direction=args.direction, frame_size=args.frame_size,
-                    flows=args.flows, dut_cores=args.dut_cores, sessions=args.sessions,
-                    udp_csum=args.udp_csum == "on", vlan=args.vlan, line_rate=args.line_rate)
+    return Scenario(dataplane=args.dataplane, frame_size=args.frame_size, flows=args.flows,
+                    dut_cores=getattr(args, "dut_cores", 1), line_rate=args.line_rate,
+                    params=params_from_args(args))
 
 
 def emit(obj: Any, as_json: bool, human: Callable[[Any], str]) -> None:

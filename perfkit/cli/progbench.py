@@ -3,21 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli.options import add_scenario, add_json, emit, params_from_args
 from perfkit.progbench import prog_bench
-from perfkit.trial import DATAPLANES, DIRECTIONS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prog-bench", help="kernel-timed ns per packet of a dataplane program vs an XDP_DROP baseline",
                        description=__doc__)
-    p.add_argument("--dataplane", default="pgwu", choices=DATAPLANES)
-    p.add_argument("--direction", default="ul", choices=DIRECTIONS)
-    p.add_argument("--frame-size", type=int, default=64, help="user-side frame size in bytes, FCS included")
-    p.add_argument("--sessions", type=int, default=1, help="sessions installed and hit in random order")
-    p.add_argument("--udp-csum", choices=("on", "off"), default="off")
-    p.add_argument("--vlan", choices=("on", "off", "auto"), default="auto",
-                   help="802.1Q tags; auto: on when the sessions need several tenants")
+    add_scenario(p, cores=False)
     p.add_argument("--rounds", type=int, default=21, help="measured rounds (alternating with the baseline)")
     p.add_argument("--repeat", type=int, default=200_000, help="runs per round")
     p.add_argument("--cpu", type=int, default=None, help="CPU to run on (default: the last one)")
@@ -26,17 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    res = prog_bench(dataplane=args.dataplane, direction=args.direction, frame_size=args.frame_size,
-                     sessions=args.sessions, udp_csum=args.udp_csum == "on",
-                     vlan=None if args.vlan == "auto" else args.vlan == "on",
+    res = prog_bench(dataplane=args.dataplane, frame_size=args.frame_size, params=params_from_args(args),
                      rounds=args.rounds, repeat=args.repeat, cpu=args.cpu)
     emit(res.to_dict(), args.json, _human)
     return 0 if res.path_verified else 2
 
 
 def _human(d: dict) -> str:
-    return (f"{d['dataplane']} {d['direction']} {d['frame_size']}B (wire {d['wire_frame_size']}B) "
-            f"sessions={d['sessions']} udp_csum={'on' if d['udp_csum'] else 'off'} vlan={'on' if d['vlan'] else 'off'}\n"
+    params = " ".join(f"{k}={v}" for k, v in d["params"].items())
+    return (f"{d['dataplane']} {d['frame_size']}B (wire {d['wire_frame_size']}B) {params}, {d['keys']} keys\n"
             f"  program+harness  {d['ns_per_packet']:8.1f} ns/packet\n"
             f"  XDP_DROP+harness {d['baseline_ns_per_packet']:8.1f} ns/packet\n"
             f"  net              {d['net_ns_per_packet']:8.1f} ns/packet  (rounds: {d['net_min_ns']:.0f} .. "

@@ -17,7 +17,9 @@ from perfkit.errors import ConfigError, SearchError
 from perfkit.generators import create
 from perfkit.search import (BinarySearch, LatencyAt, MaxRate, Measurer, NdrPdr, SearchResult, Sweep,
                             best_worst, binary_search, max_rate, ndr_then_latency, ndrpdr, sweep)
-from perfkit.trial import Rate, Scenario, l1_bps
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.units import l1_bps
 
 Runner = Callable[[Measurer, Any, bool], SearchResult]
 """(measurer, on_trial, progress) -> result."""

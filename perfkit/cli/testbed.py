@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from perfkit.cli.options import add_json, emit
-from perfkit.testbed import Testbed, clean, running
+from perfkit.testbed.topology import Testbed, clean, running
 
 
 def register(sub: argparse._SubParsersAction) -> None:

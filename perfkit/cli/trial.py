@@ -5,7 +5,7 @@ import argparse
 
 from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generator_options, scenario_from_args
 from perfkit.generators import create
-from perfkit.trial import Rate
+from perfkit.rate import Rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 def _human(d: dict) -> str:
     lat = d["latency_ns"]
     lines = [
-        f"{d['dataplane']} {d['direction']} {d['frame_size']}B (wire {d['wire_frame_size']}B) flows={d['flows']} "
+        f"{d['dataplane']} {' '.join(f'{k}={v}' for k, v in d['params'].items())} {d['frame_size']}B "
+        f"(wire {d['wire_frame_size']}B) flows={d['flows']} "
         f"dut_cores={d['dut_cores']} generator={d['generator']}",
         f"  offered  {d['tx_packets']:>12} packets  {d['tx_pps'] / 1e6:9.3f} Mpps   (intended {d['intended_packets']})",
         f"  received {d['rx_packets']:>12} packets  {d['rx_pps'] / 1e6:9.3f} Mpps  {d['rx_bps_l1'] / 1e9:7.3f} Gbps L1",

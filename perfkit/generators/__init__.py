@@ -14,7 +14,7 @@ from typing import Any
 
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
-from perfkit.trial import Scenario
+from perfkit.scenario import Scenario
 
 #: Backend name -> "module:class". Modules are imported only when used.
 BACKENDS = {

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from perfkit.trial import Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
 
 class Generator(ABC):

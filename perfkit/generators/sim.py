@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
-from perfkit.profiles import TrafficProfile
-from perfkit.trial import Rate, Scenario, TrialResult
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
 #: The models a ``SimModel`` can be.
 MODELS = ("sharp", "noisy", "smooth", "buffered")
@@ -133,7 +134,7 @@ class SimGenerator(Generator):
             raise ConfigError("sim model", model, "a model kind when threshold/sigma are given")
         self.model = model
         self.max_offer = _pps(max_offer, scenario) if max_offer is not None else None
-        profile = TrafficProfile.for_scenario(scenario)
+        profile = scenario.traffic()
         self.wire_frame_size = profile.wire_frame_size
         self.output_frame_size = profile.output_frame_size
         self._rng = random.Random(seed)
@@ -152,14 +153,11 @@ class SimGenerator(Generator):
         received = offered - lost
         start = time.time()
         sc = self.scenario
-        return TrialResult(
-            dataplane=sc.dataplane, direction=sc.direction, frame_size=sc.frame_size,
-            wire_frame_size=self.wire_frame_size, flows=sc.flows, dut_cores=sc.dut_cores,
-            generator=self.name, duration=duration, intended_pps=rate_pps,
+        return TrialResult.for_scenario(
+            sc, wire_frame_size=self.wire_frame_size, generator=self.name, duration=duration, intended_pps=rate_pps,
             intended_packets=intended, tx_packets=offered, rx_packets=received,
             tx_bytes=offered * self.wire_frame_size, rx_bytes=received * self.output_frame_size,
             elapsed=duration, start_time=start, end_time=start + duration,
-            udp_csum=sc.udp_csum, sessions=sc.session_count,
             latency_ns=self.model.latency_ns(offered_pps) if received else {},
             dut_cpu={str(c): min(1.0, offered_pps / self.model.threshold)
                      for c in range(sc.dut_cores)},

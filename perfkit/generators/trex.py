@@ -9,7 +9,7 @@ A latency run adds a low-rate ``STLFlowLatencyStats`` stream whose rate is taken
 stream's, so the port still offers exactly the intended rate.
 
 Every name of TRex's API comes from one ``stl`` namespace (``trex.stl.api`` by default), so tests
-and TRex's own console (``trex_profiles/pgwu.py``) build streams with the same code.
+and TRex's own console (``trex_profiles/*.py``) build streams with the same code.
 """
 from __future__ import annotations
 
@@ -21,17 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.fieldengine import FieldEngine
 from perfkit.generators.base import Generator
-from perfkit.pgwu_model import check_output
-from perfkit.profiles import FieldEngine, TrafficProfile
-from perfkit.trial import FCS_LEN, Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
+from perfkit.units import FCS_LEN
 
 #: Environment variable naming the TRex server when no ``server`` option is given.
 ENV_SERVER = "PERFKIT_TREX_SERVER"
 STL_MODULE = "trex.stl.api"
-#: (tx port, rx port) per direction when not given.
-DEFAULT_PORTS = {"ul": (0, 1), "dl": (1, 0)}
+#: (tx port, rx port) by the DUT port the traffic enters (``Traffic.ingress``) when not given.
+DEFAULT_PORTS = {"a": (0, 1), "b": (1, 0)}
 LATENCY_PPS = 1000.0
 """Rate of the latency stream [packets/s], at most ``LATENCY_SHARE`` of the trial's rate."""
 LATENCY_SHARE = 0.1
@@ -59,13 +61,13 @@ def load_stl() -> Any:
 
 
 # -- streams ---------------------------------------------------------------------------------------
-def vm_instructions(stl: Any, engine: FieldEngine, inner_ip: int, inner_l4: int) -> list[Any]:
+def vm_instructions(stl: Any, engine: FieldEngine) -> list[Any]:
     """perfkit's field engine as TRex STLVm* instructions, offset for offset.
 
     Variables are 4-byte ``STLVmFlowVar`` named ``flow<i>``; 4-byte writes are ``STLVmWrFlowVar``,
     narrower ones ``STLVmWrMaskFlowVar`` (TRex writes a variable's full size otherwise). Checksums
-    that a write covers are fixed: the inner IPv4 header with ``STLVmFixIpv4``, inner TCP with
-    ``STLVmFixChecksumHw`` (``inner_ip``/``inner_l4``: offsets of those headers in the frame).
+    that a write covers are fixed: the IPv4 header with ``STLVmFixIpv4``, TCP with
+    ``STLVmFixChecksumHw`` (``engine.l3_offset``/``l4_offset``: where those headers are in the frame).
     """
     out: list[Any] = [stl.STLVmFlowVar(name=f"flow{i}", min_value=v.min, max_value=v.max, size=4, step=v.step,
                                        op=v.op) for i, v in enumerate(engine.vars)]
@@ -80,7 +82,7 @@ def vm_instructions(stl: Any, engine: FieldEngine, inner_ip: int, inner_l4: int)
     covered = 0
     for w in engine.writes:
         covered |= w.csum_mask
-    out += [_checksum_fix(stl, off, inner_ip, inner_l4) for i, off in enumerate(engine.csum_offsets)
+    out += [_checksum_fix(stl, off, engine.l3_offset, engine.l4_offset) for i, off in enumerate(engine.csum_offsets)
             if covered >> i & 1]
     return out
 
@@ -123,7 +125,7 @@ def _mode(stl: Any, pps: float, packets: int | None) -> Any:
     return stl.STLTXCont(pps=pps) if packets is None else stl.STLTXSingleBurst(total_pkts=packets, pps=pps)
 
 
-def build_streams(stl: Any, profile: TrafficProfile, rate_pps: float, packets: int | None = None, *,
+def build_streams(stl: Any, profile: Traffic, rate_pps: float, packets: int | None = None, *,
                   flow_op: str = "inc", latency_pg_id: int | None = None, latency_pps: float = LATENCY_PPS,
                   random_seed: int = RANDOM_SEED, packet_macs: bool = True) -> list[Any]:
     """The STLStreams of one trial: the profile's flows at ``rate_pps`` (a single burst of ``packets``
@@ -133,8 +135,7 @@ def build_streams(stl: Any, profile: TrafficProfile, rate_pps: float, packets: i
     """
     frame = profile.packet(0)
     frame += b"\0" * max(0, profile.wire_frame_size - FCS_LEN - len(frame))
-    off = profile.offsets()
-    vm = vm_instructions(stl, profile.field_engine(flow_op), off["inner_ip"], off["inner_l4"])
+    vm = vm_instructions(stl, profile.field_engine(flow_op))
     load = split_load(rate_pps, packets, latency_pps if latency_pg_id is not None else 0.0)
     macs = ({"mac_src_override_by_pkt": True, "mac_dst_override_mode": stl.STLStreamDstMAC_PKT} if packet_macs
             else {"mac_src_override_by_pkt": False, "mac_dst_override_mode": stl.STLStreamDstMAC_CFG_FILE})
@@ -201,14 +202,13 @@ def stats_to_result(stats: dict[Any, Any], scenario: Scenario, *, wire_frame_siz
             notes.append(f"TRex port {port} {key}: {stats[port][key]}")
     if rx["ipackets"] > tx["opackets"]:
         notes.append(f"received {rx['ipackets'] - tx['opackets']} more frames than offered: foreign frames counted")
-    return TrialResult(
-        dataplane=scenario.dataplane, direction=scenario.direction, frame_size=scenario.frame_size,
-        wire_frame_size=wire_frame_size, flows=scenario.flows, dut_cores=scenario.dut_cores, generator="trex",
+    return TrialResult.for_scenario(
+        scenario, wire_frame_size=wire_frame_size, generator="trex",
         duration=sending, intended_pps=rate_pps,
         intended_packets=packets if packets is not None else max(1, round(rate_pps * duration)),
         tx_packets=tx["opackets"], rx_packets=rx["ipackets"], tx_bytes=tx["obytes"] + FCS_LEN * tx["opackets"],
         rx_bytes=rx["ibytes"] + FCS_LEN * rx["ipackets"], elapsed=sending, start_time=start_time, end_time=end_time,
-        udp_csum=scenario.udp_csum, sessions=scenario.session_count, latency_ns=lat, notes=notes)
+        latency_ns=lat, notes=notes)
 
 
 # -- the generator ---------------------------------------------------------------------------------
@@ -222,17 +222,17 @@ class TRexGenerator(Generator):
                  l3: dict[int, tuple[str, str]] | None = None, latency_pg_id: int | None = None,
                  latency_pps: float = LATENCY_PPS, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, flow_op: str = "inc", random_seed: int = RANDOM_SEED,
-                 profile: TrafficProfile | None = None, client_factory: Callable[..., Any] | None = None,
+                 profile: Traffic | None = None, client_factory: Callable[..., Any] | None = None,
                  stl: Any = None):
         """``l2``: port -> destination MAC; ``l3``: port -> (source IPv4, gateway IPv4), resolved by ARP;
         with either, frames carry the ports' MACs, else the profile's. ``capture``: pcap path of a
-        sample of RX frames, each checked against the PGW-U model. ``client_factory(server=...)`` makes
+        sample of RX frames, each checked against the dataplane's reference model. ``client_factory(server=...)`` makes
         the client (default ``STLClient``); ``stl``: the API namespace (default ``trex.stl.api``)."""
         super().__init__(scenario)
         self.server = server or os.environ.get(ENV_SERVER) or None
         if self.server is None and client_factory is None:
             raise ConfigError("server", None, f"a TRex server host (option server or env {ENV_SERVER})")
-        default_tx, default_rx = DEFAULT_PORTS[scenario.direction]
+        default_tx, default_rx = DEFAULT_PORTS[scenario.traffic().ingress]
         self.tx_port, self.rx_port = _port("tx_port", tx_port, default_tx), _port("rx_port", rx_port, default_rx)
         self.l2, self.l3 = dict(l2 or {}), dict(l3 or {})
         if set(self.l2) & set(self.l3):
@@ -243,7 +243,7 @@ class TRexGenerator(Generator):
         self.capture_path = Path(capture) if capture else None
         self.capture_count = max(1, capture_count)
         self.flow_op, self.random_seed = flow_op, random_seed
-        self.profile = profile or TrafficProfile.for_scenario(scenario)
+        self.profile = profile or scenario.traffic()
         self.profile.field_engine(flow_op)  # validates flow_op and flows now, not at the first trial
         self.stl = stl if stl is not None else load_stl()
         factory = client_factory or (lambda server: self.stl.STLClient(server=server))
@@ -309,7 +309,7 @@ class TRexGenerator(Generator):
                                           bpf_filter=CAPTURE_FILTER)["id"]
 
     def _check_capture(self, capture_id: int, result: TrialResult) -> None:
-        """Stop the capture, save it, check every frame with the PGW-U model (seed 001: TRex cannot
+        """Stop the capture, save it, check every frame with the dataplane's model (seed 001: TRex cannot
         tell whether what came back is right)."""
         assert self.capture_path is not None
         captured: list[dict[str, Any]] = []
@@ -317,12 +317,11 @@ class TRexGenerator(Generator):
         self._client.set_service_mode(ports=[self.rx_port], enabled=False)
         frames = [bytes(p["binary"]) for p in captured]
         _write_pcap(self.capture_path, frames)
-        why = [w for f in frames if (w := check_output(f, self.scenario.direction, self.profile.config,
-                                                       self.profile.plan))]
+        why = [w for f in frames if (w := self.scenario.dp.check_output(self.profile, f))]
         result.mismatched_packets = len(why)
         result.notes.append(f"RX port {self.rx_port} was in service mode to capture {len(frames)} frames")
         if why:
-            result.notes.append(f"{len(why)} of {len(frames)} captured packets are not what the PGW-U should emit; "
+            result.notes.append(f"{len(why)} of {len(frames)} captured packets are not what the {self.scenario.dp.title} should emit; "
                                 f"first: {why[0]}")
 
     def close(self) -> None:

@@ -20,16 +20,17 @@ import time
 from pathlib import Path
 
 from perfkit import cpustat
-from perfkit.dut import Dut
+from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
 from perfkit.libbpf import BpfStats
-from perfkit.livegen import LiveGenerator
-from perfkit.pgwu_model import check_output
-from perfkit.profiles import TrafficProfile
-from perfkit.sink import Sink, write_pcap
-from perfkit.testbed import Testbed
-from perfkit.trial import FCS_LEN, Scenario, TrialResult
+from perfkit.scenario import Scenario
+from perfkit.testbed.dut import Dut
+from perfkit.testbed.livegen import LiveGenerator
+from perfkit.testbed.sink import Sink, write_pcap
+from perfkit.testbed.topology import Testbed
+from perfkit.trial import TrialResult
+from perfkit.units import FCS_LEN
 
 #: How long the sink must see nothing new before a trial counts as drained [s].
 DRAIN_QUIET = 0.05
@@ -58,23 +59,23 @@ def allocate_cores(dut_cores: int, tester_cores: list[int] | None = None) -> tup
     return (dut, tester, False) if tester else (dut, [cpus[0]], True)
 
 
-def needed_mtu(profile: TrafficProfile) -> int:
+def needed_mtu(profile: Traffic) -> int:
     """The smallest MTU (at least 1500) that carries the profile's frames both ways."""
     biggest = max(profile.wire_frame_size, profile.output_frame_size) - FCS_LEN
     return max(1500, biggest - 14)
 
 
 class XdpGenerator(Generator):
-    """Local testbed + PGW-U + XDP generator and sink, prepared for one scenario."""
+    """Local testbed + the dataplane + XDP generator and sink, prepared for one scenario."""
 
     name = "xdp"
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, run_id: str | None = None,
-                 batch_size: int | None = None, flow_op: str = "inc", profile: TrafficProfile | None = None,
+                 batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False):
         super().__init__(scenario)
-        self.profile = profile or TrafficProfile.for_scenario(scenario)
+        self.profile = profile or scenario.traffic()
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
         self.capture_path = Path(capture) if capture else None
         self.capture_count = max(capture_count, 1)
@@ -85,14 +86,14 @@ class XdpGenerator(Generator):
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
-            self.dut = Dut(self.testbed, self.profile, self.dut_cores)
+            self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores)
             self.sink = Sink(self.capture_count)
             for port in (self.testbed.p0, self.testbed.p1):
                 self.sink.attach(port.ns, port.ifindex)
                 self.testbed.pin_napi(port, set(self.tester_cores), realtime=True)
-            ul = scenario.direction == "ul"
-            self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if ul else (self.testbed.p1, self.testbed.p0)
-            self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if ul else (self.testbed.b, self.testbed.a)
+            at_a = self.profile.ingress == "a"
+            self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
+            self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
             self.gen = LiveGenerator(self.profile, self.tx, self.testbed.anchor, self.tester_cores,
                                      batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator)
             # keep this process's own threads off the DUT cores
@@ -124,8 +125,7 @@ class XdpGenerator(Generator):
         if self.gen.trivial:
             tx_packets, tx_bytes = sent.requested, sent.requested * self.gen.wire_frame_size
         xmit_err = "tx_queue_0_xdp_xmit_errors"
-        dut_drops = {k: dut1[k] - dut0.get(k, 0) for k in dut1
-                     if not k.endswith("_fwd") and dut1[k] != dut0.get(k, 0)}
+        dut_drops = self.dut.drops(dut0, dut1)
         ring_in = links1[self.tx.dev].get(xmit_err, 0) - links0[self.tx.dev].get(xmit_err, 0)
         if ring_in:
             dut_drops[_DUT_RING] = ring_in
@@ -136,19 +136,15 @@ class XdpGenerator(Generator):
         runs = rt1[progs[0]].run_cnt - rt0[progs[0]].run_cnt
         ns = sum(rt1[p].run_time_ns - rt0[p].run_time_ns for p in progs)
         caps = self.sink.captures()
-        mismatches = [why for c in caps
-                      if (why := check_output(c.data, self.scenario.direction, self.dut.intended_config, self.profile.plan))]
+        mismatches = [why for c in caps if (why := self.dut.check_output(c.data))]
         if self.capture_path:
             write_pcap(self.capture_path, caps)
 
-        result = TrialResult(
-            dataplane=self.scenario.dataplane, direction=self.scenario.direction, frame_size=self.scenario.frame_size,
-            wire_frame_size=self.gen.wire_frame_size, flows=self.scenario.flows, dut_cores=len(self.dut_cores),
-            generator=self.name, duration=duration, intended_pps=float(rate_pps or 0.0),
+        result = TrialResult.for_scenario(
+            self.scenario, wire_frame_size=self.gen.wire_frame_size, dut_cores=len(self.dut_cores), generator=self.name, duration=duration, intended_pps=float(rate_pps or 0.0),
             intended_packets=sent.intended if rate_pps or packets else tx_packets,
             tx_packets=tx_packets, rx_packets=rep.packets, tx_bytes=tx_bytes, rx_bytes=rep.bytes,
-            elapsed=sent.elapsed, start_time=sent.start, end_time=end, udp_csum=self.scenario.udp_csum,
-            sessions=self.profile.plan.count, latency_ns=rep.latency_ns(), ipdv_ns=rep.ipdv_ns(),
+            elapsed=sent.elapsed, start_time=sent.start, end_time=end, latency_ns=rep.latency_ns(), ipdv_ns=rep.ipdv_ns(),
             reordered=rep.reordered, duplicates=rep.duplicates, mismatched_packets=len(mismatches),
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
@@ -180,7 +176,7 @@ class XdpGenerator(Generator):
         if unsigned:
             notes.append(f"{unsigned} frames without a signature reached the sink")
         if mismatches:
-            notes.append(f"{len(mismatches)} of {captured} captured packets are not what the PGW-U should emit; "
+            notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} should emit; "
                          f"first: {mismatches[0]}")
         if self.shared:
             notes.append(f"DUT cores {self.dut_cores} shared with the tester {self.tester_cores}: pessimistic figures")

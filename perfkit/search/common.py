@@ -22,7 +22,9 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from tqdm import tqdm
 
 from perfkit.errors import ConfigError
-from perfkit.trial import Rate, Scenario, TrialResult
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.trial import TrialResult
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05

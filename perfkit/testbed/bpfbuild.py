@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from perfkit.errors import PerfkitError
-from perfkit.pgwu import BUILD_DIR
+from perfkit.paths import BUILD_DIR
 
 SRC_DIR = BUILD_DIR.parent.parent / "bpf"
 CACHE_DIR = BUILD_DIR / "cache"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from perfkit import netns
+from perfkit.testbed import netns
 from perfkit.layouts import (SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals)
 from perfkit.libbpf import BpfObject, RingBuffer, xdp_attach
-from perfkit.pgwu import BUILD_DIR
+from perfkit.paths import BUILD_DIR
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
 _CAPTURE_HDR = struct.Struct("=IIQ")  # struct sink_capture: len, caplen, ts_ns, then data

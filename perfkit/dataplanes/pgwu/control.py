@@ -6,12 +6,12 @@ Addressing plan (all inside the RFC 2544 benchmarking range 198.18.0.0/15):
 - UE addresses: 198.18.0.0 upwards, ``UE_POOL`` of them per tenant; a tenant is an SGi VLAN, so
   more sessions than ``UE_POOL`` need several tenants (seed 001 ran 1000 tenants, 1M bearers);
 - SGW addresses: 198.19.254.1 .. 198.19.254.100 (100 SGWs, as in seed 001);
-- testbed ports and our own GTP-U / SGi addresses: 198.19.255.0/24 (``perfkit.testbed``).
+- testbed ports and our own GTP-U / SGi addresses: 198.19.255.0/24 (``perfkit.testbed.topology``):
+  S5/S1-U is the DUT's port ``a``, SGi its port ``b``.
 """
 from __future__ import annotations
 
 import ctypes
-import ipaddress
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,39 +19,23 @@ from typing import Iterator
 
 import numpy as np
 
+from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
+                                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
 from perfkit.errors import ConfigError
-from perfkit.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
-                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
+from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_bytes
 from perfkit.libbpf import BpfObject, Map, Program
-
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "bpf"
-UE_BASE = int(ipaddress.IPv4Address("198.18.0.0"))
+from perfkit.paths import BUILD_DIR
+from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
+UE_BASE = ip2int("198.18.0.0")
 #: UE addresses per tenant: 198.18.0.0 .. 198.19.253.255.
 UE_POOL = 2 * 65536 - 512
-SGW_BASE = int(ipaddress.IPv4Address("198.19.254.1"))
+SGW_BASE = ip2int("198.19.254.1")
 SGW_COUNT = 100
 UL_TEID_BASE = 0x10000000
 DL_TEID_BASE = 0x20000000
 TENANT_VLAN_BASE = 100
 #: Default capacity of each session map; 1M sessions (seed 001) fit.
 DEFAULT_MAX_SESSIONS = 1 << 20
-
-
-def ip2int(addr: str) -> int:
-    return int(ipaddress.IPv4Address(addr))
-
-
-def int2ip(value: int) -> str:
-    return str(ipaddress.IPv4Address(value))
-
-
-def _be32(value: int) -> int:
-    """A host-order u32 as the integer whose little-endian bytes are network order."""
-    return struct.unpack("=I", struct.pack("!I", value))[0]
-
-
-def _mac_bytes(mac: str) -> bytes:
-    return bytes(int(x, 16) for x in mac.split(":"))
 
 
 @dataclass(frozen=True)
@@ -129,12 +113,12 @@ class PgwuConfig:
 
     s5_ifindex: int = 0
     sgi_ifindex: int = 0
-    gtpu_addr: str = "198.19.255.1"
-    sgi_addr: str = "198.19.255.5"
-    s5_src_mac: str = "02:00:00:00:01:01"
-    s5_dst_mac: str = "02:00:00:00:01:02"
-    sgi_src_mac: str = "02:00:00:00:02:01"
-    sgi_dst_mac: str = "02:00:00:00:02:02"
+    gtpu_addr: str = PORT_ADDRS["a"]
+    sgi_addr: str = PORT_ADDRS["b"]
+    s5_src_mac: str = PORT_MACS["a"]
+    s5_dst_mac: str = PORT_MACS["p0"]
+    sgi_src_mac: str = PORT_MACS["b"]
+    sgi_dst_mac: str = PORT_MACS["p1"]
     s5_vlan: int = 0
     s5_mtu: int = 0
     udp_csum: bool = False

@@ -8,25 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass
 from typing import Iterable
 
-from perfkit.pgwu import PgwuConfig, Session, SessionPlan
+from perfkit.checksum import csum as _csum
+from perfkit.dataplane import Emitted
+from perfkit.dataplanes.pgwu.control import TENANT_VLAN_BASE, PgwuConfig, Session, SessionPlan
 
 ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
 GTPU_PORT = 2152
-
-
-@dataclass(frozen=True)
-class Emitted:
-    """The model's answer for one frame."""
-
-    verdict: str
-    """XDP_PASS, XDP_DROP, XDP_REDIRECT or XDP_TX."""
-    stat: str
-    """The counter it goes to (``PgwuStat.label``: ``ul_fwd``, ``drop_unknown_teid`` ...)."""
-    out: bytes | None = None
-    """The forwarded frame, for forwarding verdicts."""
 
 
 class _Sessions:
@@ -48,20 +37,6 @@ class _Sessions:
 
 def _ip(b: bytes) -> str:
     return str(ipaddress.IPv4Address(b))
-
-
-def ones_sum(data: bytes) -> int:
-    """RFC 1071 one's-complement sum of 16-bit words (0xffff over a region with a valid checksum)."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
-def _csum(data: bytes) -> int:
-    return ~ones_sum(data) & 0xFFFF
 
 
 def _mac(m: str) -> bytes:
@@ -249,8 +224,6 @@ def _strip_l2(frame: bytes) -> tuple[bytes, int]:
 def _candidates(idx: _Sessions, ue: str) -> list[Session]:
     if idx.plan is None:
         return [s for (addr, _), s in idx.dl.items() if addr == ue]
-    from perfkit.pgwu import TENANT_VLAN_BASE
-
     vlans = [TENANT_VLAN_BASE + t for t in range(idx.plan.tenant_count)] if idx.plan.tagged else [0]
     return [s for v in vlans if (s := idx.by_ue(ue, v)) is not None]
 

@@ -1,11 +1,11 @@
 """The device under test on the local testbed: the dataplane attached to the DUT ports, its
 receive processing on dedicated cores, and its counters.
 
-- One DUT core: the PGW-U runs natively on both DUT ports; their threaded-NAPI kernel threads are
-  pinned to the core.
+- One DUT core: the dataplane runs natively on both DUT ports; their threaded-NAPI kernel threads
+  are pinned to the core.
 - N DUT cores: ``bpf/steer.bpf.c`` runs on the ports (in the NAPI threads, pinned to the first DUT
-  core) and spreads packets by TEID / destination over a cpumap whose kernel threads run the PGW-U
-  on each DUT core: GTP-U RSS in software (seed 001).
+  core) and spreads packets, by the key the dataplane chose (``Dataplane.steer_key``), over a cpumap
+  whose kernel threads run the dataplane on each DUT core: RSS in software (seed 001).
 """
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import os
 import struct
 from dataclasses import dataclass
 
-from perfkit import cpustat, netns
+from perfkit import cpustat
+from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
-from perfkit.layouts import STEER_MAX_CPUS, steer_config
-from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Program, prog_info, xdp_attach
-from perfkit.pgwu import BUILD_DIR, Pgwu, PgwuConfig
-from perfkit.profiles import TrafficProfile
-from perfkit.testbed import Testbed, xdp_max_mtu
+from perfkit.layouts import STEER_MAX_CPUS, SteerKey, steer_config
+from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach
+from perfkit.paths import BUILD_DIR
+from perfkit.testbed import netns
+from perfkit.testbed.topology import Testbed, xdp_max_mtu
 
 #: Frames a cpumap queue holds before it drops.
 CPUMAP_QSIZE = 2048
@@ -34,27 +35,20 @@ class ProgRuntime:
 
 
 class Dut:
-    """The PGW-U on the testbed's DUT ports, configured and filled from a traffic profile."""
+    """A dataplane on the testbed's DUT ports, configured and filled for a traffic profile."""
 
-    def __init__(self, testbed: Testbed, profile: TrafficProfile, cores: list[int], max_sessions: int | None = None):
+    def __init__(self, testbed: Testbed, dataplane: Dataplane, traffic: Traffic, cores: list[int]):
         if not cores or len(cores) > STEER_MAX_CPUS:
             raise ConfigError("dut_cores", cores, f"1 .. {STEER_MAX_CPUS} CPUs")
         if testbed.mtu > xdp_max_mtu():
             raise ConfigError("mtu", testbed.mtu, f"<= {xdp_max_mtu()}: native XDP on veth needs each frame in one "
                               "page (the programs do not handle multi-buffer frames)")
-        self.testbed, self.profile, self.cores = testbed, profile, list(cores)
+        self.testbed, self.dataplane, self.traffic, self.cores = testbed, dataplane, traffic, list(cores)
         self.steer: BpfObject | None = None
-        config = PgwuConfig(s5_ifindex=testbed.a.ifindex, sgi_ifindex=testbed.b.ifindex,
-                            s5_vlan=profile.config.s5_vlan, udp_csum=profile.config.udp_csum)
-        #: What the dataplane was set up to do: the reference for checking what it emits.
-        self.intended_config = config
         multi = len(self.cores) > 1
-        self.pgwu = Pgwu.load(max_sessions=max_sessions or max(profile.plan.count, 1024),
-                              attach_type=BPF_XDP_CPUMAP if multi else None)
+        self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi)
         try:
-            self.pgwu.configure(config)
-            self.pgwu.add_sessions(profile.plan)
-            entry = self._setup_cpumap() if multi else self.pgwu.program
+            entry = self._setup_cpumap() if multi else self.nf.program
             for port in (testbed.a, testbed.b):
                 with netns.inside(port.ns):
                     xdp_attach(port.ifindex, entry.fd)
@@ -69,13 +63,13 @@ class Dut:
             raise
 
     def _setup_cpumap(self) -> Program:
-        cfg = steer_config(ncpus=len(self.cores))
+        cfg = steer_config(ncpus=len(self.cores), key=SteerKey[f"STEER_KEY_{self.dataplane.steer_key.upper()}"])
         for i, c in enumerate(self.cores):
             cfg.cpus[i] = c
         self.steer = BpfObject(BUILD_DIR / "steer.o", rodata=cfg)
         cpumap = self.steer.map("cpu_map")
         for c in self.cores:
-            cpumap.update(struct.pack("=I", c), struct.pack("=Ii", CPUMAP_QSIZE, self.pgwu.program.fd))
+            cpumap.update(struct.pack("=I", c), struct.pack("=Ii", CPUMAP_QSIZE, self.nf.program.fd))
         self.cpumap_id = cpumap.id
         return self.steer.program("xdp_steer")
 
@@ -83,7 +77,7 @@ class Dut:
     def programs(self) -> list[Program]:
         """The DUT's XDP programs (entry first)."""
         progs = [self.steer.program("xdp_steer")] if self.steer else []
-        return progs + [self.pgwu.program]
+        return progs + [self.nf.program]
 
     def runtime(self) -> dict[str, ProgRuntime]:
         out = {}
@@ -101,11 +95,19 @@ class Dut:
         return pats
 
     def counters(self) -> dict[str, int]:
-        """Packets per PGW-U counter (``PgwuStat.label``)."""
-        return {k: v.packets for k, v in self.pgwu.stats().items()}
+        """Packets per dataplane counter."""
+        return self.nf.counters()
+
+    def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+        """Counters that rose between two ``counters()`` readings and are not forwarding ones."""
+        fwd = self.dataplane.forward_counters
+        return {k: after[k] - before.get(k, 0) for k in after if k not in fwd and after[k] != before.get(k, 0)}
+
+    def check_output(self, frame: bytes) -> str | None:
+        return self.dataplane.check_output(self.traffic, frame)
 
     def close(self) -> None:
         if self.steer:
             self.steer.close()
             self.steer = None
-        self.pgwu.close()
+        self.nf.close()

@@ -4,17 +4,19 @@
 
     namespace pk<rid>-tester                 namespace pk<rid>-dut
     +---------------------------+            +--------------------------+
-    | t<rid>p0  198.19.255.2/30 |<--veth---->| d<rid>a  198.19.255.1/30 |  S5/S1-U (SGW side)
-    | t<rid>p1  198.19.255.6/30 |<--veth---->| d<rid>b  198.19.255.5/30 |  SGi (Internet side)
+    | t<rid>p0  198.19.255.2/30 |<--veth---->| d<rid>a  198.19.255.1/30 |  (PGW-U: S5/S1-U; LB: clients)
+    | t<rid>p1  198.19.255.6/30 |<--veth---->| d<rid>b  198.19.255.5/30 |  (PGW-U: SGi; LB: reals)
     | t<rid>g <-> t<rid>h       |            +--------------------------+
     +---------------------------+
 
-Uplink traffic goes p0 -> DUT -> p1, downlink p1 -> DUT -> p0, as with a TRex tester's two ports.
+Traffic that enters the DUT at ``a`` goes p0 -> DUT -> p1 (PGW-U uplink), traffic entering at ``b``
+p1 -> DUT -> p0 (downlink), as with a TRex tester's two ports.
 ``rid`` is a 6-hex-digit run id in every name, so parallel runs and leftovers are recognisable;
 ``clean()`` removes everything perfkit ever left (namespaces and what lives in them). The pair
 ``g``/``h`` only anchors the generator program in the kernel's XDP dispatcher and gives its calls
 two ingress ports to alternate between, so that it can tell consecutive calls apart (see
-``perfkit.livegen``). MAC addresses are fixed per role (``perfkit.pgwu.PgwuConfig`` defaults), every
+``perfkit.testbed.livegen``). MAC addresses and addresses are fixed per role (``PORT_MACS``,
+``PORT_ADDRS``: a dataplane configures its egress with them), every
 link has one queue (one NAPI instance: the DUT's receive processing is placed by pinning its
 thread) and IPv6 is off so that no router solicitation or neighbour discovery reaches the sink.
 """
@@ -29,14 +31,18 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfkit import netns
 from perfkit.errors import ConfigError, TestbedError
-from perfkit.pgwu import PgwuConfig
+from perfkit.testbed import netns
 
 PREFIX = "pk"
 _NS_RE = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-(tester|dut)$")
 MTU_MIN, MTU_MAX = 68, 9000
 PIN_DIR = Path("/sys/fs/bpf/perfkit")
+#: MAC address of each port by role: tester ports p0/p1, DUT ports a (faces p0) and b (faces p1).
+PORT_MACS = {"a": "02:00:00:00:01:01", "p0": "02:00:00:00:01:02",
+             "b": "02:00:00:00:02:01", "p1": "02:00:00:00:02:02", "anchor": "02:00:00:00:03:01"}
+#: IPv4 address of each port by role (one /30 per link, inside 198.19.255.0/24).
+PORT_ADDRS = {"a": "198.19.255.1", "p0": "198.19.255.2", "b": "198.19.255.5", "p1": "198.19.255.6"}
 
 
 def xdp_max_mtu() -> int:
@@ -74,12 +80,11 @@ class Testbed:
             raise ConfigError("mtu", mtu, f"{MTU_MIN} .. {MTU_MAX}")
         self.rid, self.mtu = rid, mtu
         self.tester_ns, self.dut_ns = f"{PREFIX}{rid}-tester", f"{PREFIX}{rid}-dut"
-        cfg = PgwuConfig()
-        self.p0 = Port(self.tester_ns, f"t{rid}p0", cfg.s5_dst_mac, "198.19.255.2")
-        self.p1 = Port(self.tester_ns, f"t{rid}p1", cfg.sgi_dst_mac, "198.19.255.6")
-        self.a = Port(self.dut_ns, f"d{rid}a", cfg.s5_src_mac, cfg.gtpu_addr)
-        self.b = Port(self.dut_ns, f"d{rid}b", cfg.sgi_src_mac, cfg.sgi_addr)
-        self.anchor = Port(self.tester_ns, f"t{rid}g", "02:00:00:00:03:01", "")
+        self.p0 = Port(self.tester_ns, f"t{rid}p0", PORT_MACS["p0"], PORT_ADDRS["p0"])
+        self.p1 = Port(self.tester_ns, f"t{rid}p1", PORT_MACS["p1"], PORT_ADDRS["p1"])
+        self.a = Port(self.dut_ns, f"d{rid}a", PORT_MACS["a"], PORT_ADDRS["a"])
+        self.b = Port(self.dut_ns, f"d{rid}b", PORT_MACS["b"], PORT_ADDRS["b"])
+        self.anchor = Port(self.tester_ns, f"t{rid}g", PORT_MACS["anchor"], "")
         self._up = False
         self._old_sigterm = None
 

@@ -1,85 +1,39 @@
-"""Traffic profiles: the packets a trial offers, built with scapy, and how they vary per packet.
+"""PGW-U traffic profiles: the packets a trial offers, built with scapy, and how they vary per
+packet (``perfkit.fieldengine``).
 
-A ``TrafficProfile`` gives the template frame of each flow (``packet(flow)``), the frame size on
-the wire, and the per-packet field variation the generator applies (``fields()``), in the spirit of
-TRex's field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
-
-Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag (see ``perfkit.trial``):
+Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag:
 
 - UL: ``Ether / [Dot1Q s5_vlan] / IP(sgw -> gtpu_addr) / UDP(2152, 2152, chksum=0) /
   GTP_U_Header(teid) / IP(ue -> server) / UDP|TCP / signature / padding``;
 - DL: ``Ether / [Dot1Q tenant] / IP(server -> ue) / UDP|TCP / signature / padding``.
-
-The 12-byte signature (``SIGNATURE``) opens the inner L4 payload: magic, stream id, sequence
-number and the low 32 bits of the transmit time in ns, little-endian, written per packet by the
-generator and read by the sink.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
+from perfkit.dataplane import Traffic
+from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
 from perfkit.errors import ConfigError
-from perfkit.pgwu import UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
-from perfkit.trial import FCS_LEN, Scenario
+from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
+from perfkit.units import FCS_LEN
 
-#: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
-SIGNATURE = struct.Struct("<HHII")
-SIGNATURE_MAGIC = 0x4B50  # "PK"
 SERVER_ADDR = "198.19.255.130"
 S5_VLAN = 10
 INNER_L4 = ("udp", "tcp")
 GTPU_OVERHEAD = 36
-FLOW_OPS = ("inc", "dec", "random")
 SPORT_BASE = 10000
 
 
 @dataclass(frozen=True)
-class FlowVar:
-    """A value computed once per packet (TRex: STLVmFlowVar)."""
-
-    op: str
-    """inc, dec or random."""
-    min: int
-    max: int
-    """Inclusive."""
-    step: int = 1
-
-
-@dataclass(frozen=True)
-class FieldWrite:
-    """Write a variable plus a constant into the frame (TRex: STLVmWrFlowVar with add_value)."""
-
-    name: str
-    """What it writes, for people: ``gtp.teid``, ``inner.src`` ..."""
-    offset: int
-    size: int
-    var: int
-    add: int
-    csum_mask: int
-    """Bit i: the i-th checksum of ``FieldEngine.csum_offsets`` covers these bytes."""
-
-
-@dataclass(frozen=True)
-class FieldEngine:
-    """How the generator varies frames and which checksums it fixes up, with byte offsets."""
-
-    vars: tuple[FlowVar, ...]
-    writes: tuple[FieldWrite, ...]
-    csum_offsets: tuple[int, ...]
-    """Offsets of the 16-bit checksums kept valid (inner IPv4 header, inner TCP)."""
-    sig_offset: int
-    sig_csum_mask: int
-
-
-@dataclass(frozen=True)
-class TrafficProfile:
-    """The traffic of one scenario: direction, sizes, flows and how GTP-U headers look."""
+class PgwuTraffic(Traffic):
+    """The traffic of one PGW-U scenario: direction, sizes, flows and how GTP-U headers look."""
 
     direction: str = "ul"
     frame_size: int = 64
@@ -108,11 +62,19 @@ class TrafficProfile:
             raise ConfigError("frame_size", self.frame_size, "<= 9018 bytes")
 
     @classmethod
-    def for_scenario(cls, scenario: Scenario, config: PgwuConfig | None = None, **kw: object) -> TrafficProfile:
-        plan = SessionPlan(count=scenario.session_count, tagged=scenario.vlan)
-        cfg = config or PgwuConfig(s5_vlan=S5_VLAN if scenario.vlan else 0, udp_csum=scenario.udp_csum)
-        return cls(direction=scenario.direction, frame_size=scenario.frame_size, flows=scenario.flows,
-                   plan=plan, config=cfg, vlan=scenario.vlan, **kw)  # type: ignore[arg-type]
+    def for_params(cls, frame_size: int, flows: int, params: Mapping[str, Any], config: PgwuConfig | None = None,
+                   **kw: Any) -> PgwuTraffic:
+        """The traffic of a scenario with validated PGW-U ``params`` (direction, sessions, udp_csum, vlan)."""
+        vlan = bool(params["vlan"])
+        plan = SessionPlan(count=max(int(params["sessions"]), flows), tagged=vlan)
+        cfg = config or PgwuConfig(s5_vlan=S5_VLAN if vlan else 0, udp_csum=bool(params["udp_csum"]))
+        return cls(direction=params["direction"], frame_size=frame_size, flows=flows, plan=plan, config=cfg,
+                   vlan=vlan, **kw)
+
+    @property
+    def ingress(self) -> str:  # type: ignore[override]
+        """Uplink enters the DUT at its S5 port (``a``), downlink at its SGi port (``b``)."""
+        return "a" if self.direction == "ul" else "b"
 
     # -- sizes -----------------------------------------------------------------------------------
     @property
@@ -124,16 +86,6 @@ class TrafficProfile:
     def inner_len(self) -> int:
         """Length of the inner (user) IPv4 packet [bytes]."""
         return self.frame_size - FCS_LEN - 14
-
-    @property
-    def wire_frame_size(self) -> int:
-        """Bytes per offered frame, FCS included."""
-        return len(self.packet(0)) + FCS_LEN
-
-    @property
-    def output_frame_size(self) -> int:
-        """Bytes per frame the DUT should emit, FCS included."""
-        return len(self.expected_output(0)) + FCS_LEN
 
     # -- packets ---------------------------------------------------------------------------------
     def session(self, flow: int) -> Session:
@@ -194,18 +146,11 @@ class TrafficProfile:
         and UE source address uplink, the UE destination address downlink, and the source port.
         The inner IPv4 checksum (and TCP's, which covers the addresses) are fixed up.
         """
-        if flow_op not in FLOW_OPS:
-            raise ConfigError("flow_op", flow_op, FLOW_OPS)
         off = self.offsets()
         ip, l4 = off["inner_ip"], off["inner_l4"]
         csums = [ip + 10] + ([l4 + 16] if self.inner_l4 == "tcp" else [])
         # checksum i covers these byte ranges (TCP: pseudo-header addresses and the segment)
         covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, len(self.packet(0)))]] if self.inner_l4 == "tcp" else [])
-
-        def mask(start: int, size: int) -> int:
-            return sum(1 << i for i, ranges in enumerate(covers)
-                       if any(start < hi and lo < start + size for lo, hi in ranges))
-
         writes: list[tuple[str, int, int, int]] = []
         if self.flows > 1:
             if self.plan.tenant_count > 1:
@@ -216,12 +161,10 @@ class TrafficProfile:
             else:
                 writes += [("inner.dst", ip + 16, 4, UE_BASE)]
             writes.append(("inner.sport", l4, 2, SPORT_BASE))
-        fws = tuple(FieldWrite(n, o, sz, 0, add, mask(o, sz)) for n, o, sz, add in writes)
-        variables = (FlowVar(flow_op, 0, self.flows - 1),) if writes else ()
-        return FieldEngine(variables, fws, tuple(csums), off["signature"], mask(off["signature"], SIGNATURE.size))
+        return flow_engine(writes, self.flows, csums, covers, off["signature"], flow_op, l3_offset=ip, l4_offset=l4)
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""
-        from perfkit.pgwu_model import emit
+        from perfkit.dataplanes.pgwu.model import emit
 
         return emit(self.packet(flow, seq, stream, ts), self.config, self.plan).out or b""

@@ -30,16 +30,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfkit import netns
-from perfkit.bpfbuild import specialised
+from perfkit.testbed import netns
+from perfkit.testbed.bpfbuild import specialised
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
                              gen_config, gen_state)
 from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
-from perfkit.pgwu import BUILD_DIR
-from perfkit.profiles import SIGNATURE, FieldEngine, TrafficProfile
-from perfkit.testbed import Port, anchor_peer
-from perfkit.trial import FCS_LEN
+from perfkit.dataplane import Traffic
+from perfkit.fieldengine import SIGNATURE, FieldEngine
+from perfkit.paths import BUILD_DIR
+from perfkit.testbed.topology import Port, anchor_peer
+from perfkit.units import FCS_LEN
 
 #: Frames per call when sending as fast as possible.
 MAX_CHUNK = 65536
@@ -99,7 +100,7 @@ def load_generator(path: Path, tx_ifindex: int) -> BpfObject:
     return BpfObject(path, initial_values={".rodata.port": struct.pack("=I", tx_ifindex)})
 
 
-def compile_generator(profile: TrafficProfile, flow_op: str = "inc") -> Path:
+def compile_generator(profile: Traffic, flow_op: str = "inc") -> Path:
     """The generator object for ``profile``'s first packet and field engine (compiled once, cached)."""
     return specialised("gen", "GEN_CONFIG", build_config(profile.packet(0), profile.field_engine(flow_op)))
 
@@ -140,7 +141,7 @@ class SendReport:
 class LiveGenerator:
     """The generator program for one traffic profile, sending from ``tx`` on ``cores``."""
 
-    def __init__(self, profile: TrafficProfile, tx: Port, anchor: Port, cores: list[int], batch_size: int | None = None,
+    def __init__(self, profile: Traffic, tx: Port, anchor: Port, cores: list[int], batch_size: int | None = None,
                  flow_op: str = "inc", trivial: bool = False):
         if not cores:
             raise ConfigError("tester_cores", cores, "at least one CPU")

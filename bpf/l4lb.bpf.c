@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: GPL-2.0
+/* L4 load balancer in XDP (seeds 000 and 004), Katran-like: TCP/UDP to a VIP is hashed on its
+ * 5-tuple into the VIP's Maglev table, IPIP-encapsulated to the chosen real and sent on (L3 DSR:
+ * replies go from the real to the client directly). DF packets too big for the tunnel get an ICMP
+ * frag-needed back. Everything else goes to the host or is dropped and counted.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "csum.h"
+#include "jhash.h"
+#include "ipip.h"
+#include "icmp.h"
+#include "l4lb_kern_user.h"
+
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
+/* Run-time configuration, one entry; userspace may change it while traffic flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct l4lb_config);
+} l4lb_config SEC(".maps");
+
+/* VIPs by (address, port, protocol); the one hash lookup of the fast path. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, L4LB_MAX_VIPS);
+	__type(key, struct vip_key);
+	__type(value, struct vip_meta);
+} vips SEC(".maps");
+
+/* Every VIP's Maglev table, row vip_num: entry vip_num * L4LB_RING_SIZE + hash % L4LB_RING_SIZE
+ * is a real index (Katran's ch_rings). One flat array, so the lookup is inlined by the verifier
+ * (no map-in-map indirection); max_entries = max VIPs * L4LB_RING_SIZE, set at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, L4LB_MAX_VIPS * L4LB_RING_SIZE);
+	__type(key, __u32);
+	__type(value, __u32);
+} ch_rings SEC(".maps");
+
+/* Reals by real index; index 0 stays empty (L4LB_NO_REAL). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, L4LB_MAX_REALS);
+	__type(key, __u32);
+	__type(value, struct real_def);
+} reals SEC(".maps");
+
+/* What happened to each packet, per CPU, indexed by enum l4lb_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, L4LB_STAT_MAX);
+	__type(key, __u32);
+	__type(value, struct l4lb_stat_rec);
+} l4lb_stats SEC(".maps");
+
+/* Forwarded packets per VIP (by vip_num), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, L4LB_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct l4lb_stat_rec);
+} vip_stats SEC(".maps");
+
+/* Forwarded packets per real (by real index), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, L4LB_MAX_REALS);
+	__type(key, __u32);
+	__type(value, struct l4lb_stat_rec);
+} real_stats SEC(".maps");
+
+static __always_inline void add_rec(void *map, __u32 key, __u64 frame_len)
+{
+	struct l4lb_stat_rec *rec = bpf_map_lookup_elem(map, &key);
+
+	if (rec) {
+		rec->packets++;
+		rec->bytes += frame_len;
+	}
+}
+
+static __always_inline int count(enum l4lb_stat stat, int verdict, __u64 frame_len)
+{
+	add_rec(&l4lb_stats, stat, frame_len);
+	return verdict;
+}
+
+/* The flow's slot in a table of L4LB_RING_SIZE entries. jhash over the whole 5-tuple in host
+ * order (the protocol seeds it), so the Python model computes the same on any host. */
+static __always_inline __u32 flow_slot(struct iphdr *iph, __be32 ports)
+{
+	__u32 h = jhash_3words(bpf_ntohl(iph->saddr), bpf_ntohl(iph->daddr), bpf_ntohl(ports),
+			       L4LB_HASH_SEED + iph->protocol);
+
+#if L4LB_RING_SIZE == 65537
+	/* 2^16 = -1 (mod 2^16 + 1): h mod 65537 without a division (~25 cycles on x86) */
+	__s32 r = (__s32)(h & 0xffff) - (__s32)(h >> 16);
+
+	return r < 0 ? r + L4LB_RING_SIZE : r;
+#else
+	return h % L4LB_RING_SIZE;
+#endif
+}
+
+static __always_inline int egress(struct l4lb_config *cfg)
+{
+	if (cfg->flags & L4LB_F_XDP_TX)
+		return XDP_TX;
+	return bpf_redirect(cfg->egress_ifindex, 0);
+}
+
+/* A TCP/UDP packet to a VIP: pick the real, encapsulate, send. */
+static __always_inline int handle_vip(struct xdp_md *ctx, struct l4lb_config *cfg, struct vip_meta *vip,
+				      struct iphdr *iph, __be32 ports, __u32 ihl, __u32 tot_len,
+				      __u32 avail, __u64 frame_len)
+{
+	__be32 daddr = iph->daddr;
+	__be16 df = iph->frag_off & bpf_htons(IP_DF);
+	__u8 tos = iph->tos;
+	struct real_def *real;
+	__u32 key, *real_idx;
+
+	if (cfg->egress_mtu && tot_len + IPIP_ENCAP_LEN > cfg->egress_mtu) {
+		/* Without DF we could only fragment the tunnel packet, which the reals would have to
+		 * reassemble: drop instead, as Katran does, and count it. */
+		if (!df)
+			return count(L4LB_DROP_TOO_BIG, XDP_DROP, frame_len);
+		if (icmp_frag_needed(ctx, ihl, daddr, cfg->egress_mtu - IPIP_ENCAP_LEN))
+			return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
+		return count(L4LB_ICMP_FRAG_NEEDED, XDP_TX, frame_len);
+	}
+
+	key = vip->vip_num * L4LB_RING_SIZE + flow_slot(iph, ports);
+	real_idx = bpf_map_lookup_elem(&ch_rings, &key);
+	if (!real_idx)
+		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
+	key = *real_idx;
+	real = bpf_map_lookup_elem(&reals, &key);
+	if (!real || !real->addr)
+		return count(L4LB_DROP_NO_REAL, XDP_DROP, frame_len);
+
+	/* Ethernet padding after the packet must not end up inside the tunnel's frame */
+	if (avail > tot_len && bpf_xdp_adjust_tail(ctx, -(int)(avail - tot_len)))
+		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
+	if (ipip_encap(ctx, cfg->lb_addr, real->addr, tot_len, tos, df, cfg->dst_mac, cfg->src_mac))
+		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
+	add_rec(&vip_stats, vip->vip_num, frame_len);
+	add_rec(&real_stats, key, frame_len);
+	return count(L4LB_FWD, egress(cfg), frame_len);
+}
+
+SEC("xdp")
+int xdp_l4lb(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 frame_len = (data_end - data) & 0xffff;
+	struct l4lb_config *cfg;
+	struct vip_meta *vip;
+	struct ethhdr *eth = data;
+	struct iphdr *iph;
+	struct vip_key vk;
+	void *l4;
+	__u32 zero = 0, ihl, tot_len, avail;
+	__be32 ports;
+
+	cfg = bpf_map_lookup_elem(&l4lb_config, &zero);
+	if (!cfg)
+		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
+
+	if ((void *)(eth + 1) > data_end)
+		return count(L4LB_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if (eth->h_proto != bpf_htons(ETH_P_IP)) /* ARP, IPv6, tagged ...: the host's */
+		return count(L4LB_PASS, XDP_PASS, frame_len);
+
+	iph = (void *)(eth + 1);
+	if ((void *)(iph + 1) > data_end)
+		return count(L4LB_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if (iph->version != 4 || iph->ihl < 5)
+		return count(L4LB_DROP_BAD_HEADER, XDP_DROP, frame_len);
+	ihl = iph->ihl * 4;
+	tot_len = bpf_ntohs(iph->tot_len);
+	avail = (data_end - (void *)iph) & 0xffff;
+	if (tot_len < ihl)
+		return count(L4LB_DROP_BAD_HEADER, XDP_DROP, frame_len);
+	if (tot_len > avail)
+		return count(L4LB_DROP_TRUNCATED, XDP_DROP, frame_len);
+	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+		return count(L4LB_PASS, XDP_PASS, frame_len);
+	if (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
+		/* no ports to hash on; the host's own fragments still reach it */
+		if (iph->daddr == cfg->lb_addr)
+			return count(L4LB_PASS, XDP_PASS, frame_len);
+		return count(L4LB_DROP_FRAGMENT, XDP_DROP, frame_len);
+	}
+
+	/* the whole L4 header must be inside the IP packet: UDP 8 bytes, TCP 20 */
+	l4 = (void *)iph + ihl;
+	if (iph->protocol == IPPROTO_UDP) {
+		if (l4 + sizeof(struct udphdr) > data_end || ihl + sizeof(struct udphdr) > tot_len)
+			return count(L4LB_DROP_TRUNCATED, XDP_DROP, frame_len);
+	} else {
+		if (l4 + sizeof(struct tcphdr) > data_end || ihl + sizeof(struct tcphdr) > tot_len)
+			return count(L4LB_DROP_TRUNCATED, XDP_DROP, frame_len);
+	}
+	ports = *(__be32 *)l4; /* source and destination port, both protocols */
+
+	vk.addr = iph->daddr;
+	vk.port = (__be16)(ports >> 16);
+	vk.proto = iph->protocol;
+	vk.pad = 0;
+	vip = bpf_map_lookup_elem(&vips, &vk);
+	if (!vip)
+		return count(L4LB_PASS, XDP_PASS, frame_len);
+	return handle_vip(ctx, cfg, vip, iph, ports, ihl, tot_len, avail, frame_len);
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,133 @@
+"""The PGW-U (mobile core user plane, seed 001): GTP-U decapsulation uplink, encapsulation downlink.
+
+- ``control``: load ``bpf/pgwu.bpf.c``, configure it, fill sessions, read counters;
+- ``model``: the independent reference model (what the program must emit for a frame);
+- ``traffic``: the frames a scenario offers (scapy) and their field engine;
+- ``layouts``: the mirror of ``bpf/include/pgwu_kern_user.h``.
+
+Scenario parameters: ``direction`` (ul: GTP-U in, decapsulated out; dl: IP in, GTP-U out),
+``sessions`` (installed; 0 = as many as flows), ``udp_csum`` (outer UDP checksum on
+encapsulation; off = zero, TS 29.281) and ``vlan`` (802.1Q on both sides: S5 VLAN and one SGi VLAN
+per tenant). ``frame_size`` is the user-side (SGi) frame, FCS included, untagged; uplink frames on
+the wire carry the GTP-U tunnel, 36 bytes more.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Param, Traffic
+from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
+from perfkit.dataplanes.pgwu.model import check_output, emit
+from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
+from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+
+#: Sessions installed at least, so that tables are never trivially small.
+MIN_TABLE = 1024
+
+
+class PgwuDut(DutProgram):
+    """The PGW-U configured for a traffic profile: sessions installed, ports set."""
+
+    def __init__(self, traffic: PgwuTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
+        #: What the dataplane was set up to do: the reference for checking what it emits.
+        self.config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
+                                 udp_csum=traffic.config.udp_csum)
+        self.traffic = traffic
+        self.pgwu = Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE),
+                              attach_type=BPF_XDP_CPUMAP if cpumap else None)
+        try:
+            self.pgwu.configure(self.config)
+            self.pgwu.add_sessions(traffic.plan)
+        except BaseException:
+            self.pgwu.close()
+            raise
+
+    @property
+    def program(self) -> Program:
+        return self.pgwu.program
+
+    def counters(self) -> dict[str, int]:
+        return {k: v.packets for k, v in self.pgwu.stats().items()}
+
+    def close(self) -> None:
+        self.pgwu.close()
+
+
+class PgwuDataplane(Dataplane):
+    name = "pgwu"
+    title = "PGW-U"
+    params = (
+        Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out",
+              choices=("ul", "dl")),
+        Param("sessions", 0, "sessions installed in the DUT (0: as many as flows)", kind=int, minimum=0),
+        Param("udp_csum", False, "outer UDP checksum on encapsulation (off: zero, TS 29.281)", kind=bool),
+        Param("vlan", False, "802.1Q-tag both sides (S5 VLAN, one SGi VLAN per tenant)", kind=bool),
+    )
+    variant = "direction"
+    variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
+    forward_counters = frozenset({"ul_fwd", "dl_fwd"})
+    steer_key = "gtpu_teid"
+    frame_size_doc = "user-side (SGi) frame size [bytes], FCS included, untagged"
+
+    def check(self, params: dict[str, Any]) -> None:
+        SessionPlan(count=max(params["sessions"], 1), tagged=params["vlan"])  # names the field when too many
+
+    def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        after = (["csum"] if params["udp_csum"] else []) + (["vlan"] if params["vlan"] else [])
+        if params["sessions"]:
+            after.append(f"{params['sessions']}sess")
+        return [params["direction"]], after
+
+    def legacy_params(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        return {"direction": record.get("direction", "ul"), "sessions": int(record.get("sessions", 0) or 0),
+                "udp_csum": bool(record.get("udp_csum", False)), "vlan": bool(record.get("vlan", False))}
+
+    def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> PgwuTraffic:
+        return PgwuTraffic.for_params(frame_size, flows, params)
+
+    def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> PgwuDut:
+        assert isinstance(traffic, PgwuTraffic)
+        return PgwuDut(traffic, ifindex_a, ifindex_b, cpumap)
+
+    def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
+        assert isinstance(traffic, PgwuTraffic)
+        return check_output(frame, traffic.direction, traffic.config, traffic.plan)
+
+    def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
+        """One flow's frame; every session hit once per pass, in random order: UL rewrites the TEID and
+        inner source, DL the inner destination and (tagged) the tenant VLAN."""
+        sessions = max(int(params["sessions"]), 1)
+        vlan = bool(params["vlan"]) or sessions > UE_POOL
+        params = {**params, "sessions": sessions, "vlan": vlan}
+        traffic = PgwuTraffic.for_params(frame_size, 1, params,
+                                         config=PgwuConfig(s5_ifindex=1, sgi_ifindex=1, udp_csum=bool(params["udp_csum"]),
+                                                           s5_vlan=S5_VLAN if vlan else 0))
+        frame = traffic.packet(0)
+        off = traffic.offsets()
+        if traffic.direction == "ul":
+            fields = [(off["gtp"] + 4, 4, 0), (off["inner_ip"] + 12, 4, 4)]
+        else:
+            fields = [(off["inner_ip"] + 16, 4, 4)] + ([(14, 2, 8)] if vlan else [])
+        dut = PgwuDut(traffic, 1, 1, cpumap=False)
+        dut.pgwu.configure(traffic.config)
+        spec = BenchSpec(frame=frame, fields=tuple(fields), keys=_keys(traffic.plan, seed),
+                         path_counter=f"{traffic.direction}_fwd", expected=emit(frame, traffic.config, traffic.plan),
+                         description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),
+                                      "direction": traffic.direction})
+        return spec, dut
+
+
+def _keys(plan: SessionPlan, seed: int) -> np.ndarray:
+    """Every session once, in random order: TEID (bytes 0-3), UE address (4-7), VLAN TCI (8-9)."""
+    cols = session_columns(plan)
+    order = np.random.default_rng(seed).permutation(plan.count) if plan.count > 1 else np.arange(1)
+    keys = np.zeros((plan.count, 16), dtype=np.uint8)
+    keys[:, 0:4] = cols["ul_teid"][order].astype(">u4").view(np.uint8).reshape(-1, 4)
+    keys[:, 4:8] = cols["ue_addr"][order].astype(">u4").view(np.uint8).reshape(-1, 4)
+    keys[:, 8:10] = cols["tenant_vlan"][order].astype(">u2").view(np.uint8).reshape(-1, 2)
+    return keys if plan.count > 1 else keys[:0]
+
+
+DATAPLANE = PgwuDataplane()

@@ -1,0 +1,87 @@
+"""The generator's field engine and the packet signature: how frames vary from packet to packet,
+in the spirit of TRex's field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
+
+A dataplane's traffic profile describes its variation as a ``FieldEngine`` with byte offsets into
+its template frame; the generator (``perfkit.testbed.livegen``) compiles it into ``bpf/gen.bpf.c``.
+
+The 12-byte signature (``SIGNATURE``) opens the (innermost) L4 payload: magic, stream id, sequence
+number and the low 32 bits of the transmit time in ns, little-endian, written per packet by the
+generator and read by the sink.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+#: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
+SIGNATURE = struct.Struct("<HHII")
+SIGNATURE_MAGIC = 0x4B50  # "PK"
+FLOW_OPS = ("inc", "dec", "random")
+
+
+@dataclass(frozen=True)
+class FlowVar:
+    """A value computed once per packet (TRex: STLVmFlowVar)."""
+
+    op: str
+    """inc, dec or random."""
+    min: int
+    max: int
+    """Inclusive."""
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class FieldWrite:
+    """Write a variable plus a constant into the frame (TRex: STLVmWrFlowVar with add_value)."""
+
+    name: str
+    """What it writes, for people: ``gtp.teid``, ``inner.src`` ..."""
+    offset: int
+    size: int
+    var: int
+    add: int
+    csum_mask: int
+    """Bit i: the i-th checksum of ``FieldEngine.csum_offsets`` covers these bytes."""
+
+
+@dataclass(frozen=True)
+class FieldEngine:
+    """How the generator varies frames and which checksums it fixes up, with byte offsets."""
+
+    vars: tuple[FlowVar, ...]
+    writes: tuple[FieldWrite, ...]
+    csum_offsets: tuple[int, ...]
+    """Offsets of the 16-bit checksums kept valid."""
+    sig_offset: int
+    sig_csum_mask: int
+    l3_offset: int = -1
+    """Offset of the IPv4 header the checksums belong to (its checksum is at ``l3_offset + 10``)."""
+    l4_offset: int = -1
+    """Offset of the L4 header whose checksum is kept (TCP: at ``l4_offset + 16``); -1: none."""
+
+
+Ranges = list[tuple[int, int]]
+
+
+def csum_mask(covers: list[Ranges], start: int, size: int) -> int:
+    """Bit i set when checksum i (covering the byte ranges ``covers[i]``, [lo, hi)) covers any byte
+    of [start, start + size)."""
+    return sum(1 << i for i, ranges in enumerate(covers)
+               if any(start < hi and lo < start + size for lo, hi in ranges))
+
+
+def flow_engine(writes: list[tuple[str, int, int, int]], flows: int, csum_offsets: list[int],
+                covers: list[Ranges], sig_offset: int, flow_op: str = "inc", l3_offset: int = -1,
+                l4_offset: int = -1) -> FieldEngine:
+    """The usual engine: one variable, the flow number 0 .. flows-1, written (plus a constant) into
+    each ``(name, offset, size, add)`` of ``writes``; checksums at ``csum_offsets`` kept valid (those
+    of the IPv4 header at ``l3_offset`` and the L4 header at ``l4_offset``)."""
+    from perfkit.errors import ConfigError
+
+    if flow_op not in FLOW_OPS:
+        raise ConfigError("flow_op", flow_op, FLOW_OPS)
+    fws = tuple(FieldWrite(n, o, sz, 0, add, csum_mask(covers, o, sz)) for n, o, sz, add in writes)
+    variables = (FlowVar(flow_op, 0, flows - 1),) if writes else ()
+    return FieldEngine(variables, fws, tuple(csum_offsets), sig_offset, csum_mask(covers, sig_offset, SIGNATURE.size),
+                       l3_offset, l4_offset)
