@@ -38,7 +38,6 @@ from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E40
 
 from perfkit.generators.base import Generator  # noqa: E402
 from perfkit.generators.sim import SimGenerator  # noqa: E402
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario

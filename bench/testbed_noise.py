@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm  # noqa: E402
 
 from perfkit.generators import create  # noqa: E402
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario  # noqa: E402
 

@@ -321,16 +321,3 @@ def delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuDelta:
             threads[pid] = (t, t.utime / tck, t.stime / tck)   # started inside the window
     return CpuDelta(start=before.time, end=after.time, wall=after.monotonic - before.monotonic,
                     seconds=seconds, threads=threads)
-
-
-def busy_between(before: CpuSnapshot, after: CpuSnapshot,
-                 cpus: Iterable[int] | None = None) -> dict[int, float]:
-    """Shortcut for ``delta(before, after).busy(cpus)``."""
-    return delta(before, after).busy(cpus)
-
-
-def kthread_busy(pattern: str | Sequence[str], interval: float = 1.0) -> dict[str, float]:
-    """Measure the matching kernel threads' busy fraction over ``interval`` seconds (blocks)."""
-    a = snapshot(kthreads=pattern)
-    time.sleep(interval)
-    return delta(a, snapshot(kthreads=pattern)).kthread_busy()

@@ -10,12 +10,16 @@ generator and read by the sink.
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass
 
+from perfkit.layouts import SIGNATURE_MAGIC, signature
+
 #: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
 SIGNATURE = struct.Struct("<HHII")
-SIGNATURE_MAGIC = 0x4B50  # "PK"
+assert SIGNATURE.size == ctypes.sizeof(signature)
+__all__ = ["SIGNATURE", "SIGNATURE_MAGIC", "FLOW_OPS", "FlowVar", "FieldWrite", "FieldEngine", "csum_mask", "flow_engine"]
 FLOW_OPS = ("inc", "dec", "random")
 
 

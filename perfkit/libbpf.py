@@ -135,8 +135,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_map_lookup_batch": (i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
         "bpf_prog_test_run_opts": (i, [i, vp]),
         "bpf_xdp_attach": (i, [i, i, u32, vp]),
-        "bpf_xdp_detach": (i, [i, u32, vp]),
-        "bpf_xdp_query_id": (i, [i, i, ctypes.POINTER(u32)]),
         "bpf_obj_pin": (i, [i, cp]),
         "bpf_obj_get": (i, [cp]),
         "bpf_obj_get_info_by_fd": (i, [i, vp, ctypes.POINTER(u32)]),
@@ -457,18 +455,6 @@ def xdp_attach(ifindex: int, prog_fd: int, mode: str = "native") -> None:
     """Attach an XDP program to ``ifindex`` of the calling thread's network namespace."""
     flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE, "auto": 0}[mode]
     _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, None), f"bpf_xdp_attach(ifindex {ifindex}, {mode})")
-
-
-def xdp_detach(ifindex: int, mode: str = "native") -> None:
-    flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE, "auto": 0}[mode]
-    _check(lib().bpf_xdp_detach(ifindex, flags, None), f"bpf_xdp_detach(ifindex {ifindex})")
-
-
-def xdp_query_id(ifindex: int) -> int:
-    """Id of the XDP program attached to ``ifindex`` (0 if none)."""
-    pid = ctypes.c_uint32(0)
-    _check(lib().bpf_xdp_query_id(ifindex, 0, ctypes.byref(pid)), f"bpf_xdp_query_id({ifindex})")
-    return pid.value
 
 
 _RINGBUF_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)

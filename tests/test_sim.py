@@ -8,7 +8,6 @@ import pytest
 from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.generators.sim import SimGenerator, SimModel
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
 from perfkit.scenario import Scenario
 
 T = 1e6

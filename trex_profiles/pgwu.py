@@ -16,7 +16,6 @@ from typing import Any
 
 from perfkit.errors import ConfigError
 from perfkit.generators.trex import LATENCY_PPS, build_streams, load_stl
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
 from perfkit.scenario import Scenario
 
 #: name -> (type, default, help). ``dir`` also accepts TRex's own ``direction`` (0/1 = port parity).

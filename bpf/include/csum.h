@@ -34,16 +34,6 @@ static __always_inline __u16 ipv4_csum(struct iphdr *iph)
 	return csum_fold(sum);
 }
 
-/* RFC 1624 eqn. 3: the checksum after one 16-bit word changed from old to new. */
-static __always_inline __u16 csum_replace2(__u16 check, __u16 old, __u16 new)
-{
-	__u32 sum = (__u16)~check + (__u16)~old + new;
-
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
 /* One bpf_csum_diff over n bytes at off + *done if at least n bytes remain; 0 if out of bounds. */
 #define CSUM_STEP(n)								\
 	if (len - done >= (n)) {						\

@@ -17,34 +17,11 @@ import hashlib
 import os
 import platform
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
-#: The repository root (perfkit is installed editable from it).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def perfkit_version() -> dict[str, Any]:
-    """perfkit's package version and git commit (``unknown`` outside a checkout)."""
-    try:
-        from importlib.metadata import version
-        pkg = version("perfkit")
-    except Exception:  # noqa: BLE001 - not installed
-        pkg = "unknown"
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"version": pkg, "git_sha": _git("rev-parse", "--short", "HEAD") or "unknown",
-            "git_sha_full": _git("rev-parse", "HEAD") or "unknown",
-            "git_dirty": bool(status) if status is not None else None}
-
+from perfkit.paths import BUILD_DIR, REPO_ROOT
+from perfkit.version import perfkit_version
 
 def cpu_model() -> str:
     try:
@@ -68,7 +45,7 @@ def os_release() -> str:
 
 def bpf_object_hashes(build_dir: Path | None = None) -> dict[str, str]:
     """sha256 of every ``build/bpf/*.o`` (keys relative to the repository)."""
-    d = build_dir or REPO_ROOT / "build" / "bpf"
+    d = build_dir or BUILD_DIR
     out = {}
     for p in sorted(d.glob("*.o")) if d.is_dir() else []:
         key = str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)

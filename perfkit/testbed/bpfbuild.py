@@ -18,9 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from perfkit.errors import PerfkitError
+from perfkit.paths import BPF_SRC_DIR as SRC_DIR
 from perfkit.paths import BUILD_DIR
 
-SRC_DIR = BUILD_DIR.parent.parent / "bpf"
 CACHE_DIR = BUILD_DIR / "cache"
 CLANG = os.environ.get("CLANG", "clang")
 #: As BPF_CFLAGS in the Makefile.
