@@ -9,7 +9,7 @@ PY       := $(VENV)/bin/python
 PERFKIT  := $(VENV)/bin/perfkit
 ARCH     := $(shell uname -m)
 CLANG    ?= clang
-BPF_CFLAGS := -O2 -g -target bpf -I/usr/include/$(ARCH)-linux-gnu -Ibpf/include -Wall -Werror
+BPF_CFLAGS := -O2 -g -target bpf -I/usr/include/$(ARCH)-linux-gnu -Ibpf/include -Ibuild -Wall -Werror
 BPF_SRC  := $(wildcard bpf/*.bpf.c)
 BPF_HDR  := $(wildcard bpf/include/*.h)
 BPF_OBJ  := $(patsubst bpf/%.bpf.c,build/bpf/%.o,$(BPF_SRC))
@@ -60,9 +60,14 @@ $(VENV)/.installed: pyproject.toml
 
 bpf: $(BPF_OBJ)
 
-build/bpf/%.o: bpf/%.bpf.c $(BPF_HDR)
+build/bpf/%.o: bpf/%.bpf.c $(BPF_HDR) build/vmlinux.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+# The running kernel's types, for programs that read kernel structures (stallprobe: steal_time).
+build/vmlinux.h:
+	@mkdir -p build
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

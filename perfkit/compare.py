@@ -32,7 +32,7 @@ from perfkit.analysis import RunData, throughput_table
 from perfkit.errors import ConfigError
 
 KEY = ["scenario_key", "label", "goal"]
-COLUMNS = ["scenario_key", "direction", "frame_size", "flows", "dut_cores", "label", "goal", "metric",
+COLUMNS = ["scenario_key", "variant", "frame_size", "flows", "dut_cores", "label", "goal", "metric",
            "baseline_mpps", "current_mpps", "change_pct", "noise_pct", "band_pct", "verdict",
            "n_baseline", "n_current", "note"]
 VERDICT_ORDER = ("regression", "missing", "improvement", "new", "within noise")
@@ -46,7 +46,7 @@ MARKS = {"github": {"regression": ":red_circle:", "improvement": ":green_circle:
 def scenario_figures(run: RunData) -> pd.DataFrame:
     """One row per (scenario, label, goal) of a run: value_pps (mean over repeats), n, noise_pct."""
     tp = throughput_table(run)
-    cols = [*KEY, "direction", "frame_size", "flows", "dut_cores", "value_pps", "n", "found", "noise_pct",
+    cols = [*KEY, "variant", "frame_size", "flows", "dut_cores", "value_pps", "n", "found", "noise_pct",
             "generator_limited"]
     if tp.empty:
         return pd.DataFrame(columns=cols)
@@ -58,7 +58,7 @@ def scenario_figures(run: RunData) -> pd.DataFrame:
         rep = 200 * float(values.std(ddof=1)) / mean if n >= 2 and mean > 0 else 0.0
         width = float(g["relative_width"].max()) * 100 if g["relative_width"].notna().any() else 0.0
         first = g.iloc[0]
-        rows.append({**dict(zip(KEY, key)), "direction": first["direction"], "frame_size": int(first["frame_size"]),
+        rows.append({**dict(zip(KEY, key)), "variant": first["variant"], "frame_size": int(first["frame_size"]),
                      "flows": int(first["flows"]), "dut_cores": int(first["dut_cores"]), "value_pps": mean, "n": n,
                      "found": n > 0, "noise_pct": max(rep, width),
                      "generator_limited": bool(g["generator_limited"].any())})
@@ -162,7 +162,7 @@ def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0
     rows = []
     for r in merged.to_dict("records"):
         side = "_c" if r["_merge"] != "left_only" else "_b"
-        row = {**{k: r[k] for k in KEY}, **{k: r[f"{k}{side}"] for k in ("direction", "frame_size", "flows", "dut_cores")},
+        row = {**{k: r[k] for k in KEY}, **{k: r[f"{k}{side}"] for k in ("variant", "frame_size", "flows", "dut_cores")},
                "metric": "max rate rx" if r["goal"] == "max" else str(r["goal"]).upper(),
                "baseline_mpps": r["value_pps_b"] / 1e6 if r["_merge"] != "right_only" else math.nan,
                "current_mpps": r["value_pps_c"] / 1e6 if r["_merge"] != "left_only" else math.nan,
@@ -196,6 +196,6 @@ def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0
         rows.append(row)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     if not frame.empty:
-        frame = frame.sort_values(["label", "goal", "direction", "flows", "dut_cores", "frame_size"],
+        frame = frame.sort_values(["label", "goal", "variant", "flows", "dut_cores", "frame_size"],
                                   kind="stable").reset_index(drop=True)
     return Comparison(current.run_id, baseline.run_id, float(threshold_pct), frame)

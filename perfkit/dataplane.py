@@ -246,6 +246,11 @@ class Dataplane(ABC):
         cores)."""
 
     @abstractmethod
+    def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
+        """The reference model's answer for ``frame`` offered to a DUT set up for ``traffic`` (on the
+        testbed's ports: ``load(traffic, 1, 2)``; the fuzz tests compare the kernel with it)."""
+
+    @abstractmethod
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
         """None when ``frame`` is what the DUT should emit for some packet of ``traffic``, else one
         line saying what differs (the frames a sink or TRex captured, checked with the model)."""

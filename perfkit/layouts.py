@@ -132,13 +132,26 @@ class steer_config(Struct):
     _fields_ = [("ncpus", u32), ("key", u32), ("cpus", u32 * STEER_MAX_CPUS)]
 
 
+# --- stallprobe_kern_user.h --------------------------------------------------------------------
+STALL_MAX_CPUS, STALL_HIST_BUCKETS = 64, 16
+
+
+class stall_cpu(Struct):
+    _fields_ = [("last_ns", u64), ("last_steal_ns", u64), ("ticks", u64), ("stalls", u64), ("stalled_ns", u64),
+                ("max_gap_ns", u64), ("lost_events", u64), ("hist", u64 * STALL_HIST_BUCKETS)]
+
+
+class stall_event(Struct):
+    _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("pad", u32)]
+
+
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_config, gen_state, signature, sink_config, sink_stream,
-                                  sink_totals, sink_capture, steer_config)
+                                  sink_totals, sink_capture, steer_config, stall_cpu, stall_event)
 }
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "steer_key": SteerKey}
 #: The headers mirrored here (the layout tests compile them).
-HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h")
+HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h")

@@ -17,6 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter
 
+from perfkit.analysis.run import variant_label
+
 #: Axis labels (with units) of the frame columns the figures plot.
 LABELS = {
     "frame_size": "frame size [bytes]",
@@ -32,7 +34,6 @@ LABELS = {
     "change_pct": "change vs baseline [%]",
     "step": "trial [#]",
 }
-DIRECTION_NAMES = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
 VERDICT_COLORS = {"regression": "#d62728", "improvement": "#2ca02c", "within noise": "#7f7f7f",
                   "new": "#1f77b4", "missing": "#ff7f0e"}
 
@@ -51,9 +52,10 @@ def _empty(title: str, message: str) -> Figure:
     return fig
 
 
-def _directions(frame: pd.DataFrame) -> pd.DataFrame:
+def _variants(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the variant column holding the names the legends show."""
     out = frame.copy()
-    out["direction"] = out["direction"].map(lambda d: DIRECTION_NAMES.get(d, d))
+    out["variant"] = [variant_label(dp, v) for dp, v in zip(out["dataplane"], out["variant"])]
     return out
 
 
@@ -68,7 +70,8 @@ def _move_legend(g: sns.FacetGrid, title: str) -> None:
 
 # -- throughput -------------------------------------------------------------------------------
 def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max", subtitle: str = "") -> Figure:
-    """Bars of ``value`` vs frame size, UL vs DL, one panel per flow mode (and core count).
+    """Bars of ``value`` vs frame size, one bar per variant (PGW-U: UL/DL; L4 LB: UDP/TCP), one panel
+    per flow mode (and core count).
 
     ``tp``: ``analysis.throughput_table``; ``goal``: ``max`` (max-rate trials), ``ndr``, ``pdr0.5%`` ...
     Repeats are averaged; error bars show their standard deviation.
@@ -78,28 +81,28 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
     d = tp[tp["goal"] == goal].dropna(subset=[value])
     if d.empty:
         return _empty(title, f"no {goal} results in this run")
-    d = _directions(d)
+    d = _variants(d)
     many_cores = d["dut_cores"].nunique() > 1
-    g = sns.catplot(data=d, kind="bar", x="frame_size", y=value, hue="direction", col="flow_mode",
+    g = sns.catplot(data=d, kind="bar", x="frame_size", y=value, hue="variant", col="flow_mode",
                     row="dut_cores" if many_cores else None, errorbar="sd", height=3.4, aspect=1.4,
                     col_order=[m for m in ("single", "multi") if m in set(d["flow_mode"])], sharey=True)
     g.set_axis_labels(LABELS["frame_size"], LABELS.get(value, value))
     g.set_titles(row_template="{row_name} DUT core(s)", col_template="{col_name} flow")
-    _move_legend(g, "direction")
+    _move_legend(g, "")
     _title(g.figure, title, subtitle)
     return g.figure
 
 
 def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle: str = "") -> Figure:
-    """``value`` vs frame size: one panel per goal (max rate, NDR, PDR ...), hue direction, style flows."""
+    """``value`` vs frame size: one panel per goal (max rate, NDR, PDR ...), hue variant, style flows."""
     title = f"{LABELS.get(value, value).split(' [')[0].capitalize()} vs frame size, per method"
     d = tp.dropna(subset=[value])
     if d.empty:
         return _empty(title, "no throughput results in this run")
-    d = _directions(d)
+    d = _variants(d)
     d["goal"] = d["goal"].map(lambda g: "max rate" if g == "max" else g.upper())
     d["DUT cores"] = d["dut_cores"].astype(str)
-    g = sns.relplot(data=d, kind="line", x="frame_size", y=value, hue="direction", style="flow_mode",
+    g = sns.relplot(data=d, kind="line", x="frame_size", y=value, hue="variant", style="flow_mode",
                     size="DUT cores" if d["dut_cores"].nunique() > 1 else None, col="goal", markers=True,
                     errorbar="sd", height=3.4, aspect=1.2, facet_kws={"sharey": False})
     for ax in g.axes.flat:
@@ -115,30 +118,30 @@ def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle:
 
 
 def loss_bars(tp: pd.DataFrame, subtitle: str = "") -> Figure:
-    """Loss at max rate [% of offered] vs frame size, UL vs DL, per flow mode."""
+    """Loss at max rate [% of offered] vs frame size, one bar per variant, per flow mode."""
     title = "Loss at max rate vs frame size"
     d = tp[tp["goal"] == "max"].dropna(subset=["loss_ratio"]).copy()
     if d.empty:
         return _empty(title, "no max-rate results in this run")
     d["loss_pct"] = d["loss_ratio"] * 100
-    d = _directions(d)
-    g = sns.catplot(data=d, kind="bar", x="frame_size", y="loss_pct", hue="direction", col="flow_mode",
+    d = _variants(d)
+    g = sns.catplot(data=d, kind="bar", x="frame_size", y="loss_pct", hue="variant", col="flow_mode",
                     errorbar="sd", height=3.2, aspect=1.4)
     g.set_axis_labels(LABELS["frame_size"], LABELS["loss_pct"])
     g.set_titles(col_template="{col_name} flow")
-    _move_legend(g, "direction")
+    _move_legend(g, "")
     _title(g.figure, title, subtitle)
     return g.figure
 
 
 def latency_percentiles(lat: pd.DataFrame, subtitle: str = "") -> Figure:
-    """Latency percentiles vs frame size (log scale), one panel per direction x load."""
+    """Latency percentiles vs frame size (log scale), one panel per variant x load."""
     title = "One-way latency percentiles vs frame size"
     if lat.empty:
         return _empty(title, "no latency measured in this run")
-    d = _directions(lat)
+    d = _variants(lat)
     loads = list(dict.fromkeys(d["load"]))
-    g = sns.catplot(data=d, kind="point", x="frame_size", y="latency_us", hue="percentile", col="direction",
+    g = sns.catplot(data=d, kind="point", x="frame_size", y="latency_us", hue="percentile", col="variant",
                     row="load" if len(loads) > 1 else None, row_order=loads if len(loads) > 1 else None,
                     errorbar=None, height=3.0, aspect=1.4, dodge=0.3)
     for ax in g.axes.flat:
@@ -157,25 +160,25 @@ def latency_percentiles(lat: pd.DataFrame, subtitle: str = "") -> Figure:
 def cpu_vs_frame_size(frame: pd.DataFrame, models: Sequence[object], subtitle: str = "",
                       target: str = "cpu_pct") -> Figure:
     """Seed 001's figure: DUT CPU per core vs frame size, hue = DUT cores, with each core count's
-    fitted line (``analysis.fit_cpu_models(...).per_cores``); one panel per direction."""
+    fitted line (``analysis.fit_cpu_models(...).per_cores``); one panel per variant."""
     title = "DUT CPU per core vs frame size, with linear fits per core count"
     if frame.empty:
         return _empty(title, "no CPU figures in this run")
-    directions = sorted(frame["direction"].unique())
-    fig, axes = plt.subplots(1, len(directions), figsize=(5.5 * len(directions), 4), squeeze=False, sharey=True)
+    variants = sorted(frame["variant"].unique())
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.5 * len(variants), 4), squeeze=False, sharey=True)
     cores = sorted(frame["dut_cores"].unique())
     palette = dict(zip(cores, sns.color_palette("viridis", len(cores))))
-    fits = {(m.direction, f.group.get("dut_cores")): f for m in models for f in m.per_cores}
-    for ax, direction in zip(axes[0], directions):
-        d = frame[frame["direction"] == direction]
+    fits = {(m.variant, f.group.get("dut_cores")): f for m in models for f in m.per_cores}
+    for ax, variant in zip(axes[0], variants):
+        d = frame[frame["variant"] == variant]
         sns.scatterplot(data=d, x="frame_size", y=target, hue="dut_cores", palette=palette, style="flow_mode",
                         ax=ax, s=60, alpha=0.8, legend=False)
         xs = np.linspace(d["frame_size"].min(), d["frame_size"].max(), 50)
         for c in cores:
-            fit = fits.get((direction, int(c)))
+            fit = fits.get((variant, int(c)))
             if fit is not None:
                 ax.plot(xs, fit.predict(pd.DataFrame({"frame_size": xs})), color=palette[c], lw=2)
-        ax.set_title(DIRECTION_NAMES.get(direction, direction))
+        ax.set_title(variant_label(str(d["dataplane"].iloc[0]), variant))
         ax.set_xlabel(LABELS["frame_size"])
         ax.set_ylabel(LABELS["cpu_pct"])
     handles = [Line2D([], [], color=palette[c], marker="o", lw=2, label=f"{c} core(s): points + fit") for c in cores]
@@ -188,7 +191,7 @@ def cpu_vs_frame_size(frame: pd.DataFrame, models: Sequence[object], subtitle: s
 
 
 def residuals(models: Sequence[object], subtitle: str = "") -> Figure:
-    """Residuals of each direction's multivariate model vs its prediction, hue = frame size."""
+    """Residuals of each variant's multivariate model vs its prediction, hue = frame size."""
     title = "Multivariate CPU model: residuals vs predicted"
     fits = [m.multivariate for m in models if getattr(m, "multivariate", None) is not None]
     if not fits:
@@ -198,7 +201,7 @@ def residuals(models: Sequence[object], subtitle: str = "") -> Figure:
         r = fit.residuals_
         sns.scatterplot(data=r, x="predicted", y="residual", hue="frame_size", palette="viridis", ax=ax, s=35)
         ax.axhline(0, color="black", lw=1, ls="--", label="zero")
-        ax.set_title(f"{DIRECTION_NAMES.get(fit.group.get('direction'), fit.group.get('direction'))}: "
+        ax.set_title(f"{fit.group.get('label', fit.group.get('variant'))}: "
                      f"R² = {fit.r2_:.3f}, n = {fit.n_samples_}")
         ax.set_xlabel("predicted " + LABELS.get(fit.target, fit.target))
         ax.set_ylabel("residual (actual - predicted) [% points]")

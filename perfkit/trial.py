@@ -65,7 +65,8 @@ class TrialResult:
     run_id: str = ""
     method: str = "trial"
     params: dict[str, Any] = field(default_factory=dict)
-    """The dataplane's scenario parameters (PGW-U: direction, sessions, udp_csum, vlan)."""
+    """The dataplane's scenario parameters (PGW-U: direction, sessions, udp_csum, vlan); those not
+    given take their defaults."""
     latency_ns: dict[str, float] = field(default_factory=dict)
     """One-way latency percentiles [ns]: min, p50, p90, p99, p99.9, max, mean (empty if none)."""
     ipdv_ns: dict[str, float] = field(default_factory=dict)
@@ -91,6 +92,9 @@ class TrialResult:
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
     notes: list[str] = field(default_factory=list)
     """Anything the reader must know about this trial (warnings, degraded measurements)."""
+
+    def __post_init__(self) -> None:
+        self.params = dataplanes.get(self.dataplane).validate(self.params)
 
     # -- derived figures -----------------------------------------------------------------------
     @property
@@ -218,9 +222,9 @@ RECORD_COLUMNS = {
     "method": "what asked for it: trial, maxrate, ndr, pdr, sweep, bestworst, latency, confirm",
     "dataplane, frame_size, flows, dut_cores": "the scenario's generic fields",
     "params": "JSON {name: value}: the dataplane's scenario parameters",
-    "<param>": "one column per scenario parameter of the dataplane (PGW-U: direction, sessions, udp_csum, vlan)",
-    "scenario_key": "Scenario.key, e.g. pgwu-ul-64B-1flow-1core",
-    "variant": "value of the dataplane's main categorical parameter (PGW-U: direction; L4 LB: protocol)",
+    "<param>": "one column per scenario parameter of the dataplane (Dataplane.params), typed",
+    "scenario_key": "Scenario.key: dataplane, variant, frame size, flows, cores and marked parameters",
+    "variant": "value of the dataplane's main categorical parameter (Dataplane.variant)",
     "wire_frame_size": "bytes per offered frame, FCS included",
     "generator": "xdp (local), trex, sim",
     "duration": "intended duration [s]",

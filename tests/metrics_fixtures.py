@@ -128,7 +128,7 @@ def make_result(run_id: str = "", **kw) -> TrialResult:
     """A trial result with distinctive, exactly representable and awkward values."""
     now = time.time()
     fields = dict(
-        dataplane="pgwu", direction="dl", frame_size=128, wire_frame_size=168, flows=16, dut_cores=2,
+        dataplane="pgwu", params={"direction": "dl", "sessions": 4096}, frame_size=128, wire_frame_size=168, flows=16, dut_cores=2,
         generator="sim", duration=4.0, intended_pps=1488095.2380952381, intended_packets=5952380,
         tx_packets=5952001, rx_packets=5950017, tx_bytes=5952001 * 168, rx_bytes=5950017 * 128,
         elapsed=4.000731, start_time=now - 5.0, end_time=now - 0.5, run_id=run_id, method="ndr",

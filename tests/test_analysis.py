@@ -53,7 +53,7 @@ def test_throughput_matches_the_simulated_dut(run):
     """smoke.yaml: a smooth DUT forwarding 1.5 Mpps; NDR is 1.5 Mpps, or the line rate when lower."""
     tp = analysis.throughput_table(run)
     for row in tp[tp["goal"] == "ndr"].to_dict("records"):
-        line = line_rate_pps(Scenario(direction=row["direction"], frame_size=row["frame_size"]))
+        line = line_rate_pps(Scenario(params={"direction": row["variant"]}, frame_size=row["frame_size"]))
         truth = min(1.5e6, line)
         assert truth * (1 - 0.021) <= row["throughput_pps"] <= truth * (1 + 1e-9), row["scenario_key"]
 
@@ -79,7 +79,7 @@ def test_latency_table_has_percentiles_of_the_figure_trials(run):
 
 # -- CPU sources ---------------------------------------------------------------------------------
 def _result(trial_id: str, frame_size: int, offered: float, busy_cpu1: float, **kw) -> TrialResult:
-    return TrialResult(dataplane="pgwu", direction="ul", frame_size=frame_size, wire_frame_size=frame_size + 36,
+    return TrialResult(dataplane="pgwu", params={"direction": "ul"}, frame_size=frame_size, wire_frame_size=frame_size + 36,
                        flows=1, dut_cores=1, generator="test", duration=1.0, intended_pps=offered,
                        intended_packets=int(offered), tx_packets=int(offered), rx_packets=int(offered),
                        elapsed=1.0, start_time=1.7e9, end_time=1.7e9 + 1, trial_id=trial_id, method="maxrate/max",
@@ -140,7 +140,7 @@ def _synthetic(n: int = 60, seed: int = 1) -> pd.DataFrame:
     cores = rng.choice([1, 2, 4], n)
     mpps = rng.uniform(0.1, 2.0, n) * cores
     work = 5 + 0.01 * fs + 300 / fs + 2 * cores + 40 * mpps
-    return pd.DataFrame({"trial_id": [f"t{i}" for i in range(n)], "direction": rng.choice(["ul", "dl"], n),
+    return pd.DataFrame({"trial_id": [f"t{i}" for i in range(n)], "dataplane": "pgwu", "variant": rng.choice(["ul", "dl"], n),
                          "frame_size": fs, "inv_frame_size": 1 / fs, "dut_cores": cores, "offered_mpps": mpps,
                          "flow_mode": "single", "cpu_cores_pct": work, "cpu_pct": work / cores})
 
@@ -163,10 +163,11 @@ def test_constant_features_are_dropped_and_too_few_rows_give_no_fit():
     assert analysis.fit_linear(d.head(3), analysis.FEATURES, "cpu_cores_pct") is None
 
 
-def test_fit_cpu_models_per_direction_and_core_count():
+def test_fit_cpu_models_per_variant_and_core_count():
     d = _synthetic(120)
     models = analysis.fit_cpu_models(d)
-    assert [m.direction for m in models] == ["dl", "ul"]
+    assert [m.variant for m in models] == ["dl", "ul"]
+    assert [m.label for m in models] == ["DL (GTP-U encap)", "UL (GTP-U decap)"]
     for m in models:
         assert [f.group["dut_cores"] for f in m.per_cores] == [1, 2, 4]
         assert all(f.features == ("frame_size",) for f in m.per_cores)
@@ -177,7 +178,7 @@ def test_fit_cpu_models_per_direction_and_core_count():
 
 
 def test_capacity_table_inverts_the_model():
-    fit = analysis.fit_linear(_synthetic(), analysis.FEATURES, "cpu_cores_pct", "multivariate", {"direction": "ul"})
+    fit = analysis.fit_linear(_synthetic(), analysis.FEATURES, "cpu_cores_pct", "multivariate", {"variant": "ul"})
     cap = analysis.capacity_table(fit, [10], [64, 1500], utilization=80)
     for row in cap.to_dict("records"):
         fs, mpps = row["frame_size"], 10e3 / ((row["frame_size"] + 20) * 8)
@@ -193,7 +194,7 @@ def test_capacity_table_inverts_the_model():
 def test_capacity_with_one_core_count_assumes_the_work_does_not_depend_on_cores():
     d = _synthetic()
     d = d[d["dut_cores"] == 1]
-    fit = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct", "multivariate", {"direction": "dl"})
+    fit = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct", "multivariate", {"variant": "dl"})
     cap = analysis.capacity_table(fit, [1, 40], [512], utilization=50, max_cores=4)
     assert "independent of the core count" in cap["assumption"].iloc[0]
     one, forty = cap["cores_needed"].tolist()

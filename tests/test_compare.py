@@ -14,7 +14,7 @@ from tests.campaign_fixtures import produce_run, session_runs
 
 BASE = """
 name: cmp
-directions: [ul]
+params: {direction: ul}
 frame_sizes: [64, 1518]
 flows: [1]
 dut_cores: [1]

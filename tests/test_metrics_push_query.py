@@ -20,6 +20,7 @@ from perfkit.metrics import push, query, stack
 from perfkit.metrics.config import Endpoints, load_endpoints
 from perfkit.metrics.query import TrialWindow
 from perfkit.store import RunStore
+from perfkit.version import git_sha
 from tests.metrics_fixtures import AUTH, auth_stack, burner, free_ports, make_result, metrics_stack, server  # noqa: F401
 
 PERFKIT = Path(sys.executable).with_name("perfkit")
@@ -53,7 +54,7 @@ def test_push_query_round_trip_same_values_and_labels(metrics_stack, tmp_path):
     run = _run_id()
     store = RunStore.create(run, root=tmp_path / "runs")
     a = make_result()
-    b = make_result(direction="ul", frame_size=64, wire_frame_size=104, intended_pps=250000.0, tx_packets=1000000,
+    b = make_result(params={"direction": "ul", "vlan": True}, frame_size=64, wire_frame_size=104, intended_pps=250000.0, tx_packets=1000000,
                     rx_packets=999999, method="maxrate", latency_ns={}, bpf_ns_per_packet=None, dut_drops={})
     for r in (a, b):
         out = push.store_and_push(store, r, ep)
@@ -68,10 +69,10 @@ def test_push_query_round_trip_same_values_and_labels(metrics_stack, tmp_path):
     for r in (a, b):
         row = frame[frame["trial_id"] == r.trial_id].iloc[0]
         assert row["run_id"] == run
-        labels = {"dataplane": r.dataplane, "direction": r.direction, "frame_size": r.frame_size,
-                  "flows": r.flows, "dut_cores": r.dut_cores, "intended_pps": r.intended_pps,
-                  "duration": r.duration, "generator": r.generator, "method": r.method,
-                  "udp_csum": r.udp_csum, "git_sha": push.git_sha()}
+        labels = {"dataplane": r.dataplane, "variant": r.variant, "scenario_key": r.scenario_key,
+                  "frame_size": r.frame_size, "flows": r.flows, "dut_cores": r.dut_cores,
+                  "intended_pps": r.intended_pps, "duration": r.duration, "generator": r.generator,
+                  "method": r.method, "git_sha": git_sha(), **r.params}
         assert {k: row[k] for k in labels} == labels
         expected = _expected_columns(r)
         got = {k: row[k] for k in expected}

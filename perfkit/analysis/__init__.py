@@ -3,7 +3,8 @@
 Everything starts from ``load_run(run_id, data_root)`` (a ``RunData``: metadata, the trial frame,
 the search summaries):
 
-- ``perfkit.analysis.run``: ``RunData``, ``load_run``, ``trial_frame``, ``run_summary``, ``run_notes``;
+- ``perfkit.analysis.run``: ``RunData``, ``load_run``, ``trial_frame``, ``run_summary``, ``variant_label``;
+- ``perfkit.analysis.notes``: ``run_notes``;
 - ``perfkit.analysis.throughput``: ``throughput_table``, ``search_table``, ``latency_table``,
   ``search_path``, ``throughput_pivot``;
 - ``perfkit.analysis.cpu``: ``cpu_per_trial``, ``cpu_frame`` (``CpuSource`` says where the figures come from);
@@ -16,15 +17,16 @@ from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_per_trial
 from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, TARGET_UNITS, WEAK_R2, CpuModels, LinearFit,
                                      capacity_pivot, capacity_table, capacity_tables, coefficients_table,
                                      correlation_table, correlations, fit_cpu_models, fit_linear)
-from perfkit.analysis.run import (L1_OVERHEAD, SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_notes,
-                                  run_summary, scenario_key, trial_frame)
+from perfkit.analysis.notes import run_notes
+from perfkit.analysis.run import (SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_summary, trial_frame,
+                                  variant_label)
 from perfkit.analysis.throughput import (PERCENTILES, goals, latency_table, search_path, search_table,
                                          throughput_pivot, throughput_table)
 
 __all__ = [
-    "FEATURES", "FEATURE_UNITS", "L1_OVERHEAD", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
+    "FEATURES", "FEATURE_UNITS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
     "CpuModels", "CpuSource", "LinearFit", "RunData", "capacity_pivot", "capacity_table", "capacity_tables",
     "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_per_trial", "fit_cpu_models",
-    "fit_linear", "frame_sizes", "goals", "latency_table", "load_run", "run_notes", "run_summary", "scenario_key",
-    "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",
+    "fit_linear", "frame_sizes", "goals", "latency_table", "load_run", "run_notes", "run_summary",
+    "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame", "variant_label",
 ]

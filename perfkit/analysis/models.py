@@ -1,7 +1,7 @@
 """Linear models of the DUT's CPU and what they say about capacity.
 
-- per direction and DUT core count: ``LinearRegression`` of CPU per core vs frame size (seed 001);
-- per direction, multivariate: the DUT's CPU work (``cpu_cores_pct``, % of one core summed over the
+- per variant and DUT core count: ``LinearRegression`` of CPU per core vs frame size (seed 001);
+- per variant, multivariate: the DUT's CPU work (``cpu_cores_pct``, % of one core summed over the
   DUT cores) vs frame size, 1/frame size, cores and offered Mpps (``FEATURES``);
 - ``capacity_table``: the fewest cores whose predicted CPU per core stays under a utilisation, for
   X Gbit/s of Y-byte frames.
@@ -17,7 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perfkit.analysis.run import L1_OVERHEAD
+from perfkit.analysis.run import variant_label
+from perfkit.units import L1_OVERHEAD
 
 #: Below this R² a model's predictions (the capacity table) are flagged as indicative only.
 WEAK_R2 = 0.5
@@ -35,7 +36,7 @@ class LinearFit:
     name: str
     """``1 core``, ``multivariate`` ..."""
     group: dict[str, Any]
-    """What the rows had in common (direction, dut_cores)."""
+    """What the rows had in common (variant, dut_cores)."""
     target: str
     features: tuple[str, ...]
     """Features used (constant ones are dropped, see ``dropped``)."""
@@ -66,9 +67,11 @@ class LinearFit:
 
 @dataclass
 class CpuModels:
-    """The CPU models of one direction."""
+    """The CPU models of one variant."""
 
-    direction: str
+    variant: str
+    label: str
+    """How plots name the variant (``analysis.variant_label``)."""
     per_cores: list[LinearFit]
     """cpu vs frame size, one LinearRegression per DUT core count (seed 001's fit)."""
     multivariate: LinearFit | None
@@ -95,7 +98,7 @@ def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_
     y = data[target].to_numpy(dtype=float)
     model = LinearRegression().fit(X, y)
     pred = model.predict(X)
-    res = data[[c for c in ("trial_id", "direction", "frame_size", "dut_cores", "offered_mpps") if c in data]].copy()
+    res = data[[c for c in ("trial_id", "variant", "frame_size", "dut_cores", "offered_mpps") if c in data]].copy()
     res["actual"] = y
     res["predicted"] = pred
     res["residual"] = y - pred
@@ -116,55 +119,56 @@ def correlations(frame: pd.DataFrame, target: str = "cpu_cores_pct",
 
 def fit_cpu_models(frame: pd.DataFrame, multivariate_frame: pd.DataFrame | None = None, target: str = "cpu_pct",
                    features: Sequence[str] = FEATURES, multivariate_target: str = "cpu_cores_pct") -> list[CpuModels]:
-    """Per direction: LinearRegression of ``target`` (CPU per core) vs frame size per core count (on
+    """Per variant: LinearRegression of ``target`` (CPU per core) vs frame size per core count (on
     ``frame``, e.g. the max-rate trials) and a multivariate model of ``multivariate_target`` (the
     DUT's CPU work) on ``features`` (on ``multivariate_frame``, default ``frame``)."""
     multi = frame if multivariate_frame is None else multivariate_frame
     out = []
-    directions = sorted(set(frame["direction"]) | set(multi["direction"])) if not frame.empty or not multi.empty else []
-    for direction in directions:
-        f = frame[frame["direction"] == direction]
-        m = multi[multi["direction"] == direction]
+    variants = sorted(set(frame["variant"]) | set(multi["variant"])) if not frame.empty or not multi.empty else []
+    for variant in variants:
+        f = frame[frame["variant"] == variant]
+        m = multi[multi["variant"] == variant]
+        label = variant_label(str((f if not f.empty else m)["dataplane"].iloc[0]), variant)
         notes = []
         per = []
         for cores, g in f.groupby("dut_cores"):
             fit = fit_linear(g, ("frame_size",), target, f"{cores} core" + ("s" if cores > 1 else ""),
-                             {"direction": direction, "dut_cores": int(cores)})
+                             {"variant": variant, "label": label, "dut_cores": int(cores)})
             if fit is None:
-                notes.append(f"{direction}, {cores} cores: too few points or one frame size; no fit")
+                notes.append(f"{variant}, {cores} cores: too few points or one frame size; no fit")
             else:
                 per.append(fit)
-        mv = fit_linear(m, features, multivariate_target, "multivariate", {"direction": direction})
+        mv = fit_linear(m, features, multivariate_target, "multivariate", {"variant": variant, "label": label})
         if mv is None:
-            notes.append(f"{direction}: too few points for the multivariate model")
+            notes.append(f"{variant}: too few points for the multivariate model")
         else:
             if mv.dropped:
-                notes.append(f"{direction}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
+                notes.append(f"{variant}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
             if mv.r2_ < WEAK_R2:
-                notes.append(f"{direction}: the multivariate model explains little of the CPU's variation "
+                notes.append(f"{variant}: the multivariate model explains little of the CPU's variation "
                              f"(R² {mv.r2_:.2f} < {WEAK_R2}): its capacity table is indicative only")
-        out.append(CpuModels(direction, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
+        out.append(CpuModels(variant, label, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
     return out
 
 def coefficients_table(models: Sequence[CpuModels]) -> pd.DataFrame:
-    """One row per fit x term: direction, model, target, term, coefficient, unit, r2, n."""
+    """One row per fit x term: variant, model, target, term, coefficient, unit, r2, n."""
     rows = []
     for cm in models:
         for fit in cm.fits():
             unit = TARGET_UNITS.get(fit.target, fit.target)
-            base = {"direction": cm.direction, "model": fit.name, "target": fit.target, "r2": fit.r2_,
+            base = {"variant": cm.variant, "model": fit.name, "target": fit.target, "r2": fit.r2_,
                     "n": fit.n_samples_}
             rows.append({**base, "term": "intercept", "coefficient": fit.intercept_, "unit": unit})
             for f, c in fit.coef_.items():
                 rows.append({**base, "term": f, "coefficient": c, "unit": f"{unit} per {FEATURE_UNITS.get(f, '1')}"})
-    return pd.DataFrame(rows, columns=["direction", "model", "target", "term", "coefficient", "unit", "r2", "n"])
+    return pd.DataFrame(rows, columns=["variant", "model", "target", "term", "coefficient", "unit", "r2", "n"])
 
 def correlation_table(models: Sequence[CpuModels]) -> pd.DataFrame:
-    """The models' correlations, one row per direction x feature."""
-    frames = [m.correlations.assign(direction=m.direction) for m in models]
+    """The models' correlations, one row per variant x feature."""
+    frames = [m.correlations.assign(variant=m.variant) for m in models]
     if not frames:
-        return pd.DataFrame(columns=["direction", "feature", "pearson_r", "spearman_rho", "n"])
-    return pd.concat(frames, ignore_index=True)[["direction", "feature", "pearson_r", "spearman_rho", "n"]]
+        return pd.DataFrame(columns=["variant", "feature", "pearson_r", "spearman_rho", "n"])
+    return pd.concat(frames, ignore_index=True)[["variant", "feature", "pearson_r", "spearman_rho", "n"]]
 
 def capacity_table(model: LinearFit, gbps_targets: Sequence[float], frame_sizes: Sequence[int],
                    utilization: float = 80.0, max_cores: int = 64) -> pd.DataFrame:
@@ -177,7 +181,7 @@ def capacity_table(model: LinearFit, gbps_targets: Sequence[float], frame_sizes:
     not to depend on the core count (perfect scaling). A model of CPU per core (``cpu_pct``) is
     evaluated as is. ``cores_needed`` is NaN when ``max_cores`` do not suffice; ``extrapolated`` is
     True when the rate or the frame size lies outside what the model was fitted on.
-    Columns: direction, frame_size, gbps, mpps, cores_needed, predicted_cpu_pct (per core, at
+    Columns: variant, frame_size, gbps, mpps, cores_needed, predicted_cpu_pct (per core, at
     cores_needed), extrapolated, assumption.
     """
     if not 0 < utilization <= 100:
@@ -200,25 +204,25 @@ def capacity_table(model: LinearFit, gbps_targets: Sequence[float], frame_sizes:
             per_core = model.predict(X) / (cores if work else 1)
             ok = np.nonzero(per_core <= utilization)[0]
             found = len(ok) > 0
-            rows.append({"direction": model.group.get("direction"), "frame_size": fs, "gbps": gbps, "mpps": mpps,
+            rows.append({"variant": model.group.get("variant"), "frame_size": fs, "gbps": gbps, "mpps": mpps,
                          "cores_needed": int(cores[ok[0]]) if found else math.nan,
                          "predicted_cpu_pct": float(per_core[ok[0]]) if found else math.nan,
                          "extrapolated": bool(mpps > mpps_max * 1.05 or not fs_lo <= fs <= fs_hi),
                          "assumption": assumption})
-    return pd.DataFrame(rows, columns=["direction", "frame_size", "gbps", "mpps", "cores_needed",
+    return pd.DataFrame(rows, columns=["variant", "frame_size", "gbps", "mpps", "cores_needed",
                                        "predicted_cpu_pct", "extrapolated", "assumption"])
 
 def capacity_tables(models: Sequence[CpuModels], gbps_targets: Sequence[float], frame_sizes: Sequence[int],
                     utilization: float = 80.0, max_cores: int = 64) -> pd.DataFrame:
-    """``capacity_table`` of every direction's multivariate model, stacked."""
+    """``capacity_table`` of every variant's multivariate model, stacked."""
     frames = [capacity_table(m.multivariate, gbps_targets, frame_sizes, utilization, max_cores)
               for m in models if m.multivariate is not None]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["direction", "frame_size", "gbps", "mpps", "cores_needed", "predicted_cpu_pct", "extrapolated",
+        columns=["variant", "frame_size", "gbps", "mpps", "cores_needed", "predicted_cpu_pct", "extrapolated",
                  "assumption"])
 
 def capacity_pivot(cap: pd.DataFrame) -> pd.DataFrame:
-    """Cores needed, rows frame size, columns (direction, Gbit/s); ``>N`` where N cores do not suffice,
+    """Cores needed, rows frame size, columns (variant, Gbit/s); ``>N`` where N cores do not suffice,
     ``*`` marks extrapolations."""
     if cap.empty:
         return pd.DataFrame()
@@ -226,6 +230,6 @@ def capacity_pivot(cap: pd.DataFrame) -> pd.DataFrame:
     d["cores"] = [("-" if pd.isna(c) else f"{int(c)}") + ("*" if x else "")
                   for c, x in zip(d["cores_needed"], d["extrapolated"])]
     d["target"] = d["gbps"].map(lambda g: f"{g:g} Gbit/s")
-    out = d.pivot(index="frame_size", columns=["direction", "target"], values="cores")
+    out = d.pivot(index="frame_size", columns=["variant", "target"], values="cores")
     return out.reindex(columns=pd.MultiIndex.from_tuples(
-        [(di, f"{g:g} Gbit/s") for di in dict.fromkeys(d["direction"]) for g in dict.fromkeys(d["gbps"])]))
+        [(va, f"{g:g} Gbit/s") for va in dict.fromkeys(d["variant"]) for g in dict.fromkeys(d["gbps"])]))

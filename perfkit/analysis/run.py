@@ -5,7 +5,9 @@ from campaigns) and
     method_name  str    what ran it: maxrate, ndrpdr, ndr, sweep, latency ... (before the first '/')
     phase        str    the search phase (max, short, confirm, linear, binary, 10% ...)
     flow_mode    str    ``single`` (1 flow) or ``multi``
-    scenario_key str    ``pgwu-ul-64B-1flow-1core`` (``Scenario.key``)
+    scenario_key str    ``Scenario.key``, e.g. ``pgwu-ul-64B-1flow-1core`` (filled in for old records)
+    variant      str    the dataplane's main categorical parameter (PGW-U: direction; L4 LB: protocol)
+    params       str    JSON {name: value} of the dataplane's scenario parameters, one column each too
     unit, label  str    the campaign unit and its method label (``<scenario>__<method>`` outside campaigns)
     repeat       int    the unit's repeat (1 outside campaigns)
     offered_pps  float  the rate the trial is judged at: intended, or offered if the generator fell short
@@ -14,6 +16,7 @@ from campaigns) and
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,10 +24,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from perfkit import dataplanes
 from perfkit.store import DEFAULT_ROOT, RunStore
+from perfkit.trial import TrialResult
 
-L1_OVERHEAD = 20
-SCENARIO_COLUMNS = ["scenario_key", "dataplane", "direction", "frame_size", "flows", "flow_mode", "dut_cores"]
+#: The columns that say which scenario a row belongs to, in every frame of this package.
+SCENARIO_COLUMNS = ["scenario_key", "dataplane", "variant", "frame_size", "flows", "flow_mode", "dut_cores"]
 
 
 @dataclass
@@ -49,19 +54,34 @@ def load_run(run_id: str, data_root: str | Path = DEFAULT_ROOT) -> RunData:
     searches = store.searches()
     return RunData(run_id, store, store.metadata(), trial_frame(store.trials(), searches), searches)
 
-def scenario_key(row: Any) -> str:
-    return (f"{row['dataplane']}-{row['direction']}-{int(row['frame_size'])}B-{int(row['flows'])}flow-"
-            f"{int(row['dut_cores'])}core" + ("-csum" if bool(row.get("udp_csum", False)) else ""))
+def variant_label(dataplane: str, variant: str) -> str:
+    """How plots and tables name a variant (``UL (GTP-U decap)``); the dataplane's title if it has none."""
+    dp = dataplanes.get(dataplane)
+    return dp.variant_label(variant) if dp.variant else dp.title
+
+
+def _scenario_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """``scenario_key``, ``variant``, ``params`` and the parameter columns of records written before
+    trials stored them, derived by ``TrialResult`` (their one definition)."""
+    derived = ["scenario_key", "variant", "params"]
+    stale = df.index[df[derived].isna().any(axis=1)] if set(derived) <= set(df) else df.index
+    for i in stale:
+        rec = TrialResult.from_record(df.loc[i].dropna().to_dict()).to_record()
+        for col in (*derived, *json.loads(rec["params"])):
+            if col not in df:
+                df[col] = pd.Series(None, index=df.index, dtype=object)
+            df.at[i, col] = rec[col]
+    return df
+
 
 def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -> pd.DataFrame:
     """The store's trials with the derived columns of the module doc."""
     if trials.empty:
         return trials
-    df = trials.copy()
+    df = _scenario_fields(trials.copy())
     df["method_name"] = df["method"].str.split("/").str[0]
     df["phase"] = df["method"].str.split("/").str[-1]
     df["flow_mode"] = np.where(df["flows"] > 1, "multi", "single")
-    df["scenario_key"] = [scenario_key(r) for r in df.to_dict("records")]
     if "unit" not in df:
         df["unit"] = None
     fallback = df["scenario_key"] + "__" + df["method_name"]
@@ -104,31 +124,3 @@ def run_summary(run: RunData) -> pd.DataFrame:
     for name, digest in m.get("bpf_objects", {}).items():
         facts.append((f"sha256 {name}", digest[:16] + "..."))
     return pd.DataFrame(facts, columns=["fact", "value"]).astype({"value": str})
-
-def run_notes(run: RunData) -> list[str]:
-    """What a reader of the report must know about the run as a whole."""
-    m = run.metadata
-    notes = []
-    if m.get("generator") == "sim":
-        notes.append("simulated DUTs (generator sim): the figures show the model, not a measurement")
-    status = m.get("status")
-    if status and status != "complete":
-        notes.append(f"the run is {status}: {m.get('units_done', '?')} of {m.get('units_total', '?')} units done")
-    for unit, err in (m.get("units_failed") or {}).items():
-        notes.append(f"unit {unit} failed: {err}")
-    if m.get("resumes"):
-        notes.append(f"resumed {len(m['resumes'])} time(s); interrupted searches were replayed from their stored trials")
-    if not run.trials.empty and run.trials["shared_cores"].any():
-        notes.append("some trials had DUT and generator on a shared core: their figures are pessimistic")
-    from perfkit.analysis.throughput import throughput_table
-
-    tp = throughput_table(run)
-    limited = tp[tp["generator_limited"]]["scenario_key"].nunique() if not tp.empty else 0
-    if limited:
-        notes.append(f"{limited} scenario(s) were generator-limited: the generator, not the DUT, set the maximum")
-    met = m.get("metrics") or {}
-    if met.get("note"):
-        notes.append(met["note"])
-    if met.get("push_failures"):
-        notes.append(f"{met['push_failures']} push(es) failed; backfill with `perfkit push --run {run.run_id}`")
-    return notes

@@ -1,7 +1,7 @@
 """Throughput, search and latency frames of a run.
 
 ``throughput_table`` -- unit x goal (maxrate: goal ``max``; ndrpdr: ``ndr``, ``pdr0.5%`` ...):
-    unit, scenario_key, dataplane, direction, frame_size, flows, flow_mode, dut_cores, shared_cores,
+    unit, scenario_key, dataplane, variant, frame_size, flows, flow_mode, dut_cores, shared_cores,
     label, method, repeat, goal, loss_tolerance,
     throughput_pps/_mpps  the figure: maxrate: received rate; searches: the goal's lower bound
     throughput_gbps       L1 Gbit/s of ``throughput_pps`` user-side frames ((frame_size + 20) x 8 bits)
@@ -27,7 +27,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from perfkit.analysis.run import L1_OVERHEAD, SCENARIO_COLUMNS, RunData
+from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
+from perfkit.units import L1_OVERHEAD
 
 #: Latency percentiles shown, as (column suffix, label).
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
@@ -73,7 +74,7 @@ def _units(run: RunData) -> list[dict[str, Any]]:
             goal = {"name": "ndr", "loss_tolerance": 0.0, "lower_bound": lower,
                     "upper_bound": upper if upper is not None and not math.isnan(upper) else None}
             result = {"lower_bound": lower, "upper_bound": goal["upper_bound"], "goals": [goal]}
-        scenario = {k: first[k] for k in ("dataplane", "direction", "frame_size", "flows", "dut_cores")}
+        scenario = {k: first[k] for k in ("dataplane", "frame_size", "flows", "dut_cores")}
         out.append({"unit": unit, "scenario": scenario, "scenario_key": first["scenario_key"], "method": name,
                     "label": name, "repeat": 1, "shared_cores": bool(first.get("shared_cores", False)),
                     "result": {**result, "trial_count": len(g), "trial_seconds": float(g["duration"].sum()),
@@ -86,12 +87,11 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     rows = []
     trials = run.trials
     for s in _units(run):
-        sc = s["scenario"]
         ut = trials[trials["trial_id"].isin(s.get("trial_ids", []))] if not trials.empty else trials
+        if ut.empty:  # a unit that has not run a trial has no figure
+            continue
         res = s["result"]
-        base = {"unit": s["unit"], "scenario_key": s["scenario_key"], "dataplane": sc["dataplane"],
-                "direction": sc["direction"], "frame_size": int(sc["frame_size"]), "flows": int(sc["flows"]),
-                "flow_mode": "multi" if int(sc["flows"]) > 1 else "single", "dut_cores": int(sc["dut_cores"]),
+        base = {"unit": s["unit"], **{k: ut.iloc[0][k] for k in SCENARIO_COLUMNS},
                 "shared_cores": bool(s.get("shared_cores", False)), "label": s.get("label", s["method"]),
                 "method": s["method"], "repeat": int(s.get("repeat", 1)), "trials": int(res.get("trial_count", len(ut))),
                 "trial_seconds": float(res.get("trial_seconds", 0.0)),
@@ -123,7 +123,7 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     df["throughput_mpps"] = df["throughput_pps"] / 1e6
     df["upper_mpps"] = df["upper_pps"] / 1e6
     df["throughput_gbps"] = df["throughput_pps"] * (df["frame_size"] + L1_OVERHEAD) * 8 / 1e9
-    return df[columns].sort_values(["label", "goal", "direction", "flows", "dut_cores", "frame_size", "repeat"],
+    return df[columns].sort_values(["label", "goal", "dataplane", "variant", "flows", "dut_cores", "frame_size", "repeat"],
                                    kind="stable").reset_index(drop=True)
 
 def search_table(run: RunData) -> pd.DataFrame:
@@ -137,10 +137,10 @@ def goals(tp: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda g: (g != "max", g != "ndr", g))
 
 def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps") -> pd.DataFrame:
-    """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (direction, flow mode)."""
+    """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (variant, flow mode)."""
     if tp.empty:
         return pd.DataFrame()
-    return tp.pivot_table(index=["goal", "dut_cores", "frame_size"], columns=["direction", "flow_mode"],
+    return tp.pivot_table(index=["goal", "dut_cores", "frame_size"], columns=["variant", "flow_mode"],
                           values=value, aggfunc="mean")
 
 def latency_table(run: RunData) -> pd.DataFrame:
@@ -168,7 +168,7 @@ def latency_table(run: RunData) -> pd.DataFrame:
 
 def search_path(run: RunData, repeats: Iterable[int] | None = (1,)) -> pd.DataFrame:
     """Every trial of the search units, in order (see module doc); ``repeats=None`` keeps all."""
-    cols = ["unit", "scenario_key", "direction", "frame_size", "flows", "dut_cores", "label", "repeat", "step",
+    cols = ["unit", "scenario_key", "variant", "frame_size", "flows", "dut_cores", "label", "repeat", "step",
             "phase", "duration", "offered_mpps", "loss_ratio", "verdict", "in_result", "attempt", "lower_mpps",
             "upper_mpps"]
     t = run.trials

@@ -40,12 +40,12 @@ class JournalState:
     """unit id -> last error, for units not done."""
     superseded: set[str] = field(default_factory=set)
     """Trial ids that belong to no unit's result."""
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    session_events: list[dict[str, Any]] = field(default_factory=list)
     """``session`` and ``end`` events, in order."""
 
     @property
     def session_count(self) -> int:
-        return sum(1 for s in self.sessions if s["event"] == "session")
+        return sum(1 for s in self.session_events if s["event"] == "session")
 
 
 class Journal:
@@ -91,5 +91,5 @@ class Journal:
             elif kind == "superseded":
                 st.superseded.update(e.get("trial_ids", []))
             elif kind in ("session", "end"):
-                st.sessions.append(e)
+                st.session_events.append(e)
         return st

@@ -39,21 +39,22 @@ perfkit_trial_dut_dropped_packets {reason}         dut_dropped_packets     DUT d
                                                    _<reason>
 =================================================  ======================  ==================================
 
-``TRIAL_LABELS``: ``run_id``, ``trial_id`` (the grouping key), ``dataplane``, ``direction``,
-``frame_size``, ``flows``, ``dut_cores``, ``intended_pps`` (the offered load the trial asked for
-[packets/s]), ``duration`` (intended [s]), ``generator``, ``method`` (what asked for the trial:
-trial, ndr, maxrate ...), ``udp_csum``, ``git_sha`` (perfkit's ``git rev-parse --short HEAD``, from
-the run's metadata when it has one, else now; ``unknown`` outside a git checkout). Numbers in labels
-are written exactly (``64``, ``1488095.2380952381``). The Pushgateway adds ``job="perfkit"`` and
+``TRIAL_LABELS``: ``run_id``, ``trial_id`` (the grouping key), ``dataplane``, ``variant`` (the
+dataplane's main categorical parameter), ``scenario_key``, ``frame_size``, ``flows``, ``dut_cores``,
+``intended_pps`` (the offered load the trial asked for [packets/s]), ``duration`` (intended [s]),
+``generator``, ``method`` (what asked for the trial: trial, ndr, maxrate ...), ``git_sha``
+(perfkit's ``git rev-parse --short HEAD``, from the run's metadata when it has one, else now;
+``unknown`` outside a git checkout). Besides these, one label per scenario parameter of the
+trial's dataplane (``Dataplane.params``, e.g. ``sessions``), ``query`` reads them back typed by the
+dataplane. Numbers in labels are written exactly (``64``, ``1488095.2380952381``), booleans as
+``true``/``false``. The Pushgateway adds ``job="perfkit"`` and
 ``instance=""``. Values that are unknown (no latency measured, no BPF stats) are not pushed.
 """
 from __future__ import annotations
 
 import base64
-import functools
 import logging
 import math
-import subprocess
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -67,6 +68,7 @@ from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics.config import Endpoints, describe_http_status, describe_request_error
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
+from perfkit.version import git_sha
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +76,12 @@ JOB = "perfkit"
 PREFIX = "perfkit_trial_"
 GROUPING_LABELS: tuple[str, ...] = ("run_id", "trial_id")
 #: Labels on every pushed series besides the grouping key.
-SCENARIO_LABELS: tuple[str, ...] = ("dataplane", "direction", "frame_size", "flows", "dut_cores",
-                                    "intended_pps", "duration", "generator", "method", "udp_csum", "git_sha")
+SCENARIO_LABELS: tuple[str, ...] = ("dataplane", "variant", "scenario_key", "frame_size", "flows", "dut_cores",
+                                    "intended_pps", "duration", "generator", "method", "git_sha")
 TRIAL_LABELS: tuple[str, ...] = GROUPING_LABELS + SCENARIO_LABELS
 #: How ``query.trial_metrics_frame`` converts label values back.
 LABEL_TYPES: dict[str, Callable[[str], Any]] = {
     "frame_size": int, "flows": int, "dut_cores": int, "intended_pps": float, "duration": float,
-    "udp_csum": lambda s: s == "true",
 }
 
 
@@ -212,26 +213,17 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-@functools.lru_cache(maxsize=1)
-def git_sha() -> str:
-    """``git rev-parse --short HEAD`` of perfkit's own checkout, ``unknown`` if it is not one."""
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and sha else "unknown"
-
-
 def trial_labels(result: TrialResult, sha: str | None = None) -> dict[str, str]:
-    """The scenario labels of ``result`` (``SCENARIO_LABELS``; the grouping key is not included)."""
-    return {"dataplane": result.dataplane, "direction": result.direction, "frame_size": _fmt(result.frame_size),
-            "flows": _fmt(result.flows), "dut_cores": _fmt(result.dut_cores),
-            "intended_pps": _fmt(float(result.intended_pps)), "duration": _fmt(float(result.duration)),
-            "generator": result.generator, "method": result.method, "udp_csum": _fmt(bool(result.udp_csum)),
-            "git_sha": sha or git_sha()}
+    """The scenario labels of ``result``: ``SCENARIO_LABELS`` and its dataplane's parameters (the
+    grouping key is not included)."""
+    labels = {"dataplane": result.dataplane, "variant": result.variant, "scenario_key": result.scenario_key,
+              "frame_size": _fmt(result.frame_size), "flows": _fmt(result.flows), "dut_cores": _fmt(result.dut_cores),
+              "intended_pps": _fmt(float(result.intended_pps)), "duration": _fmt(float(result.duration)),
+              "generator": result.generator, "method": result.method, "git_sha": sha or git_sha()}
+    for name, value in sorted(result.params.items()):
+        if name not in labels and name not in GROUPING_LABELS:
+            labels[name] = _fmt(value)
+    return labels
 
 
 def _ok(v: Any) -> bool:
@@ -246,7 +238,7 @@ def build_registry(result: TrialResult, sha: str | None = None) -> CollectorRegi
 
     def gauge(name: str, help_: str, extra: Sequence[str]) -> Gauge:
         if name not in gauges:
-            gauges[name] = Gauge(name, help_ or name, [*SCENARIO_LABELS, *extra], registry=reg)
+            gauges[name] = Gauge(name, help_ or name, [*labels, *extra], registry=reg)
         return gauges[name]
 
     for spec in METRICS:
@@ -428,9 +420,3 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
                                f"trials, then {err}") from None
         out.pushed.append(r.trial_id)
     return out
-
-
-def delete_trial(run_id: str, trial_id: str, endpoints: Endpoints, job: str = JOB) -> None:
-    """Remove one trial's group from the Pushgateway (Prometheus keeps what it already scraped)."""
-    url = group_url(endpoints.pushgateway_url, run_id, trial_id, job)
-    _handler(endpoints)(url, "DELETE", endpoints.timeout, [], b"")()

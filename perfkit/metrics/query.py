@@ -48,9 +48,10 @@ the keys of each trial's ``dut_cpu`` (the /proc/stat busy fractions the trial re
 ``trial_metrics_frame(run_id, endpoints)`` -- one row per trial
 ----------------------------------------------------------------
 The pushed ``perfkit_trial_*`` series of the run as Prometheus has them now (or at ``at``):
-``run_id``, ``trial_id``, the scenario labels (``push.SCENARIO_LABELS``: dataplane, direction,
-frame_size int, flows int, dut_cores int, intended_pps float, duration float, generator, method,
-udp_csum bool, git_sha) and one float column per series as named in ``perfkit.metrics.push``
+``run_id``, ``trial_id``, the scenario labels (``push.SCENARIO_LABELS``: dataplane, variant,
+scenario_key, frame_size int, flows int, dut_cores int, intended_pps float, duration float,
+generator, method, git_sha), one column per parameter of the trial's dataplane (typed as the
+dataplane's ``Param`` says; absent for other dataplanes' trials) and one float column per series as named in ``perfkit.metrics.push``
 (tx_packets, rx_packets, rx_pps, rx_bps_l1, loss_ratio, latency_p99_seconds, bpf_seconds_per_packet,
 start_time, end_time ...). A column is NaN for a trial that did not push that series.
 """
@@ -72,7 +73,9 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from perfkit import dataplanes
 from perfkit.cpustat import IDLE_MODES, MODE_ALIASES, MODES
+from perfkit.dataplane import Param
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics import push as _push
 from perfkit.metrics.config import Endpoints, describe_http_status, describe_request_error
@@ -325,19 +328,14 @@ def cpu_busy_frame(cpu: pd.DataFrame) -> pd.DataFrame:
     return out[BUSY_COLUMNS]
 
 
-def cpu_busy(trial: Any, endpoints: Endpoints, instance: str | None = None, **kw: Any) -> dict[int, float]:
-    """{cpu: busy fraction} of one trial's window (first instance unless ``instance`` is given)."""
-    busy = cpu_busy_frame(cpu_frame(trial, endpoints, **kw))
-    if busy.empty:
-        return {}
-    inst = instance if instance is not None else busy["instance"].iloc[0]
-    sel = busy[busy["instance"] == inst]
-    return {int(c): float(b) for c, b in zip(sel["cpu"], sel["busy"])}
-
-
 # -- pushed trial metrics ------------------------------------------------------------------------
 def _promql_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _params_of(dataplane: str) -> dict[str, Param]:
+    """The scenario parameters (pushed as labels) of ``dataplane``; none for one perfkit lacks."""
+    return {p.name: p for p in dataplanes.get(dataplane).params} if dataplane in dataplanes.names() else {}
 
 
 def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterable[str] | None = None,
@@ -379,7 +377,11 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
             if label in m and label not in row:
                 conv = _push.LABEL_TYPES.get(label, str)
                 row[label] = conv(m[label])
-        extra = {k: v for k, v in m.items() if k not in skip}
+        params = _params_of(m.get("dataplane", ""))
+        for name, param in params.items():
+            if name in m and name not in row:
+                row[name] = param.parse(m[name])
+        extra = {k: v for k, v in m.items() if k not in skip and k not in params}
         row[_push.column_name(m["__name__"], extra)] = float(s["value"][1])
     fixed = ["run_id", "trial_id", *_push.SCENARIO_LABELS]
     frame = pd.DataFrame(list(rows.values()))

@@ -100,8 +100,9 @@ class Dut:
 
     def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         """Counters that rose between two ``counters()`` readings and are not forwarding ones."""
-        fwd = self.dataplane.forward_counters
-        return {k: after[k] - before.get(k, 0) for k in after if k not in fwd and after[k] != before.get(k, 0)}
+        forwarding = self.dataplane.forward_counters
+        return {k: after[k] - before.get(k, 0) for k in after
+                if k not in forwarding and after[k] != before.get(k, 0)}
 
     def check_output(self, frame: bytes) -> str | None:
         return self.dataplane.check_output(self.traffic, frame)

@@ -13,11 +13,12 @@ the wire carry the GTP-U tunnel, 36 bytes more.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Param, Traffic
+from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
@@ -90,6 +91,10 @@ class PgwuDataplane(Dataplane):
     def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> PgwuDut:
         assert isinstance(traffic, PgwuTraffic)
         return PgwuDut(traffic, ifindex_a, ifindex_b, cpumap)
+
+    def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
+        assert isinstance(traffic, PgwuTraffic)
+        return emit(frame, dataclasses.replace(traffic.config, s5_ifindex=1, sgi_ifindex=2), traffic.plan)
 
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
         assert isinstance(traffic, PgwuTraffic)

@@ -1,0 +1,34 @@
+/* Types the stall probe (stallprobe.bpf.c) shares with userspace; mirrored in perfkit/layouts.py. */
+#ifndef STALLPROBE_KERN_USER_H
+#define STALLPROBE_KERN_USER_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define STALL_MAX_CPUS 64
+/* Gap histogram: bucket i counts gaps of [2^i, 2^(i+1)) microseconds beyond the period. */
+#define STALL_HIST_BUCKETS 16
+
+/* Per CPU, cumulative since the probe was armed (userspace takes differences). */
+struct stall_cpu {
+	__u64 last_ns;		/* bpf_ktime_get_ns() of the last tick */
+	__u64 last_steal_ns;	/* the hypervisor's steal clock at the last tick (0: none) */
+	__u64 ticks;
+	__u64 stalls;		/* gaps longer than the period by more than report_ns */
+	__u64 stalled_ns;	/* sum of those gaps minus the period */
+	__u64 max_gap_ns;	/* longest gap since armed */
+	__u64 lost_events;	/* stall events the ring buffer had no room for */
+	__u64 hist[STALL_HIST_BUCKETS];
+};
+
+/* One stall: no tick for gap_ns (the period included), ending at end_ns. */
+struct stall_event {
+	__u64 end_ns;
+	__u64 gap_ns;
+	__u64 steal_ns;		/* what the hypervisor's steal clock advanced during the gap */
+	__u32 cpu;
+	__u32 pad;
+};
+
+#endif /* STALLPROBE_KERN_USER_H */
