@@ -105,7 +105,7 @@ def links_html(pages: Sequence[dict[str, Any]], baseline_run_id: str | None = No
         items.append(f'<li><a href="{html.escape(p["file"])}">{html.escape(p["title"])}</a>: '
                      f'{html.escape(p["description"])}{status}</li>')
     base = (f"<p>Baseline: run <code>{html.escape(baseline_run_id)}</code></p>" if baseline_run_id
-            else "<p>No baseline run given (<code>perfkit report RUN_ID --baseline OTHER</code>).</p>")
+            else "<p>No baseline run given (<code>perfkit report --run RUN_ID --baseline OTHER</code>).</p>")
     return "<ul>" + "".join(items) + "</ul>" + base
 
 

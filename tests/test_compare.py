@@ -128,13 +128,13 @@ def test_markdown_and_json(runs):
 
 def test_cli_exit_status_is_1_on_regression(runs, capsys):
     root = str(runs["root"])
-    assert main(["compare", "slower", "--baseline", "base", "--root", root, "--markdown"]) == 1
+    assert main(["compare", "--run", "slower", "--baseline", "base", "--root", root, "--markdown"]) == 1
     captured = capsys.readouterr()
     assert "| :red_circle: |" in captured.out
     assert "2 figure(s) regressed" in captured.err and "pgwu-ul-64B-1flow-1core" in captured.err
-    assert main(["compare", "slightly", "--baseline", "base", "--root", root, "--json"]) == 0
+    assert main(["compare", "--run", "slightly", "--baseline", "base", "--root", root, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["regressed"] is False
-    assert main(["compare", "slower", "--baseline", "base", "--root", root, "--threshold", "15"]) == 0
+    assert main(["compare", "--run", "slower", "--baseline", "base", "--root", root, "--threshold", "15"]) == 0
     assert "no regression" in capsys.readouterr().out
-    assert main(["compare", "slower", "--baseline", "nope", "--root", root]) == 2
+    assert main(["compare", "--run", "slower", "--baseline", "nope", "--root", root]) == 2
     assert "run_id: 'nope' not found" in capsys.readouterr().err

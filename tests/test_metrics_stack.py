@@ -179,7 +179,7 @@ def test_cli_up_status_down(tmp_path):
     env = {**os.environ, "PERFKIT_DATA": str(tmp_path / "data")}
 
     def perfkit(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(PERFKIT), "stack", *args, "--dir", str(d)], capture_output=True, text=True,
+        return subprocess.run([str(PERFKIT), "stack", *args, "--stack-dir", str(d)], capture_output=True, text=True,
                               env=env, timeout=120)
 
     try:

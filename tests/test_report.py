@@ -37,7 +37,7 @@ def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("reports")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = main(["report", runs.current, "--baseline", runs.baseline, "--root", str(runs.root),
+        code = main(["report", "--run", runs.current, "--baseline", runs.baseline, "--root", str(runs.root),
                      "--reports", str(out), "--json", "--no-progress"])
     return {**json.loads(buf.getvalue()), "exit": code, "runs": runs}
 
@@ -113,7 +113,7 @@ def test_a_failing_notebook_gets_a_page_and_fails_the_report(tmp_path):
 
 
 def test_report_of_an_unknown_run_fails_before_any_kernel(tmp_path, capsys):
-    assert main(["report", "nope", "--root", str(tmp_path), "--reports", str(tmp_path / "r")]) == 2
+    assert main(["report", "--run", "nope", "--root", str(tmp_path), "--reports", str(tmp_path / "r")]) == 2
     assert "run_id: 'nope' not found" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 

@@ -47,17 +47,17 @@ def test_exception_inside_cleans_up():
     assert rid not in running()
 
 
-def test_bad_mtu_and_run_id_are_refused():
+def test_bad_mtu_and_testbed_id_are_refused():
     with pytest.raises(ConfigError, match="mtu: 9001"):
         Testbed(mtu=9001)
-    with pytest.raises(ConfigError, match="run_id"):
-        Testbed(run_id="nothex")
+    with pytest.raises(ConfigError, match="testbed_id"):
+        Testbed(testbed_id="nothex")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_clean_up(sig):
     code = ("import time\nfrom perfkit.testbed.topology import Testbed\n"
-            "with Testbed(run_id='abc123'):\n    print('up', flush=True)\n    time.sleep(60)\n")
+            "with Testbed(testbed_id='abc123'):\n    print('up', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up"
@@ -70,7 +70,7 @@ def test_signals_clean_up(sig):
 
 
 def test_clean_removes_leftovers_of_a_killed_run():
-    code = "from perfkit.testbed.topology import Testbed\nimport os\nTestbed(run_id='dead01').up()\nos._exit(0)\n"
+    code = "from perfkit.testbed.topology import Testbed\nimport os\nTestbed(testbed_id='dead01').up()\nos._exit(0)\n"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
     assert "dead01" in running()  # os._exit skipped every cleanup
     removed = clean()
@@ -79,7 +79,7 @@ def test_clean_removes_leftovers_of_a_killed_run():
 
 
 def test_cli_clean_and_status():
-    Testbed(run_id="dead02").up()
+    Testbed(testbed_id="dead02").up()
     env = dict(os.environ)
     status = subprocess.run([sys.executable, "-m", "perfkit", "testbed", "status", "--json"], cwd=ROOT,
                             capture_output=True, text=True, env=env)
@@ -90,13 +90,13 @@ def test_cli_clean_and_status():
 
 def test_one_command_removes_testbeds_and_metrics_servers(tmp_path):
     stack_dir = tmp_path / "stack"
-    up = [sys.executable, "-m", "perfkit", "stack", "up", "--dir", str(stack_dir), "--prometheus-port", "0",
+    up = [sys.executable, "-m", "perfkit", "stack", "up", "--stack-dir", str(stack_dir), "--prometheus-port", "0",
           "--pushgateway-port", "0", "--node-exporter-port", "0"]
     subprocess.run(up, cwd=ROOT, check=True, capture_output=True)
     state = json.loads((stack_dir / "state.json").read_text())
     pids = [c["pid"] for c in state["components"].values()]
     assert all(os.path.exists(f"/proc/{p}") for p in pids)
-    Testbed(run_id="dead03").up(keep=True)
+    Testbed(testbed_id="dead03").up(keep=True)
     out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--stack-dir", str(stack_dir), "--json"],
                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
     removed = json.loads(out)

@@ -17,7 +17,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from perfkit.analysis import load_run
     from perfkit.compare import compare_runs
 
-    cmp = compare_runs(load_run(args.run_id, args.root), load_run(args.baseline, args.root), args.threshold)
+    cmp = compare_runs(load_run(args.run, args.root), load_run(args.baseline, args.root), args.threshold)
     if args.json:
         json.dump(cmp.to_dict(), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
@@ -36,7 +36,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare a run with a baseline run (exit 1 on regression)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--run", required=True, metavar="RUN_ID", help="the run (as `perfkit run` printed it)")
     p.add_argument("--baseline", required=True, metavar="RUN_ID")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print machine-readable JSON")

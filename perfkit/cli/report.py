@@ -23,7 +23,7 @@ def _human(d: dict) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from perfkit.report import build_report
 
-    rep = build_report(args.run_id, baseline_run_id=args.baseline, data_root=args.root, reports_root=args.reports,
+    rep = build_report(args.run, baseline_run_id=args.baseline, data_root=args.root, reports_root=args.reports,
                        show_code=args.show_code, progress=not args.no_progress)
     emit(rep.to_dict(), args.json, _human)
     if not rep.ok:
@@ -35,7 +35,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write the HTML report of a run (papermill + nbconvert, no traffic)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--run", required=True, metavar="RUN_ID", help="the run (as `perfkit run` printed it)")
     p.add_argument("--baseline", default=None, metavar="RUN_ID",
                    help="run to compare with, or 'auto' (the last complete run of the same campaign)")
     p.add_argument("--show-code", action="store_true", help="keep the notebooks' code in the HTML")

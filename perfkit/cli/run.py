@@ -44,13 +44,13 @@ def _run(args: argparse.Namespace) -> int:
 
     common = {"root": args.root, "metrics": not args.no_metrics, "progress": not args.no_progress}
     if args.resume:
-        if args.run_id:
-            raise ConfigError("--run-id", args.run_id, "nothing with --resume (the run keeps its id)")
+        if args.run:
+            raise ConfigError("--run", args.run, "nothing with --resume (the run keeps its id)")
         outcome = resume_campaign(args.resume, campaign_path=args.campaign, **common)
     else:
         if not args.campaign:
             raise ConfigError("CAMPAIGN", None, "a campaign file, e.g. campaigns/default.yaml (or --resume RUN_ID)")
-        outcome = run_campaign(args.campaign, run_id=args.run_id, **common)
+        outcome = run_campaign(args.campaign, run_id=args.run, **common)
     out = outcome.to_dict()
     rep = None
     if args.report:
@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("campaign", nargs="?", default=None, metavar="CAMPAIGN",
                    help="campaign YAML file (with --resume: optional, must match the stored one)")
     p.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
-    p.add_argument("--run-id", default=None, help="id of the new run (default: a time stamp)")
+    p.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     p.add_argument("--report", action="store_true", help="write the HTML report at the end (perfkit report)")
     p.add_argument("--baseline", default=None, metavar="RUN_ID",

@@ -15,14 +15,13 @@ from typing import Any, Callable
 from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generator_options, scenario_from_args
 from perfkit.errors import ConfigError, SearchError
 from perfkit.generators import create
-from perfkit.search import (BinarySearch, LatencyAt, MaxRate, Measurer, NdrPdr, SearchResult, Sweep,
-                            best_worst, binary_search, max_rate, ndr_then_latency, ndrpdr, sweep)
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
+from perfkit.search import run_method
 from perfkit.units import l1_bps
 
-Runner = Callable[[Measurer, Any, bool], SearchResult]
-"""(measurer, on_trial, progress) -> result."""
+Params = dict[str, Any]
+"""The method's parameters by field name, as ``perfkit.search.run_method`` (and campaigns) take them."""
 
 
 # -- parsing helpers ---------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def rate_pps(name: str, text: str | None, scenario: Scenario) -> float | None:
     return rate.pps(scenario.wire_frame_size)
 
 
-# -- per-method options and runners -------------------------------------------------------------
+# -- per-method options and parameters -------------------------------------------------------------
 def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool = False) -> None:
     g = p.add_argument_group("binary search (vNet-SLA)")
     if tolerance is not None:
@@ -66,23 +65,21 @@ def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool =
         g.add_argument("-n", type=int, default=5, help="N of best-of-N / worst-of-N (default 5)")
 
 
-def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float, **kw: Any) -> BinarySearch:
-    return BinarySearch(
-        loss_tolerance=tolerance, duration=args.duration or 2.0,
-        max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
-        start_rate=rate_pps("start_rate", args.start_rate, sc),
-        start_step=rate_pps("start_step", args.start_step, sc),
-        resolution=rate_pps("resolution", args.resolution, sc),
-        relative_width=parse_fraction("relative_width", args.relative_width), **kw)
+def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float) -> Params:
+    return dict(loss_tolerance=tolerance, duration=args.duration or 2.0,
+                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
+                start_rate=rate_pps("start_rate", args.start_rate, sc),
+                start_step=rate_pps("start_step", args.start_step, sc),
+                resolution=rate_pps("resolution", args.resolution, sc),
+                relative_width=parse_fraction("relative_width", args.relative_width))
 
 
 def _tolerance(args: argparse.Namespace) -> float:
     return parse_fraction("loss_tolerance", args.loss_tolerance)
 
 
-def build_maxrate(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = MaxRate(max_rate=rate_pps("rate", args.rate, sc), duration=args.duration or 2.0)
-    return lambda m, cb, prog: max_rate(m, p, on_trial=cb, progress=prog)
+def build_maxrate(args: argparse.Namespace, sc: Scenario) -> Params:
+    return dict(max_rate=rate_pps("rate", args.rate, sc), duration=args.duration or 2.0)
 
 
 def opts_sweep(p: argparse.ArgumentParser) -> None:
@@ -93,26 +90,22 @@ def opts_sweep(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss-tolerance", default="0", help="loss ratio counted as no loss (default 0)")
 
 
-def build_sweep(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = Sweep(nominal_rate=rate_pps("rate", args.rate, sc), start=parse_fraction("start", args.start),
-              stop=parse_fraction("stop", args.stop), step=parse_fraction("step", args.step),
-              duration=args.duration or 2.0, loss_tolerance=_tolerance(args))
-    return lambda m, cb, prog: sweep(m, p, on_trial=cb, progress=prog)
+def build_sweep(args: argparse.Namespace, sc: Scenario) -> Params:
+    return dict(nominal_rate=rate_pps("rate", args.rate, sc), start=parse_fraction("start", args.start),
+                stop=parse_fraction("stop", args.stop), step=parse_fraction("step", args.step),
+                duration=args.duration or 2.0, loss_tolerance=_tolerance(args))
 
 
-def build_ndr(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = _binary_params(args, sc, 0.0)
-    return lambda m, cb, prog: binary_search(m, p, on_trial=cb, progress=prog)
+def build_ndr(args: argparse.Namespace, sc: Scenario) -> Params:
+    return _binary_params(args, sc, 0.0)
 
 
-def build_pdr(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = _binary_params(args, sc, _tolerance(args))
-    return lambda m, cb, prog: binary_search(m, p, on_trial=cb, progress=prog)
+def build_pdr(args: argparse.Namespace, sc: Scenario) -> Params:
+    return _binary_params(args, sc, _tolerance(args))
 
 
-def build_bestworst(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = _binary_params(args, sc, _tolerance(args), n=args.n)
-    return lambda m, cb, prog: best_worst(m, p, on_trial=cb, progress=prog)
+def build_bestworst(args: argparse.Namespace, sc: Scenario) -> Params:
+    return {**_binary_params(args, sc, _tolerance(args)), "n": args.n}
 
 
 def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
@@ -123,12 +116,11 @@ def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
 
 
-def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = NdrPdr(goals=parse_fractions("goals", args.goals),
-               relative_width=parse_fraction("relative_width", args.relative_width),
-               initial_duration=args.initial_duration, final_duration=args.duration or 10.0,
-               max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
-    return lambda m, cb, prog: ndrpdr(m, p, on_trial=cb, progress=prog)
+def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Params:
+    return dict(goals=parse_fractions("goals", args.goals),
+                relative_width=parse_fraction("relative_width", args.relative_width),
+                initial_duration=args.initial_duration, final_duration=args.duration or 10.0,
+                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
 
 
 def opts_latency(p: argparse.ArgumentParser) -> None:
@@ -136,15 +128,13 @@ def opts_latency(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fractions", default="10%,50%,90%", help="fractions of NDR (default 10%%,50%%,90%%)")
 
 
-def build_latency(args: argparse.Namespace, sc: Scenario) -> Runner:
-    p = (_binary_params(args, sc, 0.0),
-         LatencyAt(fractions=parse_fractions("fractions", args.fractions), duration=args.duration or 2.0))
-    return lambda m, cb, prog: ndr_then_latency(m, p, on_trial=cb, progress=prog)
+def build_latency(args: argparse.Namespace, sc: Scenario) -> Params:
+    return {**_binary_params(args, sc, 0.0), "fractions": parse_fractions("fractions", args.fractions)}
 
 
-#: name -> (help, add method options, build the runner)
+#: name -> (help, add method options, the method's parameters from the options)
 METHODS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
-                         Callable[[argparse.Namespace, Scenario], Runner]]] = {
+                         Callable[[argparse.Namespace, Scenario], Params]]] = {
     "maxrate": ("offer the maximum rate, report what comes through", lambda p: None, build_maxrate),
     "sweep": ("frame-loss-rate sweep from --start to --stop of the rate", opts_sweep, build_sweep),
     "ndr": ("NDR: vNet-SLA binary search, loss tolerance 0", lambda p: _binary_options(p, None), build_ndr),
@@ -217,9 +207,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.packets is not None:
         raise ConfigError("packets", args.packets, "not used by searches (their trials last --duration)")
     scenario = scenario_from_args(args)
-    runner = args.build(args, scenario)
+    params = args.build(args, scenario)
     with create(args.generator, scenario, **generator_options(args)) as gen:
-        result = runner(gen, None, not args.no_progress and sys.stderr.isatty())
+        result = run_method(args.method, gen, params, progress=not args.no_progress and sys.stderr.isatty())
     d = result.to_dict()
     d.update(scenario=dataclasses.asdict(scenario), scenario_key=scenario.key, generator=args.generator)
     emit(d, args.json, human)

@@ -35,7 +35,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not password:
             raise ConfigError("PERFKIT_METRICS_PASSWORD", "", "the password for --basic-auth-user, in the environment")
         auth = (args.basic_auth_user, password)
-    st = stack.up(args.dir, args.host, prometheus_port=args.prometheus_port,
+    st = stack.up(args.stack_dir, args.host, prometheus_port=args.prometheus_port,
                   pushgateway_port=args.pushgateway_port, node_exporter_port=args.node_exporter_port,
                   basic_auth=auth, retention=args.retention, timeout=args.timeout)
     emit(st.to_dict(), args.json, _human)
@@ -43,13 +43,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    st = stack.down(args.dir, components=args.component)
+    st = stack.down(args.stack_dir, components=args.component)
     emit(st.to_dict(), args.json, _human_down)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    st = stack.status(args.dir)
+    st = stack.status(args.stack_dir)
     emit(st.to_dict(), args.json, _human)
     return 0 if st.healthy else 2
 
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     ssub = p.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", default=None,
+    common.add_argument("--stack-dir", default=None,
                         help="stack directory: state, config, data, logs (default $PERFKIT_DATA/stack)")
     add_json(common)
     up = ssub.add_parser("up", parents=[common], help="start the stack (idempotent)")

@@ -13,12 +13,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     tsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = tsub.add_parser("up", help="create a testbed and leave it up")
-    up.add_argument("--run-id", default=None, help="6 hex digits (default: random)")
+    up.add_argument("--testbed-id", default=None, help="6 hex digits naming its namespaces (default: random)")
     up.add_argument("--mtu", type=int, default=1500)
     add_json(up)
     up.set_defaults(func=_up)
     down = tsub.add_parser("down", help="remove one testbed")
-    down.add_argument("--run-id", required=True)
+    down.add_argument("--testbed-id", required=True, help="as `testbed status` lists it")
     down.set_defaults(func=_down)
     st = tsub.add_parser("status", help="list the testbeds on this machine")
     add_json(st)
@@ -33,19 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    tb = Testbed(run_id=args.run_id, mtu=args.mtu).up(keep=True)
-    emit(tb.status(), args.json, lambda s: f"testbed {s['run_id']} up: namespaces {', '.join(s['namespaces'])}")
+    tb = Testbed(testbed_id=args.testbed_id, mtu=args.mtu).up(keep=True)
+    emit(tb.status(), args.json, lambda s: f"testbed {s['testbed_id']} up: namespaces {', '.join(s['namespaces'])}")
     return 0
 
 
 def _down(args: argparse.Namespace) -> int:
-    Testbed(run_id=args.run_id).down()
+    Testbed(testbed_id=args.testbed_id).down()
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    beds = [Testbed(run_id=rid).status() for rid in running()]
-    emit(beds, args.json, lambda b: "\n".join(f"{s['run_id']}: {', '.join(s['namespaces'])}" for s in b)
+    beds = [Testbed(testbed_id=rid).status() for rid in running()]
+    emit(beds, args.json, lambda b: "\n".join(f"{s['testbed_id']}: {', '.join(s['namespaces'])}" for s in b)
          or "no perfkit testbed")
     return 0
 

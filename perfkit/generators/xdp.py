@@ -71,7 +71,7 @@ class XdpGenerator(Generator):
     name = "xdp"
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
-                 capture_count: int = CAPTURE_COUNT, mtu: int | None = None, run_id: str | None = None,
+                 capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False):
         super().__init__(scenario)
@@ -79,7 +79,7 @@ class XdpGenerator(Generator):
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
         self.capture_path = Path(capture) if capture else None
         self.capture_count = max(capture_count, 1)
-        self.testbed = Testbed(run_id=run_id, mtu=mtu or needed_mtu(self.profile))
+        self.testbed = Testbed(testbed_id=testbed_id, mtu=mtu or needed_mtu(self.profile))
         self.dut: Dut | None = None
         self.sink: Sink | None = None
         self.gen: LiveGenerator | None = None

@@ -72,10 +72,10 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, whatever its name
 
-    def __init__(self, run_id: str | None = None, mtu: int = 1500):
-        rid = run_id or os.urandom(3).hex()
+    def __init__(self, testbed_id: str | None = None, mtu: int = 1500):
+        rid = testbed_id or os.urandom(3).hex()
         if not re.fullmatch(r"[0-9a-f]{6}", rid):
-            raise ConfigError("run_id", rid, "6 lower-case hex digits")
+            raise ConfigError("testbed_id", rid, "6 lower-case hex digits")
         if not MTU_MIN <= mtu <= MTU_MAX:
             raise ConfigError("mtu", mtu, f"{MTU_MIN} .. {MTU_MAX}")
         self.rid, self.mtu = rid, mtu
@@ -196,7 +196,7 @@ class Testbed:
         return stats
 
     def status(self) -> dict:
-        return {"run_id": self.rid, "up": netns.exists(self.tester_ns) and netns.exists(self.dut_ns),
+        return {"testbed_id": self.rid, "up": netns.exists(self.tester_ns) and netns.exists(self.dut_ns),
                 "namespaces": [ns for ns in (self.tester_ns, self.dut_ns) if netns.exists(ns)],
                 "mtu": self.mtu,
                 "ports": {name: {"ns": p.ns, "dev": p.dev, "mac": p.mac, "addr": p.addr}
