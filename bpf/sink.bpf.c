@@ -211,6 +211,9 @@ int xdp_sink(struct xdp_md *ctx)
 		return XDP_DROP;
 	tot->packets++;
 	tot->bytes += len + FCS_LEN;
+	if (tot->last_ns && now - tot->last_ns > tot->max_gap_ns)
+		tot->max_gap_ns = now - tot->last_ns;
+	tot->last_ns = now;
 	capture_frame(ctx, tot, len, now);
 
 	sig = find_signature(data, data_end);

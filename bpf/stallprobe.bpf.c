@@ -3,23 +3,31 @@
  * runs. A vCPU that the host takes away (or a CPU that does not serve interrupts) ticks late; the
  * gap is the stall. The hypervisor's steal clock (KVM's per-CPU steal_time, updated by the host on
  * every VM entry, so exact to the nanosecond) tells whether the host took the time: /proc/stat's
- * steal is only accounted at scheduler ticks, too coarse for millisecond stalls.
+ * steal is only accounted in whole scheduler ticks, too coarse for millisecond stalls.
+ *
+ * A timer tick runs in softirq context, so a real-time thread hogging the CPU does not delay it;
+ * the DUT's packet threads (threaded NAPI, cpumap kthreads) do wait behind such a thread. So the
+ * probe also watches chosen threads (the `watched` map, by tid) from the scheduler's tracepoints:
+ * the time from wake-up (or preemption) to running is how long packets could not be processed.
  *
  * Armed per CPU by running `stall_arm` with BPF_PROG_TEST_RUN from a thread pinned to that CPU;
  * the timers stop when the maps are freed (the object closed, or its process gone).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 #include "stallprobe_kern_user.h"
 
 #define CLOCK_MONOTONIC 1
 
-const volatile __u64 period_ns = 100000;
-/* Gaps longer than the period by more than this are stalls (counted, and sent as events). */
-const volatile __u64 report_ns = 50000;
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stall_config);
+} probe_config SEC(".maps");
 
-extern struct kvm_steal_time steal_time __ksym __weak;
 
 struct probe_timer {
 	struct bpf_timer timer;
@@ -40,19 +48,32 @@ struct {
 	__type(value, struct stall_cpu);
 } stall_cpu SEC(".maps");
 
+/* tid -> when it became runnable (0: running or sleeping); filled by userspace with zeros. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u64);
+} watched SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
 } stall_events SEC(".maps");
 
+/* cpu -> the hypervisor's steal clock as the scheduler last read it [ns] (0: not a KVM guest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STALL_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, __u64);
+} steal_seen SEC(".maps");
+
 static __always_inline __u64 steal_now(__u32 cpu)
 {
-	struct kvm_steal_time *st;
+	__u64 *v = bpf_map_lookup_elem(&steal_seen, &cpu);
 
-	if (!&steal_time) /* weak: absent when the kernel is not a KVM guest */
-		return 0;
-	st = bpf_per_cpu_ptr(&steal_time, cpu);
-	return st ? st->steal : 0;
+	return v ? *v : 0;
 }
 
 static __always_inline __u32 log2_us(__u64 ns)
@@ -67,13 +88,34 @@ static __always_inline __u32 log2_us(__u64 ns)
 	return b;
 }
 
+static __always_inline void send(__u64 now, __u64 gap, __u64 steal, __u32 cpu, __u32 kind, struct stall_cpu *s)
+{
+	struct stall_event *e = bpf_ringbuf_reserve(&stall_events, sizeof(*e), 0);
+
+	if (!e) {
+		s->lost_events++;
+		return;
+	}
+	e->end_ns = now;
+	e->gap_ns = gap;
+	e->steal_ns = steal;
+	e->cpu = cpu;
+	e->kind = kind;
+	bpf_ringbuf_submit(e, 0);
+}
+
 static int tick(void *map, __u32 *key, struct probe_timer *t)
 {
 	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
 	struct stall_cpu *s = bpf_map_lookup_elem(&stall_cpu, &zero);
+	struct stall_config *c = bpf_map_lookup_elem(&probe_config, &zero);
 	__u64 now = bpf_ktime_get_ns(), steal = steal_now(cpu);
 
+	if (!c)
+		return 0;
 	if (s) {
+		__u64 period_ns = c->period_ns, report_ns = c->report_ns;
+
 		if (s->last_ns && now > s->last_ns) {
 			__u64 gap = now - s->last_ns;
 
@@ -81,43 +123,82 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 			if (gap > s->max_gap_ns)
 				s->max_gap_ns = gap;
 			if (gap > period_ns + report_ns) {
-				struct stall_event *e = bpf_ringbuf_reserve(&stall_events, sizeof(*e), 0);
 				__u32 b = log2_us(gap - period_ns);
 
 				s->stalls++;
 				s->stalled_ns += gap - period_ns;
 				if (b < STALL_HIST_BUCKETS)
 					s->hist[b]++;
-				if (e) {
-					e->end_ns = now;
-					e->gap_ns = gap;
-					e->steal_ns = steal - s->last_steal_ns;
-					e->cpu = cpu;
-					e->pad = 0;
-					bpf_ringbuf_submit(e, 0);
-				} else {
-					s->lost_events++;
-				}
+				send(now, gap, steal - s->last_steal_ns, cpu, STALL_TICK, s);
 			}
 		}
 		s->last_ns = now;
 		s->last_steal_ns = steal;
 	}
-	bpf_timer_start(&t->timer, period_ns, BPF_F_TIMER_CPU_PIN);
+	bpf_timer_start(&t->timer, c->period_ns, BPF_F_TIMER_CPU_PIN);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(stall_wakeup, struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	__u64 *since = bpf_map_lookup_elem(&watched, &tid);
+
+	if (since && !*since)
+		*since = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 zero = 0, tid = prev->pid, cpu = bpf_get_smp_processor_id();
+	__u64 now = bpf_ktime_get_ns(), *since = bpf_map_lookup_elem(&watched, &tid);
+	__u64 steal = prev->se.cfs_rq->rq->prev_steal_time_rq;
+	struct stall_config *c;
+	struct stall_cpu *s;
+
+	/* KVM's steal clock is a per-CPU variable kallsyms does not list (no KALLSYMS_ALL) and
+	 * kvm_steal_clock() cannot be traced here; the run queue keeps what it last read of it, in
+	 * ns, refreshed by the clock update that precedes every switch. */
+	bpf_map_update_elem(&steal_seen, &cpu, &steal, BPF_ANY);
+
+	/* Preempted while runnable: it waits from now (a thread that blocks waits for a wake-up). */
+	if (since && prev->__state == 0)
+		*since = now;
+	tid = next->pid;
+	since = bpf_map_lookup_elem(&watched, &tid);
+	if (!since || !*since)
+		return 0;
+	s = bpf_map_lookup_elem(&stall_cpu, &zero);
+	c = bpf_map_lookup_elem(&probe_config, &zero);
+	if (s && c && now > *since) {
+		__u64 wait = now - *since;
+
+		if (wait > s->max_wait_ns)
+			s->max_wait_ns = wait;
+		if (wait > c->report_ns) {
+			s->waits++;
+			send(now, wait, 0, cpu, STALL_WAIT, s);
+		}
+	}
+	*since = 0;
 	return 0;
 }
 
 SEC("xdp")
 int stall_arm(struct xdp_md *ctx)
 {
-	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
 	struct probe_timer *t = bpf_map_lookup_elem(&timers, &cpu);
+	struct stall_config *c = bpf_map_lookup_elem(&probe_config, &zero);
 
-	if (!t)
+	if (!t || !c || !c->period_ns)
 		return XDP_ABORTED;
 	bpf_timer_init(&t->timer, &timers, CLOCK_MONOTONIC);
 	bpf_timer_set_callback(&t->timer, tick);
-	if (bpf_timer_start(&t->timer, period_ns, BPF_F_TIMER_CPU_PIN))
+	if (bpf_timer_start(&t->timer, c->period_ns, BPF_F_TIMER_CPU_PIN))
 		return XDP_ABORTED;
 	return XDP_PASS;
 }

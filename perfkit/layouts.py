@@ -109,7 +109,8 @@ class sink_stream(Struct):
 
 
 class sink_totals(Struct):
-    _fields_ = [("packets", u64), ("bytes", u64), ("unsigned_packets", u64), ("captured", u64)]
+    _fields_ = [("packets", u64), ("bytes", u64), ("unsigned_packets", u64), ("captured", u64), ("last_ns", u64),
+                ("max_gap_ns", u64)]
 
 
 class sink_capture(Struct):
@@ -136,22 +137,33 @@ class steer_config(Struct):
 STALL_MAX_CPUS, STALL_HIST_BUCKETS = 64, 16
 
 
+class stall_config(Struct):
+    _fields_ = [("period_ns", u64), ("report_ns", u64)]
+
+
 class stall_cpu(Struct):
     _fields_ = [("last_ns", u64), ("last_steal_ns", u64), ("ticks", u64), ("stalls", u64), ("stalled_ns", u64),
-                ("max_gap_ns", u64), ("lost_events", u64), ("hist", u64 * STALL_HIST_BUCKETS)]
+                ("max_gap_ns", u64), ("lost_events", u64), ("waits", u64), ("max_wait_ns", u64),
+                ("hist", u64 * STALL_HIST_BUCKETS)]
+
+
+class StallKind(enum.IntEnum):
+    STALL_TICK = 0
+    STALL_WAIT = 1
 
 
 class stall_event(Struct):
-    _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("pad", u32)]
+    _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("kind", u32)]
 
 
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_config, gen_state, signature, sink_config, sink_stream,
-                                  sink_totals, sink_capture, steer_config, stall_cpu, stall_event)
+                                  sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
+                                  stall_event)
 }
 #: Every mirrored enum, by C name.
-ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "steer_key": SteerKey}
+ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "steer_key": SteerKey, "stall_kind": StallKind}
 #: The headers mirrored here (the layout tests compile them).
 HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h")

@@ -140,6 +140,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_obj_get_info_by_fd": (i, [i, vp, ctypes.POINTER(u32)]),
         "bpf_prog_get_fd_by_id": (i, [u32]),
         "bpf_enable_stats": (i, [i]),
+        "bpf_program__attach": (vp, [vp]),
+        "bpf_link__destroy": (i, [vp]),
         "ring_buffer__new": (vp, [i, vp, vp, vp]),
         "ring_buffer__consume": (i, [vp]),
         "ring_buffer__free": (None, [vp]),
@@ -363,6 +365,7 @@ class BpfObject:
                  initial_values: dict[str, bytes] | None = None, rodata: bytes | ctypes.Structure | None = None):
         self.path = Path(path)
         self._obj = None
+        self._links: list[int] = []
         if not self.path.exists():
             raise BpfError(f"open {self.path} (run `make bpf`)", errno.ENOENT)
         ctypes.set_errno(0)
@@ -436,7 +439,18 @@ class BpfObject:
     def program(self, name: str) -> Program:
         return Program(_check(lib().bpf_program__fd(self._prog_ptr(name)), f"bpf_program__fd({name})"), name)
 
+    def attach(self, name: str) -> None:
+        """Attach a tracing program (``tp_btf/...``) as its section says; detached on ``close``."""
+        ctypes.set_errno(0)
+        link = lib().bpf_program__attach(self._prog_ptr(name))
+        if not link:
+            raise BpfError(f"bpf_program__attach({name})", ctypes.get_errno() or errno.EINVAL)
+        self._links.append(link)
+
     def close(self) -> None:
+        for link in getattr(self, "_links", []):
+            lib().bpf_link__destroy(link)
+        self._links = []
         if self._obj:
             lib().bpf_object__close(self._obj)
             self._obj = None

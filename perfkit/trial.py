@@ -90,6 +90,26 @@ class TrialResult:
     """Mean run time of the DUT's XDP program(s) per packet [ns] (kernel BPF stats)."""
     shared_cores: bool = False
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
+    stalls: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.stalls``):
+    longest_us (longest time it did not run its timer), stalls, stalled_us, steal_us (taken by the
+    hypervisor), longest_wait_us (longest wait of a DUT/sink packet thread to run), waits,
+    waited_us. Empty when not measured."""
+    dut_stall_us: float | None = None
+    """Longest time a DUT core could not process packets [µs]: the longest CPU stall or packet
+    thread wait on the DUT cores. None when not measured."""
+    tester_stall_us: float | None = None
+    """The same on the tester cores [µs]."""
+    sink_gap_us: float | None = None
+    """Longest time between two arrivals at the sink [µs]."""
+    gen_slip_us: float | None = None
+    """How much later than intended the generator finished sending [µs] (its schedule slides when
+    its core is taken away)."""
+    disturbed: bool = False
+    """The trial's loss is explained by measured host stalls (``perfkit.stalls.disturbance``);
+    searches retry it. Its loss is kept, never hidden."""
+    disturbance: str = ""
+    """Why it is disturbed: the evidence, in words (empty when not)."""
     notes: list[str] = field(default_factory=list)
     """Anything the reader must know about this trial (warnings, degraded measurements)."""
 
@@ -170,7 +190,7 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "stalls", "notes"):
             d[name] = json.dumps(d[name], sort_keys=True)
         params = d.pop("params")
         d["params"] = json.dumps(params, sort_keys=True)
@@ -183,7 +203,7 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "stalls", "notes"):
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -201,8 +221,12 @@ class TrialResult:
                      "mismatched_packets"):
             if name in kw:
                 kw[name] = int(kw[name])
-        if "shared_cores" in kw:
-            kw["shared_cores"] = bool(kw["shared_cores"])
+        for name in ("shared_cores", "disturbed"):
+            if name in kw:
+                kw[name] = bool(kw[name])
+        for name in ("dut_stall_us", "tester_stall_us", "sink_gap_us", "gen_slip_us"):
+            if kw.get(name) is not None and not _isnum(kw[name]):
+                kw[name] = None
         return cls(**kw)
 
 
@@ -246,5 +270,11 @@ RECORD_COLUMNS = {
     "dut_kthread_cpu": "JSON {kthread: busy fraction}",
     "bpf_ns_per_packet": "DUT XDP program run time per packet [ns]",
     "shared_cores": "DUT and generator shared a core",
+    "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us}}",
+    "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
+    "sink_gap_us": "longest time between two arrivals at the sink [µs]",
+    "gen_slip_us": "how much later than intended the generator finished sending [µs]",
+    "disturbed": "the loss is explained by measured host stalls (searches retried the trial)",
+    "disturbance": "the evidence that made the trial disturbed",
     "notes": "JSON list of warnings",
 }

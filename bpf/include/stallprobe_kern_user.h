@@ -10,6 +10,12 @@
 /* Gap histogram: bucket i counts gaps of [2^i, 2^(i+1)) microseconds beyond the period. */
 #define STALL_HIST_BUCKETS 16
 
+/* Set by userspace before arming. */
+struct stall_config {
+	__u64 period_ns;	/* timer period */
+	__u64 report_ns;	/* ticks later than the period by more than this, and waits longer, are stalls */
+};
+
 /* Per CPU, cumulative since the probe was armed (userspace takes differences). */
 struct stall_cpu {
 	__u64 last_ns;		/* bpf_ktime_get_ns() of the last tick */
@@ -19,16 +25,23 @@ struct stall_cpu {
 	__u64 stalled_ns;	/* sum of those gaps minus the period */
 	__u64 max_gap_ns;	/* longest gap since armed */
 	__u64 lost_events;	/* stall events the ring buffer had no room for */
+	__u64 waits;		/* times a watched thread waited longer than report_ns to run */
+	__u64 max_wait_ns;	/* longest wait of a watched thread, runnable but not running */
 	__u64 hist[STALL_HIST_BUCKETS];
 };
 
-/* One stall: no tick for gap_ns (the period included), ending at end_ns. */
+enum stall_kind {
+	STALL_TICK = 0,		/* the CPU did not run its timer: the vCPU was away or interrupts were off */
+	STALL_WAIT = 1,		/* a watched thread (a DUT packet thread) was runnable but did not run */
+};
+
+/* One stall of gap_ns ending at end_ns (bpf_ktime_get_ns()); for STALL_TICK the period included. */
 struct stall_event {
 	__u64 end_ns;
 	__u64 gap_ns;
 	__u64 steal_ns;		/* what the hypervisor's steal clock advanced during the gap */
 	__u32 cpu;
-	__u32 pad;
+	__u32 kind;		/* enum stall_kind */
 };
 
 #endif /* STALLPROBE_KERN_USER_H */

@@ -137,6 +137,8 @@ struct sink_totals {
 	__u64 bytes;
 	__u64 unsigned_packets;	/* no valid signature: not ours, or corrupted */
 	__u64 captured;
+	__u64 last_ns;		/* arrival of the last frame (bpf_ktime_get_ns()) */
+	__u64 max_gap_ns;	/* longest time between two arrivals on this CPU */
 };
 
 struct sink_capture {

@@ -169,6 +169,9 @@ def human(d: dict[str, Any]) -> str:
                      f"first lossy step: {_mpps(d['upper_bound'])} Mpps")
     else:
         lines.append(f"lower {_mpps(d['lower_bound'])} Mpps, upper {_mpps(d['upper_bound'])} Mpps")
+    if d["disturbed_trials"]:
+        lines.append(f"{d['disturbed_trials']} trial(s) disturbed by host stalls ({d['disturbed_seconds']:.1f} s of "
+                     "traffic), each run again; --json shows their evidence")
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines)
 
@@ -208,7 +211,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ConfigError("packets", args.packets, "not used by searches (their trials last --duration)")
     scenario = scenario_from_args(args)
     params = args.build(args, scenario)
+    if args.disturbed_retries is not None and args.disturbed_retries < 0:
+        raise ConfigError("disturbed_retries", args.disturbed_retries, "an integer >= 0")
     with create(args.generator, scenario, **generator_options(args)) as gen:
+        if args.disturbed_retries is not None:
+            gen.disturbed_retries = args.disturbed_retries
         result = run_method(args.method, gen, params, progress=not args.no_progress and sys.stderr.isatty())
     d = result.to_dict()
     d.update(scenario=dataclasses.asdict(scenario), scenario_key=scenario.key, generator=args.generator)
@@ -227,6 +234,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_scenario(m)
         add_trial(m, duration=None)
         add_options(m)
+        m.add_argument("--disturbed-retries", type=int, default=None, metavar="N",
+                       help="run a trial whose loss host stalls explain again, up to N times "
+                            "(default 3; 0: count every loss)")
         m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
         add_json(m)
         m.set_defaults(func=cmd_search, build=build)

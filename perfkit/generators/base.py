@@ -12,6 +12,9 @@ class Generator(ABC):
 
     #: Short backend name written into every result (``xdp``, ``trex``, ``sim`` ...).
     name: str = "abstract"
+    #: How often searches repeat a disturbed trial (``TrialResult.disturbed``: its loss explained by
+    #: measured host stalls) before its loss counts.
+    disturbed_retries: int = 3
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario

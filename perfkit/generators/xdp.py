@@ -19,12 +19,13 @@ import os
 import time
 from pathlib import Path
 
-from perfkit import cpustat
+from perfkit import cpustat, stalls
 from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
 from perfkit.libbpf import BpfStats
 from perfkit.scenario import Scenario
+from perfkit.stalls import StallProbe
 from perfkit.testbed.dut import Dut
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
@@ -37,7 +38,10 @@ DRAIN_QUIET = 0.05
 DRAIN_MAX = 2.0
 #: Frames captured per trial for the content check.
 CAPTURE_COUNT = 64
-_DUT_RING = "rx_ring_full"
+_DUT_RING = stalls.RING_DROP
+#: Frames a veth port's XDP receive ring holds (the kernel's VETH_RING_SIZE): what overflows when
+#: the port's NAPI thread does not run.
+RING_FRAMES = 256
 #: The CPUs this process may use, as it started (generators narrow the affinity while they run).
 _CPUS = sorted(os.sched_getaffinity(0))
 
@@ -73,8 +77,11 @@ class XdpGenerator(Generator):
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
-                 trivial_generator: bool = False):
+                 trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries):
         super().__init__(scenario)
+        if isinstance(disturbed_retries, bool) or not isinstance(disturbed_retries, int) or disturbed_retries < 0:
+            raise ConfigError("disturbed_retries", disturbed_retries, "an integer >= 0")
+        self.disturbed_retries = disturbed_retries
         self.profile = profile or scenario.traffic()
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
         self.capture_path = Path(capture) if capture else None
@@ -83,14 +90,18 @@ class XdpGenerator(Generator):
         self.dut: Dut | None = None
         self.sink: Sink | None = None
         self.gen: LiveGenerator | None = None
+        self.stalls: StallProbe | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
             self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores)
             self.sink = Sink(self.capture_count)
+            sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
                 self.sink.attach(port.ns, port.ifindex)
-                self.testbed.pin_napi(port, set(self.tester_cores), realtime=True)
+                sink_threads += self.testbed.pin_napi(port, set(self.tester_cores), realtime=True)
+            self.stalls = StallProbe(set(self.dut_cores) | set(self.tester_cores))
+            self.stalls.watch(self.dut.packet_threads + sink_threads)
             at_a = self.profile.ingress == "a"
             self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
             self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
@@ -110,12 +121,15 @@ class XdpGenerator(Generator):
         dut0 = self.dut.counters()
         links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
+        mark = self.stalls.mark() if self.stalls else None
         with BpfStats():
             rt0 = self.dut.runtime()
             sent = self.gen.send(rate_pps, duration, packets)
             self._drain()
             rt1 = self.dut.runtime()
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
+        stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
+                   if self.stalls and mark else {})
         end = time.time()
         rep = self.sink.read()
         dut1 = self.dut.counters()
@@ -130,7 +144,7 @@ class XdpGenerator(Generator):
         if ring_in:
             dut_drops[_DUT_RING] = ring_in
         ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
-        tester_drops = {"rx_ring_full": ring_out} if ring_out else {}
+        tester_drops = {stalls.RING_DROP: ring_out} if ring_out else {}
 
         progs = list(rt1)
         runs = rt1[progs[0]].run_cnt - rt0[progs[0]].run_cnt
@@ -149,7 +163,10 @@ class XdpGenerator(Generator):
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
             dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
-            shared_cores=self.shared)
+            shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
+            gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
+        result.disturbance = stalls.disturbance(result, RING_FRAMES, self.dut_cores, self.tester_cores)
+        result.disturbed = bool(result.disturbance)
         result.notes.extend(self._notes(result, rep.unsigned, mismatches, len(caps)))
         return result
 
@@ -185,13 +202,13 @@ class XdpGenerator(Generator):
         return notes
 
     def close(self) -> None:
-        for part in (self.gen, self.sink, self.dut):
+        for part in (self.stalls, self.gen, self.sink, self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
-        self.gen = self.sink = self.dut = None
+        self.stalls = self.gen = self.sink = self.dut = None
         self.testbed.down()
         try:
             os.sched_setaffinity(0, self._affinity)

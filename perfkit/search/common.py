@@ -5,6 +5,11 @@ qualifies). A search never calls it directly but through a ``TrialLog``, which l
 ``<method>/<phase>`` (e.g. ``ndr/linear``, ``ndrpdr/confirm``) in ``TrialResult.method``, keeps
 it, hands it to ``on_trial`` the moment it ends and advances the progress bar.
 
+A trial whose loss measured host stalls explain (``TrialResult.disturbed``, see
+``perfkit.stalls``) is kept and reported like any other, then run again, up to the measurer's
+``disturbed_retries`` times (default ``DISTURBED_RETRIES``); the search judges the last one. A
+trial still disturbed after that counts with its loss.
+
 Loss is judged against the *offered* packets (``TrialResult.loss_ratio``). When the generator could
 not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) the trial is noted;
 every trial is judged at the rate really offered (never above the intended one). Once asking for
@@ -32,6 +37,8 @@ OFFER_SHORTFALL = 0.05
 OFFER_EPS = 1e-3
 #: Relative tolerance used when comparing rates computed along different paths.
 RATE_EPS = 1e-9
+#: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
+DISTURBED_RETRIES = 3
 
 OnTrial = Callable[[TrialResult], None]
 
@@ -167,6 +174,16 @@ class SearchResult:
         return len(self.trials)
 
     @property
+    def disturbed_trials(self) -> int:
+        """Trials whose loss host stalls explained, each retried (or counted, once retries ran out)."""
+        return sum(1 for t in self.trials if t.disturbed)
+
+    @property
+    def disturbed_seconds(self) -> float:
+        """Traffic time of the disturbed trials [s]: what the stalls cost the search."""
+        return sum(t.duration for t in self.trials if t.disturbed)
+
+    @property
     def trial_seconds(self) -> float:
         """Sum of the trials' intended durations [s] (traffic time, without overheads)."""
         return sum(t.duration for t in self.trials)
@@ -183,6 +200,7 @@ class SearchResult:
         d: dict[str, Any] = {
             "method": self.method, "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
             "trial_count": self.trial_count, "trial_seconds": self.trial_seconds,
+            "disturbed_trials": self.disturbed_trials, "disturbed_seconds": self.disturbed_seconds,
             "wall_seconds": self.wall_seconds, "generator_limited": self.generator_limited,
             "goals": [g.to_dict() for g in self.goals], "params": dict(self.params),
             "notes": list(self.notes),
@@ -243,6 +261,20 @@ class TrialLog:
         ask = rate_pps / self.offer_ratio
         if self.ceiling is not None:
             ask = min(ask, max(rate_pps, self.ceiling))
+        retries = getattr(self.measurer, "disturbed_retries", DISTURBED_RETRIES)
+        trial = self._measure(ask, duration, phase)
+        for attempt in range(1, retries + 1):
+            if not trial.disturbed:
+                break
+            trial.notes.append(f"disturbed ({trial.disturbance}): run again ({attempt} of {retries})")
+            self._keep(trial, phase, rate_pps)
+            trial = self._measure(ask, duration, phase)
+        if trial.disturbed:
+            trial.notes.append(f"still disturbed after {retries} retries: its loss counts")
+        self._keep(trial, phase, rate_pps)
+        return trial
+
+    def _measure(self, ask: float, duration: float, phase: str) -> TrialResult:
         trial = self.measurer.measure(ask, duration)
         trial.method = f"{self.method}/{phase}"
         if generator_limited(trial):
@@ -251,12 +283,16 @@ class TrialLog:
         self.best_offer = max(self.best_offer, offered_rate(trial))
         if trial.intended_pps > 0 and (self.ceiling is None or offered_rate(trial) < self.ceiling * (1 - OFFER_SHORTFALL)):
             self.offer_ratio = min(1.0, max(0.5, offered_rate(trial) / trial.intended_pps))
+        return trial
+
+    def _keep(self, trial: TrialResult, phase: str, rate_pps: float) -> None:
+        """Log the trial and hand it to ``on_trial`` (which stores it) before anything else."""
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
         self._bar.update(1)
-        self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.loss_ratio:.3g}")
-        return trial
+        self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.loss_ratio:.3g}"
+                                  + (" disturbed" if trial.disturbed else ""))
 
     def _note_shortfall(self, trial: TrialResult) -> None:
         note = (f"generator offered {trial.tx_pps:.6g} pps of the intended {trial.intended_pps:.6g} pps; "

@@ -55,9 +55,12 @@ class Dut:
             # SCHED_FIFO: like softirq processing on a real DUT, it runs before any user task
             self.napi_pids = [pid for port in (testbed.a, testbed.b)
                               for pid in testbed.pin_napi(port, {self.cores[0]}, realtime=True)]
+            #: The threads that process the DUT's packets (NAPI, and cpumap kthreads with several cores).
+            self.packet_threads = list(self.napi_pids)
             if multi:
                 for t in cpustat.find_kthreads(f"cpumap/*/map:{self.cpumap_id}"):
                     os.sched_setscheduler(t.pid, os.SCHED_FIFO, os.sched_param(50))
+                    self.packet_threads.append(t.pid)
         except BaseException:
             self.close()
             raise

@@ -88,6 +88,8 @@ class SinkReport:
     streams: list[StreamStats]
     latency_hist: np.ndarray
     ipdv_hist: np.ndarray
+    max_gap_ns: int = 0
+    """Longest time between two arrivals on the sink CPU that received the most frames [ns]."""
 
     @property
     def packets(self) -> int:
@@ -165,7 +167,8 @@ class Sink:
                                            s.lat_min, s.lat_max))
         return SinkReport(frames=sum(t.packets for t in tot), frame_bytes=sum(t.bytes for t in tot),
                           unsigned=sum(t.unsigned_packets for t in tot), streams=streams,
-                          latency_hist=self._hist("latency_hist"), ipdv_hist=self._hist("ipdv_hist"))
+                          latency_hist=self._hist("latency_hist"), ipdv_hist=self._hist("ipdv_hist"),
+                          max_gap_ns=max(tot, key=lambda t: t.packets).max_gap_ns if tot else 0)
 
     def _hist(self, name: str) -> np.ndarray:
         m = self.obj.map(name)

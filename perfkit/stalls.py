@@ -1,0 +1,278 @@
+"""Host stalls: moments when a CPU, or a DUT packet thread, could not run (``bpf/stallprobe.bpf.c``).
+
+On a VM the host takes a vCPU away for 1-4 ms a few times a minute. A DUT thread that does not run
+for that long overflows its 256-frame receive ring at a few hundred kpps, and the loss looks like
+the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOCK_MONOTONIC):
+
+- **tick gaps**: a BPF timer pinned to the CPU ticks every ``period_us``; a tick that comes late
+  by more than ``report_us`` is a stall of the CPU itself (the vCPU was away, or interrupts were
+  off). With it, the hypervisor's steal clock (KVM ``steal_time``), exact to the nanosecond, says
+  how much of it the host took.
+- **thread waits**: for watched threads (the DUT's threaded-NAPI and cpumap kthreads), the time
+  from wake-up or preemption to running. A real-time hog on the DUT core delays these and not the
+  timer.
+
+``probe.mark()`` at a trial's start and ``probe.since(mark)`` at its end give one ``CpuStalls``
+per probed CPU for that window.
+
+Disturbed trials
+----------------
+``disturbance(trial, ring_frames)`` decides whether a lossy trial's loss is explained by measured
+stalls. It is, when all of these hold:
+
+1. every lost frame is a receive-ring overflow (the DUT's input ring, ``rx_ring_full`` in
+   ``dut_drops``, or the tester's, in ``tester_drops``), give or take ``ring_frames`` in flight: a
+   DUT that drops by its program (an unknown session, a malformed frame) keeps its loss;
+2. for each ring that overflowed, a core behind it stalled at least as long as the ring takes to
+   fill at the trial's rate (``ring_frames / (offered rate / cores)``): the DUT cores for the DUT's
+   ring, the tester cores for the tester's;
+3. the stalls can account for the overflow: it is at most ``STALL_SLACK`` x the frames that arrive
+   during the stalls and waits on those cores (rate per core x summed stall time).
+
+The DUT and the tester sharing a core (``shared_cores``) makes waits part of the set-up, not a
+disturbance: such trials are never disturbed.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from perfkit.errors import PerfkitError
+from perfkit.layouts import STALL_MAX_CPUS, StallKind, stall_config, stall_cpu, stall_event
+from perfkit.libbpf import BpfObject, RingBuffer
+from perfkit.paths import BUILD_DIR
+from perfkit.trial import TrialResult
+
+OBJECT = BUILD_DIR / "stallprobe.o"
+#: Timer period and stall threshold of trials: ring overflows need stalls of ~1 ms, and 5000 ticks
+#: a second cost under 1 % of a core.
+TRIAL_PERIOD_US, TRIAL_REPORT_US = 200.0, 100.0
+#: Ring drops the summed stall time may explain, relative to rate x stall time (a generator that
+#: catches up after its own stall sends faster than the average rate for a moment).
+STALL_SLACK = 1.5
+#: The name receive-ring overflows have in ``dut_drops`` and ``tester_drops``.
+RING_DROP = "rx_ring_full"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One stall: ``gap_us`` without a tick (``tick``), or a watched thread waiting (``wait``)."""
+
+    cpu: int
+    kind: str
+    """``tick`` (the CPU did not run) or ``wait`` (a watched thread was runnable, not running)."""
+    end_ns: int
+    """CLOCK_MONOTONIC [ns] at its end (``time.monotonic_ns()``'s clock)."""
+    gap_us: float
+    """Its length [µs]; for ``tick``, the timer period included."""
+    steal_us: float
+    """Of which the hypervisor reported as stolen [µs] (``tick`` only; 0 when not a KVM guest)."""
+
+    @property
+    def start_ns(self) -> int:
+        return self.end_ns - int(self.gap_us * 1e3)
+
+
+@dataclass
+class CpuStalls:
+    """What one CPU went through during a window."""
+
+    cpu: int
+    longest_us: float = 0.0
+    """Longest time the CPU did not run its timer [µs] (the period excluded; 0: never late)."""
+    stalls: int = 0
+    """Ticks late by more than the threshold."""
+    stalled_us: float = 0.0
+    """Sum of those ticks' lateness [µs]."""
+    steal_us: float = 0.0
+    """Time the hypervisor took from this vCPU [µs] (KVM steal clock; 0 when not a KVM guest)."""
+    longest_wait_us: float = 0.0
+    """Longest wait of a watched thread to run on this CPU [µs]."""
+    waits: int = 0
+    """Watched-thread waits longer than the threshold."""
+    waited_us: float = 0.0
+    """Sum of those waits [µs]."""
+    events: list[Stall] = field(default_factory=list)
+
+    @property
+    def longest_any_us(self) -> float:
+        """The longest time packets on this CPU could not be processed [µs]."""
+        return max(self.longest_us, self.longest_wait_us)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"longest_us": self.longest_us, "stalls": self.stalls, "stalled_us": self.stalled_us,
+                "steal_us": self.steal_us, "longest_wait_us": self.longest_wait_us, "waits": self.waits,
+                "waited_us": self.waited_us}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The probe's state at the start of a window."""
+
+    t_ns: int
+    steal_ns: dict[int, int]
+
+
+class StallProbe:
+    """The stall probe armed on ``cpus``; close it (or use ``with``) to stop it."""
+
+    def __init__(self, cpus: Iterable[int], period_us: float = TRIAL_PERIOD_US, report_us: float = TRIAL_REPORT_US):
+        self.cpus = sorted(set(cpus))
+        if not self.cpus or max(self.cpus) >= STALL_MAX_CPUS:
+            raise PerfkitError(f"stall probe: cpus {self.cpus} (at most cpu {STALL_MAX_CPUS - 1})")
+        self.period_us, self.report_us = period_us, report_us
+        self.obj = BpfObject(OBJECT)
+        self._events: list[Stall] = []
+        try:
+            self.obj.map("probe_config").update(ctypes.c_uint32(0), stall_config(int(period_us * 1e3),
+                                                                                   int(report_us * 1e3)))
+            self.obj.attach("stall_wakeup")
+            self.obj.attach("stall_switch")
+            self._stats = self.obj.map("stall_cpu")
+            self._ring = RingBuffer(self.obj.map("stall_events"))
+            self._watched = self.obj.map("watched")
+            for cpu in self.cpus:
+                self._arm(cpu)
+        except BaseException:
+            self.close()
+            raise
+
+    def _arm(self, cpu: int) -> None:
+        """Start the timer of ``cpu``: the arming program runs on the CPU of the thread calling it."""
+        prog = self.obj.program("stall_arm")
+        out: list[BaseException | int] = []
+
+        def arm() -> None:
+            try:
+                os.sched_setaffinity(0, {cpu})
+                out.append(prog.test_run(bytes(64)).retval)
+            except BaseException as err:  # noqa: BLE001 - handed to the caller
+                out.append(err)
+
+        t = threading.Thread(target=arm, name=f"stall-arm-{cpu}")
+        t.start()
+        t.join()
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        if out[0] != 2:  # XDP_PASS
+            raise PerfkitError(f"stall probe: arming cpu {cpu} failed (verdict {out[0]})")
+
+    # -- watched threads ---------------------------------------------------------------------------
+    def watch(self, tids: Iterable[int]) -> None:
+        """Measure how long these threads wait to run (kernel thread ids, e.g. the DUT's NAPI threads)."""
+        for tid in tids:
+            self._watched.update(ctypes.c_uint32(tid), ctypes.c_uint64(0))
+
+    def unwatch(self) -> None:
+        for key in list(self._watched.keys()):
+            self._watched.delete(key)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def per_cpu(self) -> dict[int, stall_cpu]:
+        """The cumulative per-CPU statistics (only the probed CPUs)."""
+        raw = self._stats.lookup(ctypes.c_uint32(0))
+        values = self._stats.percpu_values(raw) if raw else []
+        return {cpu: stall_cpu.from_buffer_copy(values[cpu][:ctypes.sizeof(stall_cpu)])
+                for cpu in self.cpus if cpu < len(values)}
+
+    def _drain(self) -> None:
+        for rec in self._ring.drain():
+            e = stall_event.from_buffer_copy(rec[:ctypes.sizeof(stall_event)])
+            kind = "wait" if e.kind == StallKind.STALL_WAIT else "tick"
+            self._events.append(Stall(int(e.cpu), kind, int(e.end_ns), e.gap_ns / 1e3, e.steal_ns / 1e3))
+        horizon = time.monotonic_ns() - 600 * 10**9  # a window longer than 10 minutes is not a trial
+        self._events = [e for e in self._events if e.end_ns >= horizon]
+
+    def mark(self) -> Mark:
+        """The start of a window."""
+        self._drain()
+        return Mark(time.monotonic_ns(), {c: s.last_steal_ns for c, s in self.per_cpu().items()})
+
+    def since(self, mark: Mark) -> dict[int, CpuStalls]:
+        """What each probed CPU went through from ``mark`` to now."""
+        self._drain()
+        now = time.monotonic_ns()
+        out = {c: CpuStalls(c) for c in self.cpus}
+        for c, s in self.per_cpu().items():
+            if s.last_steal_ns and mark.steal_ns.get(c):
+                out[c].steal_us = (s.last_steal_ns - mark.steal_ns[c]) / 1e3
+        for e in self._events:
+            if not mark.t_ns < e.end_ns <= now or e.cpu not in out:
+                continue
+            cs = out[e.cpu]
+            cs.events.append(e)
+            if e.kind == "tick":
+                late = e.gap_us - self.period_us
+                cs.stalls += 1
+                cs.stalled_us += late
+                cs.longest_us = max(cs.longest_us, late)
+            else:
+                cs.waits += 1
+                cs.waited_us += e.gap_us
+                cs.longest_wait_us = max(cs.longest_wait_us, e.gap_us)
+        return out
+
+    def close(self) -> None:
+        ring = getattr(self, "_ring", None)
+        if ring is not None:
+            ring.close()
+        self.obj.close()  # frees the timers with their map
+
+    def __enter__(self) -> StallProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- judging a trial -----------------------------------------------------------------------------
+def evidence(per_cpu: dict[int, CpuStalls], dut_cores: Iterable[int],
+             tester_cores: Iterable[int]) -> dict[str, float]:
+    """The ``TrialResult`` fields of a window's stalls: ``stalls``, ``dut_stall_us``, ``tester_stall_us``."""
+    def longest(cores: Iterable[int]) -> float:
+        return max((per_cpu[c].longest_any_us for c in cores if c in per_cpu), default=0.0)
+
+    return {"stalls": {str(c): s.to_dict() for c, s in sorted(per_cpu.items())},
+            "dut_stall_us": longest(dut_cores), "tester_stall_us": longest(tester_cores)}
+
+
+def _stalled_us(trial: TrialResult, cores: set[str]) -> float:
+    """Time ``cores`` could not process packets [µs]: per core the larger of its summed stalls and
+    its summed packet-thread waits (a thread woken just before its CPU stalls waits through it)."""
+    return sum(max(s.get("stalled_us", 0.0), s.get("waited_us", 0.0)) for c, s in trial.stalls.items() if c in cores)
+
+
+def disturbance(trial: TrialResult, ring_frames: int, dut_cores: Iterable[int],
+                tester_cores: Iterable[int]) -> str:
+    """Why the trial's loss is explained by host stalls (the rule of the module doc), or ``""``."""
+    lost = trial.lost_packets
+    if lost <= 0 or trial.shared_cores or trial.dut_stall_us is None or not trial.stalls:
+        return ""
+    dut_ring = trial.dut_drops.get(RING_DROP, 0)
+    tester_ring = trial.tester_drops.get(RING_DROP, 0)
+    other = sum(trial.dut_drops.values()) + sum(trial.tester_drops.values()) - dut_ring - tester_ring
+    if other > 0 or lost > dut_ring + tester_ring + ring_frames:
+        return ""
+    seconds = trial.elapsed if trial.elapsed > 0 else trial.duration
+    rate = trial.tx_packets / seconds if seconds > 0 else 0.0
+    why = []
+    for drops, cores, longest, side in ((dut_ring, {str(c) for c in dut_cores}, trial.dut_stall_us, "DUT"),
+                                        (tester_ring, {str(c) for c in tester_cores}, trial.tester_stall_us or 0.0,
+                                         "tester")):
+        if not drops:
+            continue
+        per_core = rate / max(len(cores), 1)
+        fill_us = ring_frames / per_core * 1e6 if per_core > 0 else math.inf
+        if longest < fill_us:
+            return ""
+        arrived = per_core * _stalled_us(trial, cores) / 1e6
+        if drops > STALL_SLACK * arrived:
+            return ""
+        why.append(f"{drops} {side} ring overflows; a {side} core stalled {longest:.0f} µs, longer than the "
+                   f"{fill_us:.0f} µs its {ring_frames}-frame ring lasts at {per_core / 1e6:.3g} Mpps")
+    return "; ".join(why)
