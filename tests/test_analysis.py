@@ -219,3 +219,30 @@ def test_runs_made_outside_campaigns_still_have_figures(tmp_path):
     tp = analysis.throughput_table(run)
     assert tp["goal"].tolist() == ["ndr"]
     assert tp["throughput_pps"].iloc[0] == 1e6 and tp["upper_pps"].iloc[0] == 2e6
+
+
+def test_disturbed_trials_are_shown_and_never_carry_a_figure(tmp_path):
+    """A search whose trial at 1.5 Mpps was disturbed, run again and then clean: the run's tables
+    keep the disturbed trial with its evidence, count it, and rest the NDR on the clean one."""
+    store = RunStore.create("stalled", tmp_path)
+    trials = [(1.0e6, 1.0e6, False), (1.5e6, 1.49e6, True), (1.5e6, 1.5e6, False), (2.0e6, 1.8e6, False)]
+    for i, (rate, rx, disturbed) in enumerate(trials):
+        r = _result(f"s{i}", 64, rate, 0.5, stalls={"1": {"longest_us": 3000.0, "steal_us": 2900.0}})
+        r.method, r.rx_packets = "ndr/linear", int(rx)
+        if disturbed:
+            r.disturbed, r.disturbance = True, "10000 DUT ring overflows; a DUT core stalled 3000 µs ..."
+            r.dut_stall_us, r.dut_drops = 3000.0, {"rx_ring_full": int(rate - rx)}
+            r.notes.append("disturbed (...): run again (1 of 3)")
+        store.append(r)
+    run = analysis.load_run("stalled", tmp_path)
+    assert run.trials["retried"].tolist() == [False, True, False, False]
+    tp = analysis.throughput_table(run)
+    assert tp["throughput_pps"].iloc[0] == 1.5e6 and tp["trial_id"].iloc[0] == "s2"
+    assert tp["disturbed_trials"].iloc[0] == 1 and tp["disturbed_seconds"].iloc[0] == 1.0
+    dt = analysis.disturbed_table(run)
+    assert dt["lost_packets"].tolist() == [10000] and dt["retried"].tolist() == [True]
+    assert dt["dut_stall_us"].iloc[0] == 3000.0 and dt["steal_us"].iloc[0] == 2900.0
+    assert "ring overflows" in dt["disturbance"].iloc[0]
+    path = analysis.search_path(run)
+    assert path["verdict"].tolist()[1] == "disturbed, run again"
+    assert any("1 trial(s) lost frames to measured host stalls" in n for n in analysis.run_notes(run))

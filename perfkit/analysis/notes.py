@@ -25,6 +25,12 @@ def run_notes(run: RunData) -> list[str]:
     limited = tp[tp["generator_limited"]]["scenario_key"].nunique() if not tp.empty else 0
     if limited:
         notes.append(f"{limited} scenario(s) were generator-limited: the generator, not the DUT, set the maximum")
+    if not run.trials.empty and run.trials["disturbed"].any():
+        d = run.trials[run.trials["disturbed"]]
+        retried = d[d["retried"]]
+        notes.append(f"{len(d)} trial(s) lost frames to measured host stalls (disturbed): {len(retried)} were run "
+                     f"again ({retried['duration'].sum():.0f} s of traffic), {len(d) - len(retried)} counted with "
+                     "their loss once retries ran out; see the search page")
     met = m.get("metrics") or {}
     if met.get("note"):
         notes.append(met["note"])

@@ -13,6 +13,8 @@ from campaigns) and
     offered_pps  float  the rate the trial is judged at: intended, or offered if the generator fell short
     offered_mpps, tx_mpps, rx_mpps  float  [Mpps];  tx_gbps, rx_gbps  float  L1 [Gbit/s]
     in_result    bool   the trial is part of its unit's final search (False: a superseded trial)
+    disturbed    bool   host stalls explained its loss (``perfkit.stalls``); False for old records
+    retried      bool   a disturbed trial the search ran again (its figure does not count)
 """
 from __future__ import annotations
 
@@ -79,6 +81,11 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     if trials.empty:
         return trials
     df = _scenario_fields(trials.copy())
+    if "disturbed" not in df:
+        df["disturbed"] = False
+    df["disturbed"] = df["disturbed"].fillna(False).astype(bool)
+    if "disturbance" not in df:
+        df["disturbance"] = ""
     df["method_name"] = df["method"].str.split("/").str[0]
     df["phase"] = df["method"].str.split("/").str[-1]
     df["flow_mode"] = np.where(df["flows"] > 1, "multi", "single")
@@ -100,6 +107,8 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     in_result = {t for s in searches for t in s.get("trial_ids", [])}
     searched = {s["unit"] for s in searches}
     df["in_result"] = [(t in in_result) if u in searched else True for t, u in zip(df["trial_id"], df["unit"])]
+    notes = df["notes"] if "notes" in df else pd.Series("", index=df.index)
+    df["retried"] = df["disturbed"] & notes.astype(str).str.contains("run again", regex=False)
     return df
 
 def frame_sizes(run: RunData) -> list[int]:

@@ -10,17 +10,25 @@
     offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
     latency_p50_us, latency_p90_us, latency_p99_us  of that trial [us] (NaN if not measured)
     trials, trial_seconds, generator_limited, notes
+    disturbed_trials      trials of the unit whose loss host stalls explained (run again)
+    disturbed_seconds     their traffic time [s]
 
 ``latency_table`` -- trial x percentile with latency: scenario columns, label, ``load`` (``10% of
 NDR`` for latency trials, ``NDR`` / ``max`` for the figure trials), percentile (p50, p90, p99,
 p99.9, max), latency_us.
 
+``disturbed_table`` -- one row per disturbed trial: unit, scenario columns, label, phase,
+offered_mpps, lost_packets, dut_stall_us, tester_stall_us, steal_us (summed over the trial's probed
+CPUs), retried (run again; else its loss counted), disturbance (the evidence).
+
 ``search_path`` -- trial of a search unit, in order: unit, scenario_key, label, repeat, step (1..),
-phase, duration, offered_mpps, loss_ratio, verdict (``no loss``, ``loss <= <pdr>``, ``loss``),
+phase, duration, offered_mpps, loss_ratio, verdict (``no loss``, ``loss <= <pdr>``, ``loss``,
+``disturbed, run again``),
 in_result, attempt, lower_mpps, upper_mpps (the unit's first goal).
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Iterable, Sequence
 
@@ -40,7 +48,7 @@ def _figure_trial(trials: pd.DataFrame, lower: float | None, tolerance: float) -
         return None
     if lower is None:
         return None
-    good = trials[(trials["loss_ratio"] <= tolerance + 1e-12)]
+    good = trials[(trials["loss_ratio"] <= tolerance + 1e-12) & ~trials["retried"]]
     at = good[np.isclose(good["offered_pps"], lower, rtol=1e-6)]
     pick = at if not at.empty else good[good["offered_pps"] <= lower * (1 + 1e-6)]
     if pick.empty:
@@ -96,6 +104,8 @@ def throughput_table(run: RunData) -> pd.DataFrame:
                 "method": s["method"], "repeat": int(s.get("repeat", 1)), "trials": int(res.get("trial_count", len(ut))),
                 "trial_seconds": float(res.get("trial_seconds", 0.0)),
                 "generator_limited": bool(res.get("generator_limited", False)),
+                "disturbed_trials": int(ut["disturbed"].sum()),
+                "disturbed_seconds": float(ut.loc[ut["disturbed"], "duration"].sum()),
                 "notes": "; ".join(res.get("notes", []))}
         if s["method"] == "maxrate" or not res.get("goals"):
             t = ut.iloc[-1] if not ut.empty else None
@@ -114,7 +124,8 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     columns = ["unit", *SCENARIO_COLUMNS, "shared_cores", "label", "method", "repeat", "goal", "loss_tolerance",
                "throughput_pps", "throughput_mpps", "throughput_gbps", "upper_pps", "upper_mpps", "relative_width", "trial_id",
                "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio", "latency_p50_us", "latency_p90_us",
-               "latency_p99_us", "trials", "trial_seconds", "generator_limited", "notes"]
+               "latency_p99_us", "trials", "trial_seconds", "generator_limited", "disturbed_trials",
+               "disturbed_seconds", "notes"]
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=columns)
@@ -166,6 +177,22 @@ def latency_table(run: RunData) -> pd.DataFrame:
                              "percentile": name, "latency_us": float(v) / 1e3})
     return pd.DataFrame(rows, columns=cols)
 
+def disturbed_table(run: RunData) -> pd.DataFrame:
+    """The trials host stalls disturbed (see module doc), in the order they ran."""
+    cols = ["unit", *SCENARIO_COLUMNS, "label", "phase", "offered_mpps", "lost_packets", "dut_stall_us",
+            "tester_stall_us", "steal_us", "retried", "disturbance"]
+    t = run.trials
+    if t.empty or not t["disturbed"].any():
+        return pd.DataFrame(columns=cols)
+    d = t[t["disturbed"]].copy()
+    d["lost_packets"] = d["tx_packets"] - d["rx_packets"]
+    d["steal_us"] = [sum(c.get("steal_us", 0.0) for c in json.loads(s).values()) if isinstance(s, str) else math.nan
+                     for s in d.get("stalls", pd.Series(None, index=d.index))]
+    for col in ("dut_stall_us", "tester_stall_us"):
+        if col not in d:
+            d[col] = math.nan
+    return d[cols].reset_index(drop=True)
+
 def search_path(run: RunData, repeats: Iterable[int] | None = (1,)) -> pd.DataFrame:
     """Every trial of the search units, in order (see module doc); ``repeats=None`` keeps all."""
     cols = ["unit", "scenario_key", "variant", "frame_size", "flows", "dut_cores", "label", "repeat", "step",
@@ -185,7 +212,8 @@ def search_path(run: RunData, repeats: Iterable[int] | None = (1,)) -> pd.DataFr
         g0 = goals[0]
         ut = t[t["unit"] == s["unit"]].copy()
         ut["step"] = range(1, len(ut) + 1)
-        ut["verdict"] = [_verdict(x, tolerances) for x in ut["loss_ratio"]]
+        ut["verdict"] = [_verdict(x, tolerances) if not retried else "disturbed, run again"
+                         for x, retried in zip(ut["loss_ratio"], ut["retried"])]
         ut["lower_mpps"] = (g0.get("lower_bound") or math.nan) / 1e6
         ut["upper_mpps"] = (g0.get("upper_bound") or math.nan) / 1e6
         if "attempt" not in ut:
