@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Is NDR reproducible on this machine? The same NDR search, N times with disturbance handling on
+(trials whose loss measured host stalls explain are run again, ``perfkit.stalls``) and N times off,
+alternately, on one testbed in one run.
+
+Default scenario: PGW-U uplink, 64-byte frames, 1,000,000 sessions over tenant VLANs (seed 001's
+set-up), 1 DUT core, where the DUT, not the generator, should set the limit. Per mode it prints each search's NDR bracket, the coefficient
+of variation of the NDRs, whether each result is consistent with every other (their brackets,
+each widened by its own width, overlap) and the disturbed trial count.
+
+    .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--sessions 1000000] [--duration 1] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tqdm import tqdm  # noqa: E402
+
+from perfkit.generators import create  # noqa: E402
+from perfkit.rate import Rate  # noqa: E402
+from perfkit.scenario import Scenario  # noqa: E402
+from perfkit.search import run_method  # noqa: E402
+
+MODES = {"on": 3, "off": 0}
+"""Disturbance handling: retries of a disturbed trial."""
+
+
+@dataclass
+class Search:
+    mode: str
+    ndr_pps: float | None
+    upper_pps: float | None
+    trials: int
+    disturbed: int
+    wall_s: float
+
+    @property
+    def width(self) -> float:
+        return (self.upper_pps or self.ndr_pps or 0.0) - (self.ndr_pps or 0.0)
+
+
+def consistent(a: Search, b: Search) -> bool:
+    """Whether two brackets, each widened by its own width, overlap."""
+    if a.ndr_pps is None or b.ndr_pps is None:
+        return False
+    lo_a, hi_a = a.ndr_pps - a.width, (a.upper_pps or a.ndr_pps) + a.width
+    lo_b, hi_b = b.ndr_pps - b.width, (b.upper_pps or b.ndr_pps) + b.width
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+def summary(searches: list[Search]) -> dict:
+    ndrs = [s.ndr_pps for s in searches if s.ndr_pps is not None]
+    cv = statistics.pstdev(ndrs) / statistics.mean(ndrs) if len(ndrs) > 1 else None
+    agree = [sum(consistent(s, o) for o in searches if o is not s) for s in searches]
+    return {"ndr_mpps": [None if n is None else n / 1e6 for n in (s.ndr_pps for s in searches)],
+            "cv": cv, "consistent_with_others": agree, "all_consistent": all(a == len(searches) - 1 for a in agree),
+            "disturbed_trials": sum(s.disturbed for s in searches), "trials": sum(s.trials for s in searches)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="searches per mode (default 5)")
+    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
+    ap.add_argument("--frame-size", type=int, default=64)
+    ap.add_argument("--sessions", type=int, default=1_000_000)
+    ap.add_argument("--no-vlan", action="store_true", help="untagged (at most 130,560 sessions)")
+    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s] (default 1)")
+    ap.add_argument("--max-rate", default="2Mpps", help="the search's maximum rate (default 2Mpps)")
+    ap.add_argument("--relative-width", type=float, default=0.02, help="search precision (default 0.02)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    sc = Scenario("pgwu", frame_size=args.frame_size,
+                  params={"direction": args.direction, "sessions": args.sessions, "vlan": not args.no_vlan})
+    params = {"duration": args.duration, "relative_width": args.relative_width,
+              "max_rate": Rate.parse(args.max_rate, sc.line_rate).pps(sc.wire_frame_size)}
+    order = [m for _ in range(args.runs) for m in MODES]  # alternate: drifts hit both modes alike
+    results: dict[str, list[Search]] = {m: [] for m in MODES}
+    with create("xdp", sc) as gen:
+        for mode in tqdm(order, desc="NDR searches", file=sys.stderr):
+            gen.disturbed_retries = MODES[mode]
+            r = run_method("ndr", gen, params)
+            results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
+                                        r.wall_seconds))
+    out = {"scenario": sc.key, "params": params, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
+                                                     for m, s in results.items()}}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"NDR of {sc.key}, {args.runs} searches per mode, alternating, {args.duration:g} s trials")
+    for mode, s in results.items():
+        d = out[mode]
+        ndrs = ", ".join("-" if n is None else f"{n:.4f}" for n in d["ndr_mpps"])
+        cv = "-" if d["cv"] is None else f"{d['cv'] * 100:.1f} %"
+        print(f"handling {mode:3s}: NDR [Mpps] {ndrs}; CV {cv}; consistent with the others: "
+              f"{d['consistent_with_others']} of {args.runs - 1}; disturbed trials {d['disturbed_trials']} "
+              f"of {d['trials']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
