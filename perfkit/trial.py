@@ -88,6 +88,20 @@ class TrialResult:
     """Busy fraction (0..1) of each DUT kernel thread (threaded NAPI, cpumap), by thread name."""
     bpf_ns_per_packet: float | None = None
     """Mean run time of the DUT's XDP program(s) per packet [ns] (kernel BPF stats)."""
+    dut_ns_per_packet: float | None = None
+    """The DUT's cost: CPU time of its packet threads (threaded NAPI and cpumap kthreads on the DUT
+    cores, ``/proc/<tid>/schedstat``, host steal excluded) per packet its program processed [ns]."""
+    kernel_ns_per_packet: float | None = None
+    """``dut_ns_per_packet - bpf_ns_per_packet`` [ns]: the kernel's path around the program (NAPI
+    polling, veth, redirect, wake-ups)."""
+    dut_busy: float | None = None
+    """Share of the DUT cores' time its packet threads ran [0..1] (their CPU time over the trial
+    window times the DUT cores)."""
+    dut_capacity_pps: float | None = None
+    """Packets per second the DUT cores could process at 100 % busy at this per-packet cost:
+    ``dut_cores * 1e9 / dut_ns_per_packet`` [pps]. At a partial load the cost includes the
+    wake-ups a saturated DUT does not pay, so the estimate is a lower bound there; it is closest
+    to the truth from trials where the DUT was nearly busy (``dut_busy`` near 1)."""
     shared_cores: bool = False
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
     stalls: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -224,7 +238,8 @@ class TrialResult:
         for name in ("shared_cores", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
-        for name in ("dut_stall_us", "tester_stall_us", "sink_gap_us", "gen_slip_us"):
+        for name in ("dut_stall_us", "tester_stall_us", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
+                     "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)
@@ -269,6 +284,10 @@ RECORD_COLUMNS = {
     "cpu_modes": "JSON {cpu: {mode: fraction}} over all CPUs (/proc/stat); see RunStore.cpu_frame",
     "dut_kthread_cpu": "JSON {kthread: busy fraction}",
     "bpf_ns_per_packet": "DUT XDP program run time per packet [ns]",
+    "dut_ns_per_packet": "CPU time of the DUT's packet threads per packet processed [ns]",
+    "kernel_ns_per_packet": "dut_ns_per_packet - bpf_ns_per_packet: the kernel path [ns]",
+    "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
+    "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "shared_cores": "DUT and generator shared a core",
     "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us}}",
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",

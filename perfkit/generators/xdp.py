@@ -15,21 +15,24 @@ the machine has no CPU left for the tester, it shares a DUT core and ``shared_co
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
 import time
 from pathlib import Path
 
 from perfkit import cpustat, stalls
 from perfkit.dataplane import Traffic
-from perfkit.errors import ConfigError
+from perfkit.errors import BpfError, ConfigError
 from perfkit.generators.base import Generator
-from perfkit.libbpf import BpfStats
+from perfkit.libbpf import BpfObject, BpfStats
+from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
 from perfkit.testbed.dut import Dut
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
-from perfkit.testbed.topology import Testbed
+from perfkit.testbed.topology import Testbed, xdp_max_mtu
 from perfkit.trial import TrialResult
 from perfkit.units import FCS_LEN
 
@@ -69,6 +72,43 @@ def needed_mtu(profile: Traffic) -> int:
     return max(1500, biggest - 14)
 
 
+@functools.lru_cache(maxsize=None)
+def live_frame_max() -> int:
+    """The largest frame (without FCS) BPF_PROG_TEST_RUN sends in live-frames mode here: it must fit
+    a page-pool page with the kernel's bookkeeping (3408 bytes on x86-64 Linux 6.x). Probed once."""
+    with BpfObject(BUILD_DIR / "drop.o") as obj:
+        prog, lo, hi = obj.program("xdp_drop"), 14, 4096
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                prog.run_live(bytes(mid), 1)
+                lo = mid
+            except BpfError:
+                hi = mid - 1
+        return lo
+
+
+def check_frame_size(scenario: Scenario, profile: Traffic) -> None:
+    """Refuse a frame size the xdp testbed cannot carry: the generator sends frames of at most
+    ``live_frame_max`` bytes, and native XDP on veth takes an MTU of at most ``xdp_max_mtu``."""
+    over = max(needed_mtu(profile) - xdp_max_mtu(), profile.wire_frame_size - FCS_LEN - live_frame_max())
+    if over > 0:
+        raise ConfigError("frame_size", scenario.frame_size,
+                          f"<= {scenario.frame_size - over} bytes for this {scenario.dp.title} traffic on the xdp "
+                          f"testbed (the generator sends frames up to {live_frame_max()} bytes, native XDP on veth "
+                          f"takes an MTU up to {xdp_max_mtu()}: one page each)")
+
+
+def dut_cost(thread_ns: int, packets: int, bpf_ns: int, window_ns: int, cores: int) -> dict[str, float | None]:
+    """The DUT-cost fields of ``TrialResult`` from its packet threads' CPU time [ns], the packets its
+    program processed, the program's run time [ns] and the window [ns] on ``cores`` DUT cores."""
+    if packets <= 0 or thread_ns <= 0:
+        return {"dut_busy": thread_ns / (window_ns * cores) if window_ns > 0 else None}
+    per_packet = thread_ns / packets
+    return {"dut_ns_per_packet": per_packet, "kernel_ns_per_packet": per_packet - bpf_ns / packets,
+            "dut_busy": thread_ns / (window_ns * cores), "dut_capacity_pps": cores * 1e9 / per_packet}
+
+
 class XdpGenerator(Generator):
     """Local testbed + the dataplane + XDP generator and sink, prepared for one scenario."""
 
@@ -86,6 +126,7 @@ class XdpGenerator(Generator):
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
         self.capture_path = Path(capture) if capture else None
         self.capture_count = max(capture_count, 1)
+        check_frame_size(scenario, self.profile)  # before the testbed: a size veth cannot carry is refused
         self.testbed = Testbed(testbed_id=testbed_id, mtu=mtu or needed_mtu(self.profile))
         self.dut: Dut | None = None
         self.sink: Sink | None = None
@@ -113,20 +154,34 @@ class XdpGenerator(Generator):
             self.close()
             raise
 
+    @staticmethod
+    def check_scenario(scenario: Scenario) -> None:
+        """Refuse, before any testbed comes up, a scenario this generator cannot run (campaigns check
+        every scenario with it before they start)."""
+        check_frame_size(scenario, scenario.traffic())
+
     # -- one trial -------------------------------------------------------------------------------
     def measure(self, rate_pps: float | None, duration: float, packets: int | None = None) -> TrialResult:
         assert self.gen and self.sink and self.dut
+        if rate_pps is not None and not (rate_pps > 0 and math.isfinite(rate_pps)):
+            raise ConfigError("rate", rate_pps, "a positive number of packets/s, or None (as fast as possible)")
+        if not (duration > 0 and math.isfinite(duration)):  # nan, inf, 0 and negative would never end or wrap
+            raise ConfigError("duration", duration, "a positive number of seconds")
+        if packets is not None and (isinstance(packets, bool) or not isinstance(packets, int) or packets < 1):
+            raise ConfigError("packets", packets, "an integer >= 1")  # the quota is unsigned in the program
         self.sink.reset(self.capture_count)
         self.gen.reset()
         dut0 = self.dut.counters()
         links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
+        threads0, window0 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
         with BpfStats():
             rt0 = self.dut.runtime()
             sent = self.gen.send(rate_pps, duration, packets)
             self._drain()
             rt1 = self.dut.runtime()
+        threads1, window1 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
         stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
                    if self.stalls and mark else {})
@@ -164,6 +219,8 @@ class XdpGenerator(Generator):
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
             dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
             shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
+            **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
+                       window1 - window0, len(self.dut_cores)),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
         result.disturbance = stalls.disturbance(result, RING_FRAMES, self.dut_cores, self.tester_cores)
         result.disturbed = bool(result.disturbance)
