@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from perfkit import dataplanes
 from perfkit.scenario import Scenario, scenario_key
 from perfkit.units import L1_OVERHEAD, l1_bps
@@ -243,6 +245,20 @@ class TrialResult:
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)
+
+
+#: Relative shortfall of the offered rate below the intended one that counts (beyond the rounding
+#: of packet counts): below it a trial is judged at the intended rate.
+OFFER_EPS = 1e-3
+
+
+def judged_pps(tx_pps: Any, intended_pps: Any) -> Any:
+    """The rate [pps] a trial is judged at: what was really offered if clearly less than intended
+    (by more than ``OFFER_EPS``), else the intended rate. Scalars or arrays; searches and the
+    analysis of stored runs both use it, so a figure always finds the trial it rests on."""
+    short = (np.asarray(tx_pps) > 0) & (np.asarray(tx_pps) < np.asarray(intended_pps) * (1 - OFFER_EPS))
+    out = np.where(short, tx_pps, intended_pps)
+    return float(out) if out.ndim == 0 else out
 
 
 def _isnum(v: Any) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 
 import numpy as np
 import pandas as pd
@@ -246,3 +247,36 @@ def test_disturbed_trials_are_shown_and_never_carry_a_figure(tmp_path):
     path = analysis.search_path(run)
     assert path["verdict"].tolist()[1] == "disturbed, run again"
     assert any("1 trial(s) lost frames to measured host stalls" in n for n in analysis.run_notes(run))
+
+
+def test_a_search_judged_at_a_slightly_short_offer_finds_its_figure_trial(tmp_path):
+    """The generator offers 2 % less than asked: the search judges trials at the offered rate, and
+    the stored run's NDR row must rest on the same trial (once a 5 % rule in the analysis and a
+    0.1 % rule in the searches left NDR rows without a trial, and NaN figures)."""
+    from perfkit.search import BinarySearch, binary_search
+
+    class ShortOffer:
+        scenario = Scenario(params={"direction": "ul"}, frame_size=64)
+
+        def measure(self, rate, duration):
+            tx = int(rate * duration * 0.98)
+            rx = tx if tx / duration <= 1e6 else int(tx * 0.9)
+            r = _result("", 64, rate, 0.5)
+            r.trial_id, r.duration, r.elapsed = str(uuid.uuid4()), duration, duration
+            r.intended_packets, r.tx_packets, r.rx_packets, r.method = int(rate * duration), tx, rx, "ndr"
+            return r
+
+    store = RunStore.create("short", tmp_path)
+    res = binary_search(ShortOffer(), BinarySearch(max_rate=2e6, duration=1.0, relative_width=0.01),
+                        on_trial=store.append)
+    store.write_search("u", {"unit": "u", "scenario": {"dataplane": "pgwu", "frame_size": 64, "flows": 1,
+                                                       "dut_cores": 1, "params": {"direction": "ul"}},
+                             "scenario_key": "pgwu-ul-64B-1flow-1core", "method": "ndr", "label": "ndr",
+                             "repeat": 1, "result": res.to_dict(with_trials=False),
+                             "trial_ids": [t.trial_id for t in res.trials]})
+    tp = analysis.throughput_table(analysis.load_run("short", tmp_path))
+    row = tp[tp["goal"] == "ndr"].iloc[0]
+    assert row["throughput_pps"] == res.lower_bound and 0.98e6 < res.lower_bound <= 1e6
+    assert row["offered_mpps"] * 1e6 == pytest.approx(res.lower_bound)   # the trial at the bound itself
+    assert row["trial_id"] in {t.trial_id for t in res.trials if t.loss_ratio == 0}
+    assert not tp[["throughput_mpps", "rx_mpps", "rx_gbps", "loss_ratio"]].isna().any().any()

@@ -10,7 +10,8 @@ from campaigns) and
     params       str    JSON {name: value} of the dataplane's scenario parameters, one column each too
     unit, label  str    the campaign unit and its method label (``<scenario>__<method>`` outside campaigns)
     repeat       int    the unit's repeat (1 outside campaigns)
-    offered_pps  float  the rate the trial is judged at: intended, or offered if the generator fell short
+    offered_pps  float  the rate the trial is judged at (``trial.judged_pps``, as the searches judge it):
+                        intended, or offered if the generator fell short
     offered_mpps, tx_mpps, rx_mpps  float  [Mpps];  tx_gbps, rx_gbps  float  L1 [Gbit/s]
     in_result    bool   the trial is part of its unit's final search (False: a superseded trial)
     disturbed    bool   host stalls explained its loss (``perfkit.stalls``); False for old records
@@ -28,7 +29,7 @@ import pandas as pd
 
 from perfkit import dataplanes
 from perfkit.store import DEFAULT_ROOT, RunStore
-from perfkit.trial import TrialResult
+from perfkit.trial import TrialResult, judged_pps
 
 #: The columns that say which scenario a row belongs to, in every frame of this package.
 SCENARIO_COLUMNS = ["scenario_key", "dataplane", "variant", "frame_size", "flows", "flow_mode", "dut_cores"]
@@ -97,8 +98,7 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     repeats = {s["unit"]: s.get("repeat", 1) for s in searches}
     df["label"] = [labels.get(u, m) for u, m in zip(df["unit"], df["method_name"])]
     df["repeat"] = [int(repeats.get(u, 1)) for u in df["unit"]]
-    limited = df["tx_pps"] < df["intended_pps"] * 0.95
-    df["offered_pps"] = np.where(limited, df["tx_pps"], df["intended_pps"])
+    df["offered_pps"] = judged_pps(df["tx_pps"].to_numpy(), df["intended_pps"].to_numpy())
     df["offered_mpps"] = df["offered_pps"] / 1e6
     df["tx_mpps"] = df["tx_pps"] / 1e6
     df["rx_mpps"] = df["rx_pps"] / 1e6

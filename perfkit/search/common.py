@@ -29,12 +29,10 @@ from tqdm import tqdm
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import TrialResult
+from perfkit.trial import TrialResult, judged_pps
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05
-#: Relative shortfall below which the offered rate counts as the intended one (packet rounding).
-OFFER_EPS = 1e-3
 #: Relative tolerance used when comparing rates computed along different paths.
 RATE_EPS = 1e-9
 #: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
@@ -91,11 +89,8 @@ def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:
 
 # -- judging a trial ---------------------------------------------------------------------------
 def offered_rate(trial: TrialResult) -> float:
-    """The rate [pps] a trial is judged at: what was really offered if clearly less than intended
-    (beyond rounding of packet counts: ``OFFER_EPS``), else the intended rate."""
-    if 0 < trial.tx_pps < trial.intended_pps * (1 - OFFER_EPS):
-        return trial.tx_pps
-    return trial.intended_pps
+    """The rate [pps] a trial is judged at (``perfkit.trial.judged_pps``)."""
+    return judged_pps(trial.tx_pps, trial.intended_pps)
 
 
 def generator_limited(trial: TrialResult) -> bool:
