@@ -83,14 +83,41 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
         return _empty(title, f"no {goal} results in this run")
     d = _variants(d)
     many_cores = d["dut_cores"].nunique() > 1
+    order, hue_order = sorted(d["frame_size"].unique()), sorted(d["variant"].unique())
     g = sns.catplot(data=d, kind="bar", x="frame_size", y=value, hue="variant", col="flow_mode",
                     row="dut_cores" if many_cores else None, errorbar="sd", height=3.4, aspect=1.4,
+                    order=order, hue_order=hue_order,
                     col_order=[m for m in ("single", "multi") if m in set(d["flow_mode"])], sharey=True)
     g.set_axis_labels(LABELS["frame_size"], LABELS.get(value, value))
     g.set_titles(row_template="{row_name} DUT core(s)", col_template="{col_name} flow")
+    marked = _mark_lower_bounds(g, d, order, hue_order, "dut_cores" if many_cores else None)
     _move_legend(g, "")
+    if marked and g.legend is not None:
+        g.legend.remove()
+        handles = [Patch(facecolor=c, label=v) for v, c in zip(hue_order, sns.color_palette(n_colors=len(hue_order)))]
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="≥: a lower bound (the generator\n"
+                             "or the maximum rate set it,\nnot the DUT)"))
+        g.figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     _title(g.figure, title, subtitle)
     return g.figure
+
+
+def _mark_lower_bounds(g: sns.FacetGrid, d: pd.DataFrame, order: list, hue_order: list, row: str | None) -> bool:
+    """Hatch the bars whose figure is only a lower bound (``at_least``) and write ``≥`` above them."""
+    if "at_least" not in d or not d["at_least"].any():
+        return False
+    for key, ax in g.axes_dict.items():
+        row_val, col_val = key if row else (None, key)
+        facet = d[d["flow_mode"] == col_val] if row is None else d[(d["flow_mode"] == col_val) & (d[row] == row_val)]
+        for hue_val, bars in zip(hue_order, ax.containers):
+            for x_val, bar in zip(order, bars):
+                rows = facet[(facet["variant"] == hue_val) & (facet["frame_size"] == x_val)]
+                if not rows.empty and rows["at_least"].any():
+                    bar.set_hatch("//")
+                    bar.set_edgecolor("black")
+                    ax.annotate("≥", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                                va="bottom", fontsize=9)
+    return True
 
 
 def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle: str = "") -> Figure:

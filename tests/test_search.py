@@ -400,6 +400,42 @@ def test_a_generator_that_falls_short_everywhere_does_not_drag_the_search_down(s
         res = ndrpdr(gen, NdrPdr(goals=(0.0,), max_rate=3 * T, final_duration=2.0, max_trials=60))
     else:
         res = binary_search(gen, BinarySearch(max_rate=3 * T, duration=1.0))
-    assert res.generator_limited
+    # short by a few % everywhere, yet never at its ceiling: the DUT set the bound
+    assert not res.generator_limited and res.limited_by == "dut"
+    assert any("fell short" in n for n in res.notes)
     assert res.lower_bound is not None and res.lower_bound >= 0.9 * T  # judged at offered rates
     assert res.trial_count < 60
+
+
+@pytest.mark.parametrize("threshold, max_offer, limit", [
+    (1e6, None, "dut"),           # the DUT loses above 1 Mpps, the generator reaches the line rate
+    (1e6, 0.5e6, "generator"),    # the generator tops out before the DUT loses anything
+    (20e6, None, "max rate"),     # nothing lost up to the line rate
+])
+def test_every_figure_says_what_limited_it(threshold, max_offer, limit):
+    sc = Scenario(params={"direction": "ul"}, frame_size=64)
+    with SimGenerator(sc, "sharp", threshold=threshold, max_offer=max_offer) as gen:
+        ndr = binary_search(gen, BinarySearch(duration=1.0, relative_width=0.01))
+        mr = max_rate(gen, MaxRate(duration=1.0))
+    assert ndr.limited_by == ndr.goals[0].limited_by == limit
+    assert ndr.generator_limited == (limit == "generator") and mr.generator_limited == (limit == "generator")
+    assert mr.limited_by == limit
+    assert ndr.to_dict()["goals"][0]["limited_by"] == limit
+
+
+def test_a_bound_set_by_disturbed_loss_says_host_stalls():
+    class Stalled:
+        scenario = Scenario(params={"direction": "ul"}, frame_size=64)
+        disturbed_retries = 1
+
+        def measure(self, rate, duration):
+            n = int(rate * duration)
+            lost = n // 100 if rate > 0.5e6 else 0      # above 0.5 Mpps every trial overflows a ring ...
+            return TrialResult(dataplane="pgwu", frame_size=64, wire_frame_size=100, flows=1, dut_cores=1,
+                               generator="test", duration=duration, intended_pps=rate, intended_packets=n,
+                               tx_packets=n, rx_packets=n - lost, elapsed=duration,
+                               disturbed=bool(lost), disturbance="stalled" if lost else "")  # ... in a stall
+
+    res = binary_search(Stalled(), BinarySearch(max_rate=1e6, duration=1.0, relative_width=0.05))
+    assert res.limited_by == "host stalls" and not res.generator_limited
+    assert res.disturbed_trials >= 2 and res.lower_bound <= 0.5e6

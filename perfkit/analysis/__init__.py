@@ -20,13 +20,14 @@ from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, TARGET_UNITS, WEAK
 from perfkit.analysis.notes import run_notes
 from perfkit.analysis.run import (SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_summary, trial_frame,
                                   variant_label)
-from perfkit.analysis.throughput import (PERCENTILES, disturbed_table, goals, latency_table, search_path,
-                                         search_table, throughput_pivot, throughput_table)
+from perfkit.analysis.throughput import (PERCENTILES, disturbed_table, goals, latency_table, limits_table,
+                                         search_path, search_table, throughput_pivot, throughput_table)
 
 __all__ = [
     "FEATURES", "FEATURE_UNITS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
     "CpuModels", "CpuSource", "LinearFit", "RunData", "capacity_pivot", "capacity_table", "capacity_tables",
     "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_per_trial", "disturbed_table",
-    "fit_cpu_models", "fit_linear", "frame_sizes", "goals", "latency_table", "load_run", "run_notes", "run_summary",
-    "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame", "variant_label",
+    "fit_cpu_models", "fit_linear", "frame_sizes", "goals", "latency_table", "limits_table", "load_run",
+    "run_notes", "run_summary", "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",
+    "variant_label",
 ]

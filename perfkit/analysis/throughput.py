@@ -9,7 +9,11 @@
     trial_id              the trial behind the figure (maxrate: it; searches: the good one at the bound)
     offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
     latency_p50_us, latency_p90_us, latency_p99_us  of that trial [us] (NaN if not measured)
-    trials, trial_seconds, generator_limited, notes
+    trials, trial_seconds, notes
+    limited_by            what set the figure: dut, generator, host stalls or max rate (``search.LIMITS``)
+    at_least              the figure is only a lower bound of the DUT's capacity (the generator or the
+                          maximum rate, not the DUT, set it): plots hatch it, tables write ``≥``
+    generator_limited     ``limited_by == "generator"``
     disturbed_trials      trials of the unit whose loss host stalls explained (run again)
     disturbed_seconds     their traffic time [s]
 
@@ -36,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
+from perfkit.search.common import LIMITS, OFFER_SHORTFALL
 from perfkit.units import L1_OVERHEAD
 
 #: Latency percentiles shown, as (column suffix, label).
@@ -54,6 +59,24 @@ def _figure_trial(trials: pd.DataFrame, lower: float | None, tolerance: float) -
     if pick.empty:
         return None
     return pick.sort_values(["duration", "offered_pps"]).iloc[-1]
+
+def _maxrate_limit(t: pd.Series | None) -> str:
+    """What limited a max-rate figure stored before searches said (``SearchResult.limited_by``)."""
+    if t is None:
+        return ""
+    if t["tx_packets"] > t["rx_packets"]:
+        return "host stalls" if t["disturbed"] else "dut"
+    seconds = t["elapsed"] if t["elapsed"] > 0 else t["duration"]
+    return "generator" if t["tx_packets"] / seconds < t["intended_pps"] * (1 - OFFER_SHORTFALL) else "max rate"
+
+
+def _goal_limit(res: dict[str, Any], lower: float | None, upper: float | None, trials: pd.DataFrame) -> str:
+    """The same for a search goal: at the generator's best offer, nothing lost, or the DUT."""
+    best = trials["offered_pps"].max() if not trials.empty else math.nan
+    if res.get("generator_limited") and lower is not None and lower >= best * (1 - OFFER_SHORTFALL):
+        return "generator"
+    return "max rate" if upper is None else "dut"
+
 
 def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:
     keys = ("trial_id", "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio")
@@ -103,14 +126,14 @@ def throughput_table(run: RunData) -> pd.DataFrame:
                 "shared_cores": bool(s.get("shared_cores", False)), "label": s.get("label", s["method"]),
                 "method": s["method"], "repeat": int(s.get("repeat", 1)), "trials": int(res.get("trial_count", len(ut))),
                 "trial_seconds": float(res.get("trial_seconds", 0.0)),
-                "generator_limited": bool(res.get("generator_limited", False)),
                 "disturbed_trials": int(ut["disturbed"].sum()),
                 "disturbed_seconds": float(ut.loc[ut["disturbed"], "duration"].sum()),
                 "notes": "; ".join(res.get("notes", []))}
         if s["method"] == "maxrate" or not res.get("goals"):
             t = ut.iloc[-1] if not ut.empty else None
             row = {**base, "goal": "max", "loss_tolerance": math.nan, "throughput_pps": res.get("lower_bound"),
-                   "upper_pps": res.get("upper_bound"), "relative_width": math.nan}
+                   "upper_pps": res.get("upper_bound"), "relative_width": math.nan,
+                   "limited_by": res.get("limited_by") or _maxrate_limit(t)}
             _row_from_trial(row, t)
             rows.append(row)
             continue
@@ -118,17 +141,20 @@ def throughput_table(run: RunData) -> pd.DataFrame:
             lower, upper = g.get("lower_bound"), g.get("upper_bound")
             row = {**base, "goal": g["name"], "loss_tolerance": g["loss_tolerance"], "throughput_pps": lower,
                    "upper_pps": upper,
-                   "relative_width": (upper - lower) / upper if lower is not None and upper else math.nan}
+                   "relative_width": (upper - lower) / upper if lower is not None and upper else math.nan,
+                   "limited_by": g.get("limited_by") or _goal_limit(res, lower, upper, ut)}
             _row_from_trial(row, _figure_trial(ut, lower, g["loss_tolerance"]))
             rows.append(row)
     columns = ["unit", *SCENARIO_COLUMNS, "shared_cores", "label", "method", "repeat", "goal", "loss_tolerance",
                "throughput_pps", "throughput_mpps", "throughput_gbps", "upper_pps", "upper_mpps", "relative_width", "trial_id",
                "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio", "latency_p50_us", "latency_p90_us",
-               "latency_p99_us", "trials", "trial_seconds", "generator_limited", "disturbed_trials",
-               "disturbed_seconds", "notes"]
+               "latency_p99_us", "trials", "trial_seconds", "limited_by", "at_least", "generator_limited",
+               "disturbed_trials", "disturbed_seconds", "notes"]
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=columns)
+    df["at_least"] = df["limited_by"].isin(["generator", "max rate"])
+    df["generator_limited"] = df["limited_by"] == "generator"
     df["throughput_pps"] = pd.to_numeric(df["throughput_pps"], errors="coerce")
     df["upper_pps"] = pd.to_numeric(df["upper_pps"], errors="coerce")
     df["throughput_mpps"] = df["throughput_pps"] / 1e6
@@ -147,12 +173,28 @@ def goals(tp: pd.DataFrame) -> list[str]:
     found = list(dict.fromkeys(tp["goal"])) if not tp.empty else []
     return sorted(found, key=lambda g: (g != "max", g != "ndr", g))
 
-def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps") -> pd.DataFrame:
-    """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (variant, flow mode)."""
+def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps", mark: bool = False) -> pd.DataFrame:
+    """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (variant, flow
+    mode); ``mark``: as text, ``≥`` before a figure that is only a lower bound (``at_least``)."""
     if tp.empty:
         return pd.DataFrame()
-    return tp.pivot_table(index=["goal", "dut_cores", "frame_size"], columns=["variant", "flow_mode"],
-                          values=value, aggfunc="mean")
+    index, columns = ["goal", "dut_cores", "frame_size"], ["variant", "flow_mode"]
+    values = tp.pivot_table(index=index, columns=columns, values=value, aggfunc="mean")
+    if not mark:
+        return values
+    at_least = tp.pivot_table(index=index, columns=columns, values="at_least", aggfunc="max").reindex_like(values)
+    text = values.map(lambda x: "" if pd.isna(x) else f"{x:.3f}")
+    return text.where(~at_least.fillna(False).astype(bool), "≥" + text)
+
+def limits_table(tp: pd.DataFrame) -> pd.DataFrame:
+    """Per goal, how many figures each side limited: goal, figures, and one column per ``LIMITS``."""
+    cols = ["goal", "figures", *LIMITS]
+    if tp.empty:
+        return pd.DataFrame(columns=cols)
+    counts = pd.crosstab(tp["goal"], tp["limited_by"]).reindex(columns=list(LIMITS), fill_value=0)
+    counts.insert(0, "figures", counts.sum(axis=1))
+    order = [g for g in goals(tp) if g in counts.index]
+    return counts.loc[order].reset_index()[cols]
 
 def latency_table(run: RunData) -> pd.DataFrame:
     """Latency percentiles, tidy (see module doc): latency-method trials, else the figure trials."""

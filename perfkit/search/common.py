@@ -15,6 +15,17 @@ not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) 
 every trial is judged at the rate really offered (never above the intended one). Once asking for
 clearly more than the generator ever offered gets no more, that is its capacity: searches then
 never ask for more (the generator, not the DUT, is the limit) and say so (``generator_limited``).
+
+Every figure says what limited it (``LIMITS``, in ``Bounds.limited_by`` and
+``SearchResult.limited_by``):
+
+- ``generator``: the figure reached the generator's capacity (a search's bound at its ceiling, or
+  a max-rate trial that lost nothing while the generator offered less than asked): the DUT can do
+  at least this much -- a lower bound, never a DUT figure;
+- ``dut``: the DUT lost frames just above it, with no host stall to explain the loss;
+- ``host stalls``: the loss that set it was explained by measured host stalls (disturbed trials
+  whose retries ran out);
+- ``max rate``: nothing was lost up to the highest rate asked for (the line rate by default).
 """
 from __future__ import annotations
 
@@ -35,6 +46,8 @@ from perfkit.trial import TrialResult, judged_pps
 OFFER_SHORTFALL = 0.05
 #: Relative tolerance used when comparing rates computed along different paths.
 RATE_EPS = 1e-9
+#: What can limit a figure (see the module doc).
+LIMITS = ("dut", "generator", "host stalls", "max rate")
 #: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
 DISTURBED_RETRIES = 3
 
@@ -125,6 +138,8 @@ class Bounds:
     upper_bound: float | None
     """Lowest rate judged bad [pps]; None if nothing up to the maximum rate was bad."""
     notes: list[str] = field(default_factory=list)
+    limited_by: str = ""
+    """What set the bound (``LIMITS``); filled in when the search ends."""
 
     @property
     def relative_width(self) -> float | None:
@@ -163,6 +178,8 @@ class SearchResult:
     """True if at least one trial could not be offered at its intended rate."""
     wall_seconds: float = 0.0
     """Time the search took, overheads included [s]."""
+    limited_by: str = ""
+    """What limited the main figure (``LIMITS``; for searches, the first goal's)."""
 
     @property
     def trial_count(self) -> int:
@@ -197,6 +214,7 @@ class SearchResult:
             "trial_count": self.trial_count, "trial_seconds": self.trial_seconds,
             "disturbed_trials": self.disturbed_trials, "disturbed_seconds": self.disturbed_seconds,
             "wall_seconds": self.wall_seconds, "generator_limited": self.generator_limited,
+            "limited_by": self.limited_by,
             "goals": [g.to_dict() for g in self.goals], "params": dict(self.params),
             "notes": list(self.notes),
         }
@@ -307,10 +325,38 @@ class TrialLog:
                     "rates above that were not tested"] if self.ceiling is not None else
                    [f"the generator fell short of the intended rate in {self.shortfalls} trial(s); "
                     "they were judged at the rate really offered"] if self.shortfalls else [])
+        goals = goals or []
+        for g in goals:
+            g.limited_by = self.limit(g.lower_bound, g.upper_bound, g.loss_tolerance)
+        if goals:
+            limit = goals[0].limited_by
+        elif method == "maxrate" and self.trials:
+            limit = self.maxrate_limit(self.trials[-1])
+        else:
+            limit = self.limit(lower, upper, 0.0)
         return SearchResult(
             method=method, lower_bound=lower, upper_bound=upper, trials=list(self.trials),
-            goals=goals or [], params=dataclasses.asdict(params), notes=self.notes + limited + (notes or []),
-            generator_limited=self.shortfalls > 0, wall_seconds=self.wall_seconds)
+            goals=goals, params=dataclasses.asdict(params), notes=self.notes + limited + (notes or []),
+            generator_limited=limit == "generator" or any(g.limited_by == "generator" for g in goals),
+            wall_seconds=self.wall_seconds, limited_by=limit)
+
+    def limit(self, lower: float | None, upper: float | None, loss_tolerance: float) -> str:
+        """What set a bound (``LIMITS``): the generator's ceiling, nothing lost up to the maximum
+        rate, or the loss just above it -- the DUT's own, or host stalls'."""
+        if self.ceiling is not None and lower is not None and lower >= self.ceiling * (1 - OFFER_SHORTFALL):
+            return "generator"
+        if upper is None:
+            return "max rate"
+        bad = [t for t in self.trials if abs(offered_rate(t) - upper) <= upper * RATE_EPS * 10
+               and t.loss_ratio > loss_tolerance]
+        return "host stalls" if bad and all(t.disturbed for t in bad) else "dut"
+
+    @staticmethod
+    def maxrate_limit(trial: TrialResult) -> str:
+        """What limited a max-rate trial's received rate."""
+        if trial.lost_packets > 0:
+            return "host stalls" if trial.disturbed else "dut"
+        return "generator" if generator_limited(trial) else "max rate"
 
 
 def goal_name(loss_tolerance: float) -> str:
