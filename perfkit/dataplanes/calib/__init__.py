@@ -1,0 +1,111 @@
+"""The calibrated DUT: an XDP program that costs a configured, known amount of work per packet and
+forwards (``bpf/calib.bpf.c``). It is the test suite's reference: run at several amounts of work,
+the measurement pipeline must recover the known cost per packet (issue 10, part 5).
+
+- ``control``: load ``bpf/calib.bpf.c``, configure it (egress port, Ethernet addresses, work), read
+  its counters;
+- ``model``: the independent reference model (what the program must emit for a frame);
+- ``traffic``: the frames a scenario offers (scapy) and their field engine;
+- ``calibration``: ``calibrate()``, the cost of one work iteration by prog-bench (the slope every
+  other measurement must reproduce);
+- ``layouts``: the mirror of ``bpf/include/calib_kern_user.h``.
+
+Scenario parameter: ``work_iterations`` (N: iterations of a small ``bpf_loop`` callback per packet,
+0 = forward only). It is also the variant: each N is its own curve in plots and tables. (Not called
+``work``: generic modules may not name a dataplane's parameters, ``tests/test_seam.py``, and they
+use that word.) ``frame_size`` is the Ethernet frame, FCS included; it leaves the DUT unchanged but
+for its Ethernet addresses. Scenario keys end in ``w<N>``: ``calib-64B-1flow-1core-w100``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplanes.calib.calibration import DEFAULT_WORKS, Calibration, Line, bench_work, calibrate, fit_line
+from perfkit.dataplanes.calib.control import Calib, CalibConfig
+from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
+from perfkit.dataplanes.calib.model import FWD, check_output, emit
+from perfkit.dataplanes.calib.traffic import CalibTraffic
+from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+
+__all__ = ["DATAPLANE", "DEFAULT_WORKS", "FWD", "Calib", "CalibConfig", "CalibDataplane", "CalibDut", "CalibTraffic",
+           "Calibration", "Line", "bench_work", "calibrate",
+           "fit_line"]
+
+
+class CalibDut(DutProgram):
+    """The calibrated DUT configured for a traffic profile: its work per packet, and frames leaving
+    by the port the offered frames do not enter."""
+
+    def __init__(self, traffic: CalibTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
+        #: What the DUT was set up to do: the reference for checking what it emits.
+        self.config = traffic.dut_config(ifindex_a, ifindex_b)
+        self.traffic = traffic
+        self.calib = Calib.load(attach_type=BPF_XDP_CPUMAP if cpumap else None)
+        try:
+            self.calib.configure(self.config)
+        except BaseException:
+            self.calib.close()
+            raise
+
+    @property
+    def program(self) -> Program:
+        return self.calib.program
+
+    def counters(self) -> dict[str, int]:
+        return {k: v.packets for k, v in self.calib.stats().items()}
+
+    def close(self) -> None:
+        self.calib.close()
+
+
+class CalibDataplane(Dataplane):
+    name = "calib"
+    title = "Calibrated DUT"
+    params = (
+        Param("work_iterations", 0, "work per packet: iterations of the program's bpf_loop (0: forward only)",
+              kind=int, minimum=0, maximum=CALIB_MAX_WORK),
+    )
+    variant = "work_iterations"
+    forward_counters = frozenset({FWD})
+    steer_key = "flow"
+    frame_size_doc = "frame size [bytes], FCS included (it leaves the DUT the same size)"
+
+    def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        return [], [f"w{params['work_iterations']}"]
+
+    def variant_label(self, value: Any) -> str:
+        return f"N = {value} work iterations"
+
+    def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> CalibTraffic:
+        return CalibTraffic(frame_size=frame_size, flows=flows, config=CalibConfig(work=int(params["work_iterations"])))
+
+    def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> CalibDut:
+        assert isinstance(traffic, CalibTraffic)
+        return CalibDut(traffic, ifindex_a, ifindex_b, cpumap)
+
+    def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
+        assert isinstance(traffic, CalibTraffic)
+        return emit(frame, traffic.dut_config())
+
+    def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
+        assert isinstance(traffic, CalibTraffic)
+        return check_output(frame, traffic)
+
+    def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
+        """One flow's frame, as it is: the cost does not depend on the flow (the work is the same
+        for every packet), so there are no keys to vary. The harness restores the frame's Ethernet
+        addresses before every run."""
+        params = self.validate(params)
+        traffic = self.traffic(frame_size, 1, params)
+        frame = traffic.packet(0)
+        dut = CalibDut(traffic, 1, 1, cpumap=False)
+        spec = BenchSpec(frame=frame, fields=(), keys=np.zeros((0, 16), dtype=np.uint8), path_counter=FWD,
+                         expected=emit(frame, dut.config),
+                         description={"work_iterations": params["work_iterations"]})
+        return spec, dut
+
+
+DATAPLANE = CalibDataplane()

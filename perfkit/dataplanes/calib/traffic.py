@@ -1,0 +1,87 @@
+"""Calibrated-DUT traffic: plain IPv4/UDP frames of the RFC 2544 range, one UDP source port per flow.
+
+Frame of flow i (``frame_size`` = the Ethernet frame, FCS included, untagged; it leaves the DUT the
+same size)::
+
+    Ether(p0 -> a) / IP(198.18.0.1 -> 198.19.0.1, DF, TTL 64, id 0) /
+    UDP(10000 + i -> 5001, checksum 0) / signature / zero padding
+
+Source ports wrap modulo 65536 beyond 55,536 flows (a UDP source port of 0 is allowed; nothing
+but the steering hash looks at it). Frames enter the DUT at port ``a`` and leave by ``b``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from perfkit.dataplane import Traffic
+from perfkit.dataplanes.calib.control import CalibConfig
+from perfkit.errors import ConfigError
+from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
+from perfkit.testbed.topology import PORT_MACS
+from perfkit.units import FCS_LEN
+
+SRC_ADDR, DST_ADDR = "198.18.0.1", "198.19.0.1"
+SPORT_BASE, DPORT = 10000, 5001
+#: Flows: one UDP source port each.
+MAX_FLOWS = 65536
+MAX_FRAME_SIZE = 9018
+#: Offsets in the frame: IPv4 header, UDP header, signature.
+IP_OFF, L4_OFF, SIG_OFF = 14, 34, 42
+
+
+def sport(flow: int) -> int:
+    return (SPORT_BASE + flow) & 0xFFFF
+
+
+@dataclass(frozen=True)
+class CalibTraffic(Traffic):
+    """The traffic of one calibrated-DUT scenario, and the DUT configuration it is offered to
+    (``config.work``: the work per packet; the egress port is the testbed's, set by ``load``)."""
+
+    frame_size: int = 64
+    flows: int = 1
+    config: CalibConfig = field(default_factory=CalibConfig)
+    ingress: str = "a"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.flows <= MAX_FLOWS:
+            raise ConfigError("flows", self.flows, f"1 .. {MAX_FLOWS} (one UDP source port each)")
+        if not self.min_frame_size <= self.frame_size <= MAX_FRAME_SIZE:
+            raise ConfigError("frame_size", self.frame_size,
+                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for IPv4/UDP with signature")
+
+    def dut_config(self, ifindex_a: int = 1, ifindex_b: int = 2) -> CalibConfig:
+        """The configuration ``load(self, ifindex_a, ifindex_b)`` gives the DUT: egress by the port
+        the offered frames do not enter (default: the testbed's ports, as ``Dataplane.emit`` takes)."""
+        return dataclasses.replace(self.config, egress_ifindex=ifindex_b if self.ingress == "a" else ifindex_a)
+
+    @property
+    def min_frame_size(self) -> int:
+        return max(64, SIG_OFF + SIGNATURE.size + FCS_LEN)
+
+    def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
+        """The frame offered for ``flow`` (without FCS), with a signature."""
+        hdr = (Ether(src=PORT_MACS["p0"], dst=PORT_MACS["a"]) /
+               IP(src=SRC_ADDR, dst=DST_ADDR, id=0, flags="DF", ttl=64) /
+               UDP(sport=sport(flow % self.flows), dport=DPORT, chksum=0))
+        pad = self.frame_size - FCS_LEN - len(hdr) - SIGNATURE.size
+        return bytes(hdr / Raw(SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts) + b"\0" * pad))
+
+    def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
+        """What a correct calibrated DUT emits for ``packet(flow, ...)`` (the reference model's answer)."""
+        from perfkit.dataplanes.calib.model import emit
+
+        return emit(self.packet(flow, seq, stream, ts), self.dut_config()).out or b""
+
+    def field_engine(self, flow_op: str = "inc") -> FieldEngine:
+        """The variation that walks the flows: the flow number, plus ``SPORT_BASE``, written into the
+        UDP source port (16 bits: it wraps). No checksum changes: the IPv4 header stays the same and
+        UDP sends none."""
+        writes = [("udp.sport", L4_OFF, 2, SPORT_BASE)] if self.flows > 1 else []
+        return flow_engine(writes, self.flows, [IP_OFF + 10], [[(IP_OFF, L4_OFF)]], SIG_OFF, flow_op,
+                           l3_offset=IP_OFF)

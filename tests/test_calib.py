@@ -1,0 +1,303 @@
+"""The calibrated DUT (bpf/calib.bpf.c) in the real kernel: the program against its reference model
+(BPF_PROG_TEST_RUN, a fuzz sample), the Dataplane glue, the calibration (prog-bench at several
+amounts of work N: the cost per packet is a straight line in N) and trials through the testbed
+(frames forwarded and as the model says; the live cost per packet rises with N by the calibrated
+slope, within 15 %: issue 10, "a calibrated DUT for the test suite").
+
+The machine is shared and noisy: costs are medians of several measurements, taken in alternating
+order where they are compared, and the checks compare slopes, never absolute times.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+import struct
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import ARP, Dot1Q, Ether
+from scapy.packet import Raw
+
+from perfkit import dataplanes
+from perfkit.dataplanes.calib import (DATAPLANE as DP, FWD, Calib, CalibConfig, CalibTraffic, Calibration, bench_work,
+                                      calibrate, fit_line)
+from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
+from perfkit.dataplanes.calib.model import emit
+from perfkit.dataplanes.calib.traffic import L4_OFF, SIG_OFF, SPORT_BASE
+from perfkit.errors import ConfigError
+from perfkit.fieldengine import SIGNATURE
+from perfkit.fuzz import fuzz
+from perfkit.generators import create
+from perfkit.progbench import prog_bench
+from perfkit.scenario import Scenario
+from perfkit.testbed.topology import PORT_MACS
+from perfkit.trial import TrialResult
+from tests.conftest import ROOT
+
+#: The amounts of work the calibration measures, and the two the live trials compare.
+WORKS = (0, 100, 200, 400)
+LIVE_WORKS = (0, 400)
+#: Offered rate of the live trials: the DUT sustains it at N = 400 (~4.5 us of program per packet).
+LIVE_RATE = 100_000
+#: How far a live slope may be from the calibrated one (issue 10).
+TOLERANCE = 0.15
+
+
+# -- parameters, keys, the registry ------------------------------------------------------------------
+def test_the_registry_has_the_calibrated_dut():
+    assert "calib" in dataplanes.names() and dataplanes.get("calib") is DP
+    assert DP.validate({}) == {"work_iterations": 0}
+    assert DP.forward_counters == {FWD} == {"calib_fwd"}
+    assert DP.variant == "work_iterations" and DP.variant_label(100) == "N = 100 work iterations"
+
+
+@pytest.mark.parametrize("params,flows,cores,key", [
+    ({"work_iterations": 100}, 1, 1, "calib-64B-1flow-1core-w100"),
+    ({}, 16, 2, "calib-64B-16flow-2core-w0"),
+])
+def test_scenario_keys(params, flows, cores, key):
+    sc = Scenario("calib", frame_size=64, flows=flows, dut_cores=cores, params=params)
+    assert sc.key == key and sc.variant == str(params.get("work_iterations", 0))
+    r = TrialResult.for_scenario(sc, wire_frame_size=64, generator="sim", duration=1.0, intended_pps=1.0,
+                                 intended_packets=1, tx_packets=1, rx_packets=1)
+    assert r.scenario_key == key and TrialResult.from_record(r.to_record()).params == dict(sc.params)
+
+
+@pytest.mark.parametrize("value", [-1, CALIB_MAX_WORK + 1, 1.5, "lots", True])
+def test_bad_work_names_the_field(value):
+    with pytest.raises(ConfigError, match="^work_iterations: "):
+        Scenario("calib", params={"work_iterations": value})
+
+
+def test_bad_traffic_names_the_field():
+    with pytest.raises(ConfigError, match="^flows: "):
+        CalibTraffic(flows=65537)
+    with pytest.raises(ConfigError, match="^frame_size: "):
+        CalibTraffic(frame_size=63)
+
+
+def test_the_work_limit_is_the_headers():
+    header = (ROOT / "bpf" / "include" / "calib_kern_user.h").read_text()
+    assert re.search(r"#define CALIB_MAX_WORK \(1U << (\d+)\)", header).group(1) == str(CALIB_MAX_WORK.bit_length() - 1)
+
+
+# -- the program against the model (BPF_PROG_TEST_RUN) -----------------------------------------------
+def _frames(traffic: CalibTraffic) -> list[bytes]:
+    """Every flow's frame, and frames that are not forwarded or are odd."""
+    ip = IP(src="198.18.0.9", dst="198.19.0.9") / UDP(sport=1, dport=2) / Raw(b"x" * 30)
+    eth = Ether(src=PORT_MACS["p0"], dst=PORT_MACS["a"])
+    frames = [traffic.packet(i, seq=i, stream=i % 4, ts=i * 1000) for i in range(traffic.flows)]
+    return frames + [
+        bytes(eth / ARP()),  # not IPv4: the host's
+        bytes(eth / Dot1Q(vlan=5) / ip),  # tagged: not IPv4 at this DUT
+        bytes(eth / ip)[:33],  # IPv4 header cut short
+        bytes(eth / ip)[:34],  # just the header: forwarded (nothing else is checked)
+        bytes(eth / ip) + b"\xaa" * 17,  # Ethernet padding leaves with the frame
+    ]
+
+
+@pytest.mark.parametrize("work", [0, 7, 1000])
+def test_emit_agrees_with_the_kernel(work):
+    """The DutProgram set up for a scenario: verdict, output bytes and the counter that rose are the
+    model's; each forwarded packet did exactly N work iterations."""
+    traffic = DP.traffic(128, 8, DP.validate({"work_iterations": work}))
+    dut = DP.load(traffic, 1, 2)
+    try:
+        assert dut.config.egress_ifindex == 2 and dut.config.work == work
+        seen = set()
+        for frame in _frames(traffic):
+            want = DP.emit(traffic, frame)
+            before = dut.counters()
+            res = dut.program.test_run(frame)
+            after = dut.counters()
+            assert res.verdict == want.verdict
+            assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {want.stat: 1}
+            if want.out is not None:
+                assert res.data_out == want.out
+            seen.add(want.stat)
+        assert seen == {FWD, "pass", "drop_truncated"}
+        stats = dut.calib.stats()
+        assert stats[FWD].packets == traffic.flows + 2 and stats[FWD].iterations == work * stats[FWD].packets
+        for i in range(traffic.flows):
+            out = dut.program.test_run(traffic.packet(i)).data_out
+            assert out == traffic.expected_output(i) and DP.check_output(traffic, out) is None
+            assert out[12:] == traffic.packet(i)[12:] and Ether(out).dst == PORT_MACS["p1"]
+            assert Ether(out).src == PORT_MACS["b"]
+    finally:
+        dut.close()
+
+
+def test_without_an_egress_port_frames_are_dropped_and_counted():
+    with Calib.load() as c:
+        c.configure(CalibConfig(work=5))
+        frame = CalibTraffic().packet(0)
+        assert emit(frame, c.config).stat == "drop_no_egress"
+        assert c.program.test_run(frame).verdict == "XDP_DROP"
+        assert c.stats()["drop_no_egress"].packets == 1 and c.stats()[FWD].iterations == 0
+
+
+def test_fuzzed_frames_agree_with_the_model():
+    res = fuzz("calib", 3000, seed=11)
+    assert res.ok, "\n".join(map(str, res.examples)) or str(res.failures)
+    assert res.verdicts.get("XDP_ABORTED", 0) == 0
+    assert res.verdicts.get("XDP_DROP", 0) and res.verdicts.get("XDP_REDIRECT", 0) and res.verdicts.get("XDP_PASS", 0)
+
+
+def test_check_output_names_the_first_difference():
+    t = DP.traffic(64, 4, DP.validate({}))
+    out = t.expected_output(3, seq=7, stream=3, ts=99)
+    assert DP.check_output(t, out) is None
+    assert "eth.dst" in DP.check_output(t, t.packet(3))
+    b = bytearray(out)
+    b[L4_OFF:L4_OFF + 2] = struct.pack("!H", SPORT_BASE + 4)
+    assert "no flow" in DP.check_output(t, bytes(b))
+    b = bytearray(out)
+    b[SIG_OFF] ^= 0xFF
+    assert "no signature" in DP.check_output(t, bytes(b))
+    b = bytearray(out)
+    b[22] = 3  # the TTL
+    assert "ipv4 header" in DP.check_output(t, bytes(b))
+    assert "byte 59" in DP.check_output(t, out[:-1] + b"\x01")
+    assert "bytes, expected" in DP.check_output(t, out + b"\0")
+
+
+# -- the traffic profile ------------------------------------------------------------------------------
+def _apply_engine(frame: bytes, engine, flow: int) -> bytes:
+    """What the generator writes (var + add, big-endian, truncated to the field)."""
+    b = bytearray(frame)
+    for w in engine.writes:
+        v = (flow + w.add) & ((1 << (8 * w.size)) - 1)
+        b[w.offset:w.offset + w.size] = v.to_bytes(w.size, "big")
+    return bytes(b)
+
+
+@pytest.mark.parametrize("flows,size", [(1, 64), (1000, 64), (65536, 1518)])
+def test_traffic_profile(flows, size):
+    t = CalibTraffic(frame_size=size, flows=flows)
+    assert t.wire_frame_size == t.output_frame_size == size
+    eng = t.field_engine()
+    assert len(eng.writes) == (flows > 1) and eng.sig_offset == SIG_OFF
+    assert SIGNATURE.unpack_from(t.packet(3, seq=9, stream=2, ts=5), eng.sig_offset)[1:] == (2, 9, 5)
+    for i in sorted({0, 1, flows - 1, flows // 2}):
+        frame = t.packet(i)
+        pkt = Ether(frame)
+        rebuilt = pkt.copy()
+        del rebuilt[IP].chksum
+        assert bytes(rebuilt) == frame, "the IPv4 checksum is valid"
+        assert pkt[IP].src == "198.18.0.1" and pkt[IP].dst == "198.19.0.1" and pkt[UDP].chksum == 0
+        assert pkt[UDP].sport == (SPORT_BASE + i % flows) & 0xFFFF
+        assert _apply_engine(t.packet(0), eng, i) == frame, "the field engine makes flow i's frame"
+
+
+# -- prog-bench and the calibration ---------------------------------------------------------------------
+def test_prog_bench_runs_the_calibrated_dut():
+    res = prog_bench("calib", frame_size=64, params={"work_iterations": 10}, rounds=3, repeat=2000)
+    assert res.path_verified and res.path_packets == 3 * 2000 and res.other_counters == {}
+    assert res.keys == 0 and res.params["work_iterations"] == 10
+
+
+def test_fit_line():
+    line = fit_line([0, 1, 2, 4], [1.0, 3.0, 5.0, 9.0])
+    assert line.slope == pytest.approx(2.0) and line.intercept == pytest.approx(1.0) and line.r2 == pytest.approx(1.0)
+    with pytest.raises(ConfigError):
+        fit_line([1, 1], [2.0, 3.0])
+
+
+def test_the_cost_per_packet_is_linear_in_the_work():
+    """The calibration: ns per packet rises linearly with N; the slope is the cost of one iteration
+    (prog-bench at each N of ``WORKS``, twice in alternating order, medians)."""
+    c = calibrate(WORKS)
+    print(f"calibration: {c.ns_per_iteration:.2f} ns per iteration, intercept {c.intercept_ns:.1f} ns, "
+          f"R² {c.r2:.4f}; net ns at N = {dict(zip(c.works, c.net_ns))}")
+    assert c.works == WORKS and c.passes == 2
+    assert c.r2 > 0.95 and c.ns_per_iteration > 0
+    assert all(a < b for a, b in zip(c.net_ns, c.net_ns[1:])), "more work costs more"
+    assert c.predict(400) == pytest.approx(c.intercept_ns + 400 * c.ns_per_iteration)
+
+
+# -- trials through the testbed: XDP generator -> calibrated DUT -> sink ---------------------------------
+@pytest.mark.parametrize("size,flows,cores", [(64, 1, 1), (128, 16, 2)], ids=["1flow-1core", "16flow-2core"])
+def test_trial_forwards_and_matches_the_model(size, flows, cores):
+    work = 100
+    with create("xdp", Scenario("calib", frame_size=size, flows=flows, dut_cores=cores,
+                                params={"work_iterations": work})) as g:
+        r = g.measure(50_000, 1.0)
+        stats = g.dut.nf.calib.stats()
+        streams = g.sink.read().streams
+    assert r.tx_packets > 0 and r.mismatched_packets == 0, r.notes
+    # every packet offered came back, or its loss is explained: counted where it was dropped (a
+    # receive ring that overflowed while the host held a packet thread off its core)
+    assert r.tx_packets - r.rx_packets == sum(r.dut_drops.values()) + sum(r.tester_drops.values()), r.notes
+    assert set(r.dut_drops) <= {"rx_ring_full"}, "the program itself dropped nothing"
+    assert r.rx_bytes == r.rx_packets * size and r.params == {"work_iterations": work}
+    assert r.scenario_key == f"calib-{size}B-{flows}flow-{cores}core-w{work}"
+    assert stats[FWD].packets == r.tx_packets - r.dut_drops.get("rx_ring_full", 0)
+    assert stats[FWD].iterations == work * stats[FWD].packets, "every packet did its N iterations"
+    assert len(streams) == min(flows, 64) and r.bpf_ns_per_packet and r.bpf_ns_per_packet > 0
+
+
+@dataclasses.dataclass
+class Live:
+    trials: dict[tuple[str, int], list[TrialResult]]
+    """Trials by (load, N): load ``partial`` at ``LIVE_RATE``, ``full`` as fast as the generator goes."""
+    calibration: Calibration
+    """prog-bench over the same stretch of time, its passes between the trials."""
+
+
+#: The loads of the live trials: offered rate, None for as fast as possible.
+LOADS = {"partial": LIVE_RATE, "full": None}
+
+
+@pytest.fixture(scope="module")
+def live() -> Live:
+    """Trials at each N of ``LIVE_WORKS`` and each load, and the calibration taken in between.
+
+    This machine's speed drifts by some 10 % over seconds (the host's other work), so what is
+    compared is measured over the same time, in alternating order: three times, a testbed per N of
+    ``LIVE_WORKS`` (a warm-up, then two 1-second trials at each load), then one prog-bench pass over
+    ``WORKS``. Per-packet costs hold whether or not a trial lost packets, so every trial counts."""
+    trials: dict[tuple[str, int], list[TrialResult]] = {(load, w): [] for load in LOADS for w in LIVE_WORKS}
+    points: dict[int, list[float]] = {w: [] for w in WORKS}
+    for rep in range(3):
+        for w in (LIVE_WORKS if rep % 2 == 0 else LIVE_WORKS[::-1]):
+            with create("xdp", Scenario("calib", frame_size=64, params={"work_iterations": w})) as g:
+                g.measure(LIVE_RATE, 0.2)  # warm-up: caches, page pools, NAPI threads
+                for load, rate in LOADS.items():
+                    trials[(load, w)] += [g.measure(rate, 1.0) for _ in range(2)]
+        for w in (WORKS if rep % 2 == 0 else WORKS[::-1]):
+            points[w].append(bench_work(w))
+    return Live(trials, Calibration.fit(points))
+
+
+def _live_slope(live: Live, load: str, metric: str) -> tuple[float, dict[int, float]]:
+    """The slope of ``metric`` between the two amounts of work at ``load`` (each N the median of its trials)."""
+    med = {w: statistics.median(getattr(r, metric) for r in live.trials[(load, w)]) for w in LIVE_WORKS}
+    lo, hi = LIVE_WORKS
+    return (med[hi] - med[lo]) / (hi - lo), med
+
+
+def _check_slope(live: Live, load: str, metric: str) -> None:
+    assert live.calibration.r2 > 0.95 and live.calibration.passes == 3
+    slope, med = _live_slope(live, load, metric)
+    cal = live.calibration
+    print(f"\nlive {metric} at {load} load: {med} -> {slope:.2f} ns per iteration; calibrated "
+          f"{cal.ns_per_iteration:.2f} (prog-bench net ns {dict(zip(cal.works, cal.net_ns))})")
+    assert slope == pytest.approx(cal.ns_per_iteration, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_live_bpf_cost_rises_with_the_calibrated_slope(live, load):
+    """The BPF statistics of live trials (the DUT program's run time per packet) rise with N by the
+    slope prog-bench calibrated, within 15 %: at 100 kpps (the DUT sustains it at both N) and as fast
+    as the generator goes."""
+    _check_slope(live, load, "bpf_ns_per_packet")
+
+
+def test_live_dut_cost_rises_with_the_calibrated_slope(live):
+    """The CPU time of the DUT's packet threads per packet rises with N by the calibrated slope,
+    within 15 %, with the DUT saturated: the DUT cost perfkit reports sees the program's work. (At a
+    partial load the cost per packet includes wake-ups a saturated DUT does not pay, and those
+    depend on N too: 3-8 ns per iteration was measured there against ~10.5 calibrated.)"""
+    _check_slope(live, "full", "dut_ns_per_packet")
+
