@@ -17,10 +17,27 @@
 #ifndef L4LB_MAX_REALS
 #define L4LB_MAX_REALS 4096
 #endif
-/* Real index 0 is never a real: a table entry of 0 means "no real" (an empty VIP's table). */
+/* Real index 0 is never a real: a table entry of 0 means "no real" (an empty VIP's table). Table
+ * entries are 16 bits, so at most 65536 reals (indices 1 .. 65535). */
 #define L4LB_NO_REAL 0
 /* jhash initval of the flow hash; the reference model uses the same. */
 #define L4LB_HASH_SEED 0x4c344c42	/* "L4LB" */
+
+/* The VIP table (vips map): open addressing with linear probing over a power-of-two number of
+ * slots (default L4LB_VIP_SLOTS; userspace sets max_entries and l4lb_consts.vip_mask at load, at
+ * least 4 slots per VIP). A VIP sits in its home slot (l4lb_vip_home) or one of the next
+ * L4LB_VIP_PROBES - 1, with no empty slot between. */
+#ifndef L4LB_VIP_SLOTS
+#define L4LB_VIP_SLOTS (4 * L4LB_MAX_VIPS)
+#endif
+#define L4LB_VIP_PROBES 8
+/* vip_key.proto of a slot that holds no VIP: never used (a lookup stops there) or a removed VIP's
+ * (a lookup goes on: the VIPs placed after it must stay reachable) */
+#define L4LB_VIP_EMPTY 0
+#define L4LB_VIP_REMOVED 0xff
+/* Multipliers of the VIP table's hash (multiplicative hashing; the second mixes the port in). */
+#define L4LB_VIP_MUL1 0x9e3779b1U
+#define L4LB_VIP_MUL2 0x85ebca6bU
 
 /* l4lb_config.flags */
 #define L4LB_F_XDP_TX (1U << 0)	/* bounce out of the ingress port (one-armed) instead of redirecting */
@@ -36,7 +53,7 @@ struct l4lb_config {
 	__u32 flags;		/* L4LB_F_* */
 };
 
-/* vips key: what a client connects to. */
+/* What a client connects to: the key of the VIP table. */
 struct vip_key {
 	__be32 addr;
 	__be16 port;
@@ -44,10 +61,38 @@ struct vip_key {
 	__u8 pad;
 };
 
-/* vips value. */
+/* What a VIP is configured with. */
 struct vip_meta {
 	__u32 vip_num;		/* row of ch_rings and index of vip_stats, < max VIPs */
 	__u32 flags;		/* reserved for per-VIP options, 0 */
+};
+
+/* vips value: one slot of the VIP table. */
+struct vip_slot {
+	struct vip_key key;	/* key.proto L4LB_VIP_EMPTY or L4LB_VIP_REMOVED: no VIP here */
+	struct vip_meta meta;
+};
+
+/* Constants of a loaded program (its .rodata, set by userspace before loading). */
+struct l4lb_consts {
+	__u32 vip_mask;		/* slots of the vips map - 1 */
+};
+
+/* Home slot of a VIP (addresses and port in host order), before masking with vip_mask. */
+static inline __u32 l4lb_vip_home(__u32 addr, __u16 port, __u8 proto)
+{
+	__u32 h = (addr * L4LB_VIP_MUL1) ^ ((__u32)port << 8 | proto);
+
+	h *= L4LB_VIP_MUL2;
+	return h ^ (h >> 16);
+}
+
+/* ch_rings value: one VIP's Maglev lookup table, the real index of every slot. 16 bits a slot
+ * (Katran's ch_rings take 8 bytes, a u32 padded to the array map's 8-byte elements): a 65537-slot
+ * table is 128 KiB instead of 512 KiB, so a core's L2 cache holds it and the slot a new flow hashes
+ * to is rarely a miss. */
+struct ch_ring {
+	__u16 reals[L4LB_RING_SIZE];
 };
 
 /* reals value, by real index (what ch_rings holds). */
@@ -57,7 +102,7 @@ struct real_def {
 
 /* Index of the per-CPU l4lb_stats array: what happened to a packet. */
 enum l4lb_stat {
-	L4LB_FWD = 0,			/* encapsulated towards a real */
+	L4LB_FWD = 0,			/* encapsulated towards a real (IPIP) and sent */
 	L4LB_PASS,			/* not for a VIP (or not TCP/UDP over IPv4): to the host */
 	L4LB_ICMP_FRAG_NEEDED,		/* DF packet too big for the tunnel: frag-needed sent back */
 	L4LB_DROP_TRUNCATED,		/* headers or IPv4 total length point past the frame */

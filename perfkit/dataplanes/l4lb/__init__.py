@@ -1,2 +1,175 @@
 """L4 load balancer (``bpf/l4lb.bpf.c``): a Katran-like XDP balancer with Maglev hashing and IPIP
-encapsulation towards the reals (L3 DSR), seeds 000 and 004."""
+encapsulation towards the reals (L3 DSR), seeds 000 and 004.
+
+- ``control``: load ``bpf/l4lb.bpf.c``, configure it, install VIPs, reals and Maglev tables, read
+  its counters;
+- ``model``: the independent reference model (what the program must emit for a frame);
+- ``maglev`` and ``hashing``: Maglev's lookup table and the program's flow hash, in Python;
+- ``traffic``: the frames a scenario offers (scapy) and their field engine;
+- ``config``: the LB's configuration, VIPs and the address plan;
+- ``layouts``: the mirror of ``bpf/include/l4lb_kern_user.h``.
+
+Scenario parameters: ``protocol`` (udp: QUIC-like traffic to port 443; tcp: to port 80), ``vips``
+(VIPs installed; flow i goes to VIP i % vips, so with fewer flows than VIPs each flow has its own
+VIP and the others are idle; with more, flows must be a multiple of vips) and ``reals`` (reals per
+VIP, each VIP its own). ``frame_size`` is the client's frame, FCS included, untagged; what leaves
+the LB is 20 bytes longer (the IPIP header).
+
+Seed 004's two traffic profiles are scenarios of these parameters:
+
+- ``no_flag``, one VIP and one flow: ``vips=1`` (the default), ``flows=1``;
+- ``multi_vip``, many VIPs and many flows: e.g. ``vips=16``, ``flows=1024`` (64 clients per VIP).
+
+Forwarded packets are counted in ``fwd``; everything else the program counts (``pass``: not for a
+VIP, handed to the host; ``drop_*``; ``icmp_frag_needed``) is, for the tester, not forwarded. On
+several DUT cores the steering program spreads packets by their flow (addresses and ports), so each
+client's packets stay on one core.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig
+from perfkit.dataplanes.l4lb.control import L4lb
+from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat
+from perfkit.dataplanes.l4lb.model import check_output, emit
+from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
+from perfkit.errors import ConfigError
+from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+
+#: The counter of packets tunnelled to a real (the only forwarding one).
+FWD = L4lbStat.L4LB_FWD.label
+#: Distinct flows (client address and port) prog-bench cycles through, each run the next one.
+BENCH_FLOWS = CLIENT_POOL
+DEFAULT_REALS = 16
+
+
+class L4lbDut(DutProgram):
+    """The load balancer configured for a traffic profile: VIPs and their reals installed, the tunnels
+    leaving by the port the offered frames do not enter."""
+
+    def __init__(self, traffic: L4lbTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
+        egress = ifindex_b if traffic.ingress == "a" else ifindex_a
+        #: What the load balancer was set up to do: the reference for checking what it emits.
+        self.config = dataclasses.replace(traffic.config, egress_ifindex=egress)
+        self.traffic = traffic
+        self.lb = L4lb.load(max_vips=traffic.vips, attach_type=BPF_XDP_CPUMAP if cpumap else None)
+        try:
+            self.lb.configure(self.config)
+            for vip, pool in traffic.pools().items():
+                self.lb.add_vip(vip, pool.reals)
+        except BaseException:
+            self.lb.close()
+            raise
+
+    @property
+    def program(self) -> Program:
+        return self.lb.program
+
+    def counters(self) -> dict[str, int]:
+        return {k: v.packets for k, v in self.lb.stats().items()}
+
+    def close(self) -> None:
+        self.lb.close()
+
+
+class L4lbDataplane(Dataplane):
+    name = "l4lb"
+    title = "L4 load balancer"
+    params = (
+        Param("protocol", "udp", "the clients' transport: udp (QUIC, to port 443) or tcp (to port 80)",
+              choices=PROTOCOLS),
+        Param("vips", 1, "VIPs installed (flow i goes to VIP i mod vips)", kind=int, minimum=1, maximum=L4LB_MAX_VIPS),
+        Param("reals", DEFAULT_REALS, "reals per VIP (each VIP its own)", kind=int, minimum=1,
+              maximum=MAX_REALS_TOTAL),
+    )
+    variant = "protocol"
+    variant_labels = {"udp": "UDP (QUIC, :443)", "tcp": "TCP (:80)"}
+    forward_counters = frozenset({FWD})
+    steer_key = "flow"
+    frame_size_doc = "client frame size [bytes], FCS included, untagged (tunnels out are 20 bytes longer)"
+
+    def check(self, params: dict[str, Any]) -> None:
+        if params["vips"] * params["reals"] > MAX_REALS_TOTAL:
+            raise ConfigError("reals", params["reals"],
+                              f"1 .. {MAX_REALS_TOTAL // params['vips']} with {params['vips']} VIPs "
+                              f"(at most {MAX_REALS_TOTAL} reals in all)")
+
+    def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        after = [f"{params['vips']}vip"] if params["vips"] > 1 else []
+        if params["reals"] != DEFAULT_REALS:
+            after.append(f"{params['reals']}real")
+        return [params["protocol"]], after
+
+    def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> L4lbTraffic:
+        return L4lbTraffic(frame_size=frame_size, flows=flows, proto=params["protocol"], vips=params["vips"],
+                           reals=params["reals"])
+
+    def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> L4lbDut:
+        assert isinstance(traffic, L4lbTraffic)
+        return L4lbDut(traffic, ifindex_a, ifindex_b, cpumap)
+
+    def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
+        assert isinstance(traffic, L4lbTraffic)
+        egress = 2 if traffic.ingress == "a" else 1
+        return emit(frame, dataclasses.replace(traffic.config, egress_ifindex=egress), traffic.pools())
+
+    def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
+        assert isinstance(traffic, L4lbTraffic)
+        return check_output(frame, traffic.config, traffic.pools())
+
+    def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
+        """Flow 0's frame; each run the next of ``BENCH_FLOWS`` flows in random order (client address,
+        VIP address, both ports and the IPv4 checksum that goes with them): every run hashes a new
+        5-tuple into a random slot of its VIP's table.
+
+        The fields are written with the widths the program reads them (addresses and the two ports
+        as 32-bit words): a narrower store right before a wider load of the same bytes would stall
+        the load (no store-to-load forwarding), a harness cost the XDP_DROP baseline never pays."""
+        params = self.validate(params)
+        traffic = L4lbTraffic(frame_size=frame_size, flows=BENCH_FLOWS // params["vips"] * params["vips"],
+                              proto=params["protocol"], vips=params["vips"], reals=params["reals"],
+                              config=L4lbConfig(egress_ifindex=1))
+        frame = traffic.packet(0)
+        ip, l4 = 14, 34
+        fields = [(ip + 12, 4, 0), (ip + 16, 4, 4), (l4, 4, 8), (ip + 10, 2, 12)]
+        dut = L4lbDut(traffic, 1, 1, cpumap=False)
+        spec = BenchSpec(frame=frame, fields=tuple(fields), keys=_keys(frame, traffic, seed), path_counter=FWD,
+                         expected=emit(frame, dut.config, traffic.pools()),
+                         description={"protocol": traffic.proto, "vips": traffic.vips, "reals": traffic.reals})
+        return spec, dut
+
+    def min_frame_size(self, params: Mapping[str, Any]) -> int:
+        return L4lbTraffic(proto=params["protocol"], frame_size=128).min_frame_size
+
+
+def _keys(frame: bytes, traffic: L4lbTraffic, seed: int) -> np.ndarray:
+    """Every flow of ``traffic`` once, in random order: client address (bytes 0-3), VIP address
+    (4-7), source and destination port (8-11), IPv4 header checksum (12-13), all network order."""
+    n = traffic.flows
+    order = np.random.default_rng(seed).permutation(n).astype(np.uint64)
+    saddr = CLIENT_BASE + order
+    daddr = VIP_BASE + order % traffic.vips
+    sport = (SPORT_BASE + order) & 0xFFFF
+    # the template's header checksum, fixed up for the new addresses (RFC 1624: sum the 16-bit
+    # words of the header with the checksum field zero, fold, complement)
+    hdr = np.frombuffer(frame[14:34], dtype=">u2").astype(np.uint64)
+    rest = int(hdr.sum()) - int(hdr[5]) - int(hdr[6]) - int(hdr[7]) - int(hdr[8]) - int(hdr[9])
+    total = rest + (saddr >> 16) + (saddr & 0xFFFF) + (daddr >> 16) + (daddr & 0xFFFF)
+    while np.any(total >> 16):
+        total = (total & 0xFFFF) + (total >> 16)
+    check = ~total & 0xFFFF
+    keys = np.zeros((n, 16), dtype=np.uint8)
+    keys[:, 0:4] = saddr.astype(">u4").view(np.uint8).reshape(-1, 4)
+    keys[:, 4:8] = daddr.astype(">u4").view(np.uint8).reshape(-1, 4)
+    keys[:, 8:10] = sport.astype(">u2").view(np.uint8).reshape(-1, 2)
+    keys[:, 10:12] = np.frombuffer(frame[36:38], dtype=np.uint8)
+    keys[:, 12:14] = check.astype(">u2").view(np.uint8).reshape(-1, 2)
+    return keys
+
+
+DATAPLANE = L4lbDataplane()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from perfkit.dataplanes.l4lb.layouts import L4LB_F_XDP_TX, l4lb_config, vip_key
 from perfkit.errors import ConfigError
+from perfkit.netaddr import be32, ip2int, mac_bytes
 
 CLIENT_BASE = int(ipaddress.IPv4Address("198.18.0.0"))
 #: Client addresses available (one /16).
@@ -34,21 +35,9 @@ PROTOS = {"tcp": 6, "udp": 17}
 ENCAP_LEN = 20
 
 
-def ip2int(addr: str) -> int:
-    return int(ipaddress.IPv4Address(addr))
-
-
-def int2ip(value: int) -> str:
-    return str(ipaddress.IPv4Address(value))
-
-
-def be32(addr: str) -> int:
+def be32_addr(addr: str) -> int:
     """An address as the u32 whose little-endian bytes are network order (a ``__be32`` field)."""
-    return struct.unpack("=I", ipaddress.IPv4Address(addr).packed)[0]
-
-
-def mac_bytes(mac: str) -> bytes:
-    return bytes(int(x, 16) for x in mac.split(":"))
+    return be32(ip2int(addr))
 
 
 @dataclass(frozen=True)
@@ -74,7 +63,8 @@ class Vip:
 
     def to_struct(self) -> vip_key:
         k = vip_key()
-        k.addr, k.port, k.proto = be32(self.addr), struct.unpack("=H", struct.pack("!H", self.port))[0], self.proto_num
+        k.addr, k.proto = be32_addr(self.addr), self.proto_num
+        k.port = struct.unpack("=H", struct.pack("!H", self.port))[0]
         return k
 
 
@@ -103,7 +93,7 @@ class L4lbConfig:
 
     def to_struct(self) -> l4lb_config:
         c = l4lb_config()
-        c.lb_addr, c.egress_ifindex, c.egress_mtu = be32(self.lb_addr), self.egress_ifindex, self.egress_mtu
+        c.lb_addr, c.egress_ifindex, c.egress_mtu = be32_addr(self.lb_addr), self.egress_ifindex, self.egress_mtu
         ctypes.memmove(c.src_mac, mac_bytes(self.src_mac), 6)
         ctypes.memmove(c.dst_mac, mac_bytes(self.dst_mac), 6)
         c.flags = L4LB_F_XDP_TX if self.xdp_tx else 0

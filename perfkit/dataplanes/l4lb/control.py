@@ -1,12 +1,19 @@
 """Control plane of the L4 load balancer (``bpf/l4lb.bpf.c``): load it, configure it, install VIPs
 with their reals and Maglev tables, read its counters.
 
+VIPs live in an open-addressing table (the ``vips`` array map, ``struct vip_slot``): each in its
+home slot (``hashing.vip_home``) or one of the next ``L4LB_VIP_PROBES - 1``, with no empty slot
+between; a removed VIP's slot is marked ``L4LB_VIP_REMOVED`` (lookups go on past it) and reused by
+the next VIP placed there. A slot is written in two steps, its VIP's configuration first and then its
+key, so that a packet that races the update either misses the VIP or finds it complete.
+
 Reals get a global index (1 upwards; 0 means "no real") the first time a VIP uses them, as in
-Katran, so a real shared by VIPs has one ``real_stats`` entry. A VIP's table is rewritten whole
-(one batch update of ``L4LB_RING_SIZE`` entries) whenever its reals change.
+Katran, so a real shared by VIPs has one ``real_stats`` entry. A VIP's table (``struct ch_ring``: a
+16-bit real index per slot) is rewritten whole, in one map update, whenever its reals change.
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +21,15 @@ from typing import Sequence
 
 import numpy as np
 
-from perfkit.dataplanes.l4lb.config import L4lbConfig, Vip, be32
+from perfkit.dataplanes.l4lb.config import L4lbConfig, Vip, be32_addr
+from perfkit.dataplanes.l4lb.hashing import vip_home
 from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_MAX_VIPS, L4LB_NO_REAL, L4LB_RING_SIZE,
-                                             L4lbStat, l4lb_stat_rec, real_def, vip_meta)
+                                             L4LB_VIP_PROBES, L4LB_VIP_REMOVED, L4lbStat, ch_ring, l4lb_consts,
+                                             l4lb_stat_rec, real_def, vip_slot)
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
 from perfkit.libbpf import BpfObject, Map, Program
+from perfkit.netaddr import ip2int
 from perfkit.paths import BUILD_DIR
 
 __all__ = ["Counters", "L4lb", "L4lbConfig", "Real", "Vip"]
@@ -48,6 +58,11 @@ def _sum(m: Map, raw: bytes | None) -> Counters:
     return Counters(sum(r.packets for r in recs), sum(r.bytes for r in recs))
 
 
+def vip_table_slots(max_vips: int) -> int:
+    """Slots of the VIP table for ``max_vips``: the power of two >= 4 per VIP, at least 16."""
+    return max(16, 1 << (4 * max_vips - 1).bit_length())
+
+
 @dataclass
 class L4lb:
     """A loaded load balancer. ``L4lb.load()`` then ``configure()`` and ``add_vip()``."""
@@ -61,22 +76,30 @@ class L4lb:
     vip_nums: dict[Vip, int] = field(default_factory=dict)
     real_index: dict[str, int] = field(default_factory=dict)
     """Real address -> its index in ``reals`` and ``real_stats``."""
+    vip_slots: int = 16
+    """Slots of the VIP table (a power of two, at least 4 per VIP)."""
+    slot_of: dict[Vip, int] = field(default_factory=dict)
+    """Installed VIP -> its slot in the VIP table."""
+    removed_slots: set[int] = field(default_factory=set)
+    """Slots of the VIP table marked L4LB_VIP_REMOVED."""
 
     @classmethod
     def load(cls, path: Path | str | None = None, max_vips: int = L4LB_MAX_VIPS, attach_type: int | None = None,
              max_reals: int = L4LB_MAX_REALS) -> L4lb:
         """Load ``build/bpf/l4lb.o`` with room for ``max_vips`` tables of ``L4LB_RING_SIZE`` entries
-        (4 bytes each: 256 KiB per VIP); ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
+        (2 bytes each: 128 KiB per VIP) and ``max_reals - 1`` reals (at most 65535: table entries
+        are 16 bits); ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
         if not 1 <= max_vips <= 4096:
             raise ConfigError("max_vips", max_vips, "1 .. 4096")
-        if not 2 <= max_reals <= 1 << 20:
-            raise ConfigError("max_reals", max_reals, f"2 .. {1 << 20}")
+        if not 2 <= max_reals <= 1 << 16:
+            raise ConfigError("max_reals", max_reals, f"2 .. {1 << 16} (table entries are 16 bits)")
         path = Path(path) if path else BUILD_DIR / "l4lb.o"
-        sizes = {"vips": max_vips, "vip_stats": max_vips, "ch_rings": max_vips * L4LB_RING_SIZE,
+        slots = vip_table_slots(max_vips)
+        sizes = {"vips": slots, "vip_stats": max_vips, "ch_rings": max_vips,
                  "reals": max_reals, "real_stats": max_reals}
-        obj = BpfObject(path, max_entries=sizes,
+        obj = BpfObject(path, max_entries=sizes, rodata=l4lb_consts(vip_mask=slots - 1),
                         attach_types={"xdp_l4lb": attach_type} if attach_type is not None else None)
-        lb = cls(obj, max_vips, max_reals)
+        lb = cls(obj, max_vips, max_reals, vip_slots=slots)
         lb.configure(lb.config)
         return lb
 
@@ -108,9 +131,8 @@ class L4lb:
                 raise ConfigError("vips", len(self.vip_nums) + 1, f"at most max_vips ({self.max_vips})")
             self.vip_nums[vip] = free[0]
         self._write_table(vip, pool)
-        meta = vip_meta()
-        meta.vip_num = self.vip_nums[vip]
-        self.map("vips").update(vip.to_struct(), meta)
+        if vip not in self.slot_of:
+            self._place(vip)
         return pool
 
     def remove_real(self, vip: Vip, real: Real | str) -> Pool:
@@ -124,8 +146,34 @@ class L4lb:
     def remove_vip(self, vip: Vip) -> None:
         if vip not in self.pools:
             raise ConfigError("vip", vip, [str(v) for v in self.pools] or "none installed")
-        self.map("vips").delete(vip.to_struct())
+        slot = self.slot_of.pop(vip)
+        gone = vip_slot()
+        gone.key.proto = L4LB_VIP_REMOVED
+        self.map("vips").update(struct.pack("=I", slot), gone)
+        self.removed_slots.add(slot)
         del self.pools[vip], self.vip_nums[vip]
+
+    def _place(self, vip: Vip) -> None:
+        """Put ``vip`` in the first free (never used or removed) slot of its probe sequence."""
+        home = vip_home(ip2int(vip.addr), vip.port, vip.proto_num)
+        used = set(self.slot_of.values())
+        for i in range(L4LB_VIP_PROBES):
+            slot = (home + i) & (self.vip_slots - 1)
+            if slot not in used:
+                break
+        else:
+            raise ConfigError("vips", vip, f"a VIP whose {L4LB_VIP_PROBES} slots of the VIP table are not all taken "
+                              f"({len(self.slot_of)} VIPs in {self.vip_slots} slots)")
+        entry = vip_slot()
+        entry.meta.vip_num = self.vip_nums[vip]
+        if slot in self.removed_slots:
+            entry.key.proto = L4LB_VIP_REMOVED
+        m, k = self.map("vips"), struct.pack("=I", slot)
+        m.update(k, entry)  # the configuration first ...
+        entry.key = vip.to_struct()
+        m.update(k, entry)  # ... then the key that makes it reachable
+        self.removed_slots.discard(slot)
+        self.slot_of[vip] = slot
 
     def _real_index(self, addr: str) -> int:
         if addr not in self.real_index:
@@ -133,18 +181,19 @@ class L4lb:
             if idx >= self.max_reals:
                 raise ConfigError("reals", idx, f"at most max_reals - 1 ({self.max_reals - 1})")
             rd = real_def()
-            rd.addr = be32(addr)
+            rd.addr = be32_addr(addr)
             self.map("reals").update(struct.pack("=I", idx), rd)
             self.real_index[addr] = idx
         return self.real_index[addr]
 
     def _write_table(self, vip: Vip, pool: Pool) -> None:
-        idx = np.array([self._real_index(a) for a in pool.reals] or [L4LB_NO_REAL], dtype=np.uint32)
+        if pool.size != L4LB_RING_SIZE:
+            raise ConfigError("size", pool.size, f"{L4LB_RING_SIZE} (the program's L4LB_RING_SIZE)")
+        idx = np.array([self._real_index(a) for a in pool.reals] or [L4LB_NO_REAL], dtype=np.uint16)
         table = pool.table
-        values = idx[table] if len(table) else np.full(L4LB_RING_SIZE, L4LB_NO_REAL, dtype=np.uint32)
-        base = self.vip_nums[vip] * L4LB_RING_SIZE
-        keys = np.arange(base, base + L4LB_RING_SIZE, dtype=np.uint32)
-        self.map("ch_rings").update_batch(keys.tobytes(), values.astype(np.uint32).tobytes(), L4LB_RING_SIZE)
+        values = idx[table] if len(table) else np.full(L4LB_RING_SIZE, L4LB_NO_REAL, dtype=np.uint16)
+        assert ctypes.sizeof(ch_ring) == values.nbytes
+        self.map("ch_rings").update(struct.pack("=I", self.vip_nums[vip]), values.astype("=u2").tobytes())
         self.pools[vip] = pool
 
     # -- counters ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The flow hash of ``bpf/l4lb.bpf.c`` in Python: Bob Jenkins' jhash as in the kernel's
-``include/linux/jhash.h`` (and ``bpf/include/jhash.h``), and the slot a flow takes in a table.
+"""The hashes of ``bpf/l4lb.bpf.c`` in Python: the flow hash, Bob Jenkins' jhash as in the kernel's
+``include/linux/jhash.h`` (and ``bpf/include/jhash.h``), and the slot a flow takes in a table; the
+VIP table's home slot (``l4lb_vip_home`` of ``bpf/include/l4lb_kern_user.h``).
 
 Written independently of the C code from the same definitions. Every function works on Python ints
 and, element-wise, on numpy ``uint64`` arrays holding 32-bit values (every step is masked to 32
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from perfkit.dataplanes.l4lb.layouts import L4LB_HASH_SEED, L4LB_RING_SIZE
+from perfkit.dataplanes.l4lb.layouts import L4LB_HASH_SEED, L4LB_RING_SIZE, L4LB_VIP_MUL1, L4LB_VIP_MUL2
 
 JHASH_INITVAL = 0xDEADBEEF
 M32 = 0xFFFFFFFF
@@ -51,3 +52,11 @@ def flow_hash(saddr: T, daddr: T, sport: T, dport: T, proto: int) -> T:
 def flow_slot(saddr: T, daddr: T, sport: T, dport: T, proto: int, size: int = L4LB_RING_SIZE) -> T:
     """The table entry a flow takes: its hash modulo the table size."""
     return flow_hash(saddr, daddr, sport, dport, proto) % size  # type: ignore[operator]
+
+
+def vip_home(addr: int, port: int, proto: int) -> int:
+    """``l4lb_vip_home``: the VIP table's hash of a VIP (address and port as host-order integers),
+    before masking with the table's ``vip_mask``."""
+    h = ((addr * L4LB_VIP_MUL1) & M32) ^ ((port << 8) | proto)
+    h = (h * L4LB_VIP_MUL2) & M32
+    return h ^ (h >> 16)

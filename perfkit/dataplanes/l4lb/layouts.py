@@ -16,6 +16,12 @@ L4LB_MAX_REALS = 4096
 L4LB_NO_REAL = 0
 L4LB_HASH_SEED = 0x4C344C42
 L4LB_F_XDP_TX = 1 << 0
+L4LB_VIP_SLOTS = 4 * L4LB_MAX_VIPS
+L4LB_VIP_PROBES = 8
+L4LB_VIP_EMPTY = 0
+L4LB_VIP_REMOVED = 0xFF
+L4LB_VIP_MUL1 = 0x9E3779B1
+L4LB_VIP_MUL2 = 0x85EBCA6B
 
 
 class l4lb_config(Struct):
@@ -29,6 +35,18 @@ class vip_key(Struct):
 
 class vip_meta(Struct):
     _fields_ = [("vip_num", u32), ("flags", u32)]
+
+
+class vip_slot(Struct):
+    _fields_ = [("key", vip_key), ("meta", vip_meta)]
+
+
+class l4lb_consts(Struct):
+    _fields_ = [("vip_mask", u32)]
+
+
+class ch_ring(Struct):
+    _fields_ = [("reals", u16 * L4LB_RING_SIZE)]
 
 
 class real_def(Struct):
@@ -61,7 +79,8 @@ class L4lbStat(enum.IntEnum):
 
 #: Every mirrored struct, by C name.
 STRUCTS: dict[str, type[Struct]] = {
-    cls.__name__: cls for cls in (l4lb_config, vip_key, vip_meta, real_def, l4lb_stat_rec)
+    cls.__name__: cls for cls in (l4lb_config, vip_key, vip_meta, vip_slot, l4lb_consts, ch_ring, real_def,
+                                  l4lb_stat_rec)
 }
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"l4lb_stat": L4lbStat}

@@ -22,10 +22,12 @@ from __future__ import annotations
 import struct
 from typing import Mapping, Sequence
 
+from perfkit.checksum import csum, ones_sum
 from perfkit.dataplane import Emitted
-from perfkit.dataplanes.l4lb.config import ENCAP_LEN, L4lbConfig, Vip, int2ip, ip2int, mac_bytes
+from perfkit.dataplanes.l4lb.config import ENCAP_LEN, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.hashing import flow_slot
 from perfkit.dataplanes.l4lb.maglev import Pool
+from perfkit.netaddr import int2ip, ip2int, mac_bytes
 
 ETH_P_IP = 0x0800
 IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
@@ -34,20 +36,6 @@ L4_MIN = {6: 20, 17: 8}
 ICMP_TOS, ICMP_TTL = 0xC0, 64
 
 Vips = Mapping[Vip, "Pool | Sequence[str]"]
-
-
-def ones_sum(data: bytes) -> int:
-    """RFC 1071 one's-complement sum of 16-bit words (0xffff over a region with a valid checksum)."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
-def csum(data: bytes) -> int:
-    return ~ones_sum(data) & 0xFFFF
 
 
 def ipv4_header(tos: int, tot_len: int, frag: int, ttl: int, proto: int, src: bytes, dst: bytes) -> bytes:
@@ -124,8 +112,7 @@ def frag_needed(frame: bytes, mtu: int) -> bytes:
 #: Names of the tunnel frame's bytes, for check_output's messages.
 _FIELDS = [(0, 6, "eth.dst"), (6, 12, "eth.src"), (12, 14, "eth.type"), (14, 15, "outer.version/ihl"),
            (15, 16, "outer.tos"), (16, 18, "outer.tot_len"), (18, 20, "outer.id"), (20, 22, "outer.frag_off"),
-           (22, 23, "outer.ttl"), (23, 24, "outer.protocol"), (24, 26, "outer.check"), (26, 30, "outer.src"),
-           (30, 34, "outer.dst")]
+           (22, 23, "outer.ttl"), (23, 24, "outer.protocol"), (24, 26, "outer.check"), (26, 30, "outer.src")]
 
 
 def check_output(frame: bytes, config: L4lbConfig, vips: Vips) -> str | None:
@@ -142,13 +129,13 @@ def check_output(frame: bytes, config: L4lbConfig, vips: Vips) -> str | None:
     assert want.out is not None
     if frame == want.out:
         return None
+    if frame[30:34] != want.out[30:34]:
+        return (f"outer.dst {int2ip(int.from_bytes(frame[30:34], 'big'))}: Maglev picks "
+                f"{int2ip(int.from_bytes(want.out[30:34], 'big'))} for this flow")
     if ones_sum(frame[14:34]) != 0xFFFF:
         return f"outer.check 0x{struct.unpack_from('!H', frame, 24)[0]:04x} is not a valid IPv4 header checksum"
     for lo, hi, name in _FIELDS:
         if frame[lo:hi] != want.out[lo:hi]:
-            if name == "outer.dst":
-                return (f"outer.dst {int2ip(int.from_bytes(frame[lo:hi], 'big'))}: Maglev picks "
-                        f"{int2ip(int.from_bytes(want.out[lo:hi], 'big'))} for this flow")
             return f"{name} is {frame[lo:hi].hex()}, expected {want.out[lo:hi].hex()}"
     if len(frame) != len(want.out):
         return f"frame is {len(frame)} bytes, expected {len(want.out)}"

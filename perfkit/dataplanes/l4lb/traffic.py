@@ -5,6 +5,9 @@ Frame of flow i (``frame_size`` = the client's Ethernet frame, FCS included, unt
     Ether(client router -> LB ingress) / IP(198.18.0.0 + i -> VIP i % vips, DF, TTL 64, id 0) /
     UDP(10000 + i -> 443, checksum 0) | TCP(10000 + i -> 80, ACK) / signature / zero padding
 
+Every VIP is installed with its own ``reals``; with fewer flows than VIPs, flow i goes to VIP i and
+the other VIPs are installed but get no traffic (a single flow at an LB that serves many VIPs).
+
 UDP goes to port 443 (QUIC, the reason seed 000 added UDP), TCP to 80. Source ports wrap modulo
 65536 beyond 55,536 flows (a UDP source port of 0 is allowed; the LB only hashes it). What leaves
 the LB is the same packet in IPIP, 20 bytes longer, towards the real Maglev picks.
@@ -12,6 +15,7 @@ the LB is the same packet in IPIP, 20 bytes longer, towards the real Maglev pick
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 from scapy.layers.inet import IP, TCP, UDP
@@ -20,11 +24,12 @@ from scapy.packet import Raw
 
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.l4lb.config import (CLIENT_BASE, CLIENT_MAC, CLIENT_POOL, INGRESS_MAC, REAL_BASE, VIP_BASE,
-                                            L4lbConfig, Vip, int2ip)
+                                            L4lbConfig, Vip)
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
+from perfkit.netaddr import int2ip
 from perfkit.units import FCS_LEN
 
 PROTOCOLS = ("udp", "tcp")
@@ -39,50 +44,61 @@ MAX_REALS_TOTAL = 4095
 
 @dataclass(frozen=True)
 class L4lbTraffic(Traffic):
-    """The traffic of one load-balancer scenario: sizes, flows, protocol and the VIPs it targets."""
+    """The traffic of one load-balancer scenario: sizes, flows, transport and the VIPs it targets."""
 
     frame_size: int = 64
     """The client's Ethernet frame [bytes], FCS included, untagged."""
     flows: int = 1
-    """Distinct client (address, source port) pairs, at most 65536; a multiple of ``vips``."""
-    protocol: str = "udp"
-    """udp or tcp."""
+    """Distinct client (address, source port) pairs, at most 65536; a multiple of ``vips`` when there
+    are more flows than VIPs."""
+    proto: str = "udp"
+    """The clients' transport: udp or tcp."""
     vips: int = 1
-    """VIPs the flows spread over (flow i goes to VIP i % vips)."""
+    """VIPs installed; the flows spread over them (flow i goes to VIP i % vips)."""
     reals: int = 16
     """Reals per VIP (each VIP has its own)."""
     config: L4lbConfig = field(default_factory=L4lbConfig)
     ingress: str = "a"
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError("protocol", self.protocol, PROTOCOLS)
+        if self.proto not in PROTOCOLS:
+            raise ConfigError("proto", self.proto, PROTOCOLS)
         if not 1 <= self.vips <= L4LB_MAX_VIPS:
             raise ConfigError("vips", self.vips, f"1 .. {L4LB_MAX_VIPS}")
         if not 0 <= self.reals or self.reals * self.vips > MAX_REALS_TOTAL:
             raise ConfigError("reals", self.reals, f"0 .. {MAX_REALS_TOTAL // self.vips} (with {self.vips} VIPs)")
-        if not 1 <= self.flows <= CLIENT_POOL or self.flows % self.vips:
-            raise ConfigError("flows", self.flows, f"1 .. {CLIENT_POOL}, a multiple of vips ({self.vips})")
+        if not 1 <= self.flows <= CLIENT_POOL or self.flows % self.targets:
+            raise ConfigError("flows", self.flows, f"1 .. {CLIENT_POOL}; above vips ({self.vips}), a multiple of it")
         if not self.min_frame_size <= self.frame_size <= MAX_FRAME_SIZE:
             raise ConfigError("frame_size", self.frame_size,
-                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for {self.protocol.upper()} with signature")
+                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for {self.proto.upper()} "
+                              "with signature")
 
     # -- what the LB is configured with -------------------------------------------------------------
     def vip(self, v: int) -> Vip:
-        return Vip(int2ip(VIP_BASE + v), VIP_PORT[self.protocol], self.protocol)
+        return Vip(int2ip(VIP_BASE + v), VIP_PORT[self.proto], self.proto)
 
     def real_addrs(self, v: int) -> tuple[str, ...]:
         """The reals of VIP ``v``: 198.19.16.1 upwards, ``reals`` each, VIP after VIP."""
         return tuple(int2ip(REAL_BASE + v * self.reals + r) for r in range(self.reals))
 
+    @property
+    def targets(self) -> int:
+        """VIPs the flows reach: ``vips``, or ``flows`` when there are fewer flows than VIPs."""
+        return min(self.vips, self.flows)
+
     def pools(self) -> dict[Vip, Pool]:
         """Every VIP with its reals (what ``L4lb.add_vip`` installs and the model takes)."""
+        return dict(self._pools)
+
+    @functools.cached_property
+    def _pools(self) -> dict[Vip, Pool]:
         return {self.vip(v): Pool(self.real_addrs(v)) for v in range(self.vips)}
 
     # -- sizes ---------------------------------------------------------------------------------------
     @property
     def l4_len(self) -> int:
-        return 8 if self.protocol == "udp" else 20
+        return 8 if self.proto == "udp" else 20
 
     @property
     def min_frame_size(self) -> int:
@@ -94,7 +110,7 @@ class L4lbTraffic(Traffic):
         i = flow % self.flows
         vip = self.vip(i % self.vips)
         sport = (SPORT_BASE + i) & 0xFFFF
-        l4 = (UDP(sport=sport, dport=vip.port, chksum=0) if self.protocol == "udp"
+        l4 = (UDP(sport=sport, dport=vip.port, chksum=0) if self.proto == "udp"
               else TCP(sport=sport, dport=vip.port, flags="A", seq=1, ack=1, window=65535))
         hdr = (Ether(src=CLIENT_MAC, dst=INGRESS_MAC) /
                IP(src=int2ip(CLIENT_BASE + i), dst=vip.addr, id=0, flags="DF", ttl=64) / l4)
@@ -109,22 +125,22 @@ class L4lbTraffic(Traffic):
 
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:
         """The variation that walks the flows: variable 0 (the flow number) is written into the client
-        address and source port; with several VIPs, variable 1 (0 .. vips - 1) into the destination
-        address. Both step together, so with ``inc``/``dec`` packet n is ``packet(n % flows)``
-        (vips divides flows); with ``random`` every frame is a valid client packet, its VIP drawn
-        independently of its client. The IPv4 checksum and TCP's (its pseudo-header covers the
+        address and source port; when the flows reach several VIPs, variable 1 (0 .. targets - 1)
+        into the destination address. Both step together, so with ``inc``/``dec`` packet n is
+        ``packet(n % flows)`` (targets divides flows); with ``random`` every frame is a valid client
+        packet, its VIP drawn independently of its client. The IPv4 checksum and TCP's (its pseudo-header covers the
         addresses) are kept valid; UDP sends no checksum."""
         ip, l4 = 14, 34
         end = self.frame_size - FCS_LEN
-        csums = [ip + 10] + ([l4 + 16] if self.protocol == "tcp" else [])
-        covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, end)]] if self.protocol == "tcp" else [])
+        csums = [ip + 10] + ([l4 + 16] if self.proto == "tcp" else [])
+        covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, end)]] if self.proto == "tcp" else [])
         writes: list[tuple[str, int, int, int]] = []
         if self.flows > 1:
             writes = [("ip.src", ip + 12, 4, CLIENT_BASE), ("l4.sport", l4, 2, SPORT_BASE)]
         fe = flow_engine(writes, self.flows, csums, covers, l4 + self.l4_len, flow_op, l3_offset=ip,
-                         l4_offset=l4 if self.protocol == "tcp" else -1)
-        if self.vips == 1:
+                         l4_offset=l4 if self.proto == "tcp" else -1)
+        if self.targets == 1:
             return fe
         dst = FieldWrite("ip.dst", ip + 16, 4, 1, VIP_BASE, csum_mask(covers, ip + 16, 4))
-        return dataclasses.replace(fe, vars=fe.vars + (FlowVar(flow_op, 0, self.vips - 1),),
+        return dataclasses.replace(fe, vars=fe.vars + (FlowVar(flow_op, 0, self.targets - 1),),
                                    writes=fe.writes + (dst,))
