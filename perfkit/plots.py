@@ -17,6 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter
 
+from perfkit.analysis.cost import BUSY_MIN
 from perfkit.analysis.run import variant_label
 
 #: Axis labels (with units) of the frame columns the figures plot.
@@ -311,3 +312,26 @@ def compare_changes(rows: pd.DataFrame, threshold_pct: float, subtitle: str = ""
     _title(fig, title, subtitle)
     return fig
 
+
+
+def cost_fit(frame: pd.DataFrame, fit: object | None, subtitle: str = "") -> Figure:
+    """The DUT's measured cost per packet against the model's prediction (``analysis.fit_cost``),
+    one point per busy trial; the diagonal is a perfect model."""
+    title = "DUT cost per packet: measured vs model"
+    if frame.empty or fit is None:
+        return _empty(title, f"no trials with the DUT busy >= {int(BUSY_MIN * 100)} % of its cores (or too few)")
+    d = _variants(frame)
+    d["predicted"] = fit.predict(frame)
+    d["frame size [bytes]"] = d["frame_size"].astype(int).astype(str)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    sns.scatterplot(data=d, x="predicted", y="dut_ns_per_packet", hue="variant", style="frame size [bytes]", s=60,
+                    ax=ax)
+    lo, hi = min(d["predicted"].min(), d["dut_ns_per_packet"].min()), max(d["predicted"].max(),
+                                                                          d["dut_ns_per_packet"].max())
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--", label="measured = model")
+    ax.set_xlabel("model [ns per packet]")
+    ax.set_ylabel("measured DUT cost [ns per packet]")
+    ax.set_title(f"R² = {fit.r2_:.3f}, n = {fit.n_samples_}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title(fig, title, subtitle)
+    return fig

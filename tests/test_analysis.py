@@ -280,3 +280,34 @@ def test_a_search_judged_at_a_slightly_short_offer_finds_its_figure_trial(tmp_pa
     assert row["offered_mpps"] * 1e6 == pytest.approx(res.lower_bound)   # the trial at the bound itself
     assert row["trial_id"] in {t.trial_id for t in res.trials if t.loss_ratio == 0}
     assert not tp[["throughput_mpps", "rx_mpps", "rx_gbps", "loss_ratio"]].isna().any().any()
+
+
+def test_dut_cost_model_recovers_a_known_cost_and_sizes_cores(tmp_path):
+    """Trials of a DUT whose cost per packet is 300 + 0.2 x frame size + 150 (uplink) + 40 x
+    log10(1 + sessions) ns: the model finds it from the busy trials only, and the capacity table
+    inverts it."""
+    store = RunStore.create("cost", tmp_path)
+    rng = np.random.default_rng(3)
+    for i in range(40):
+        fs, ul, sessions = int(rng.choice([64, 256, 512, 1024])), bool(i % 2), int(rng.choice([0, 999, 999_999]))
+        ns = 300 + 0.2 * fs + 150 * ul + 40 * math.log10(1 + sessions)
+        busy = 0.95 if i < 30 else 0.3          # the last ten idled between packets: left out
+        r = _result(f"c{i}", fs, 1e6, busy)
+        r.params = {**r.params, "direction": "ul" if ul else "dl", "sessions": sessions}
+        r.dut_ns_per_packet, r.dut_busy = ns if busy > 0.5 else ns * 5, busy
+        r.bpf_ns_per_packet, r.kernel_ns_per_packet = 100.0, ns - 100.0
+        store.append(r)
+    run = analysis.load_run("cost", tmp_path)
+    frame = analysis.cost_frame(run)
+    assert len(frame) == 30 and (frame["dut_busy"] >= analysis.BUSY_MIN).all()
+    fit = analysis.fit_cost(frame)
+    assert fit.r2_ == pytest.approx(1.0) and fit.intercept_ == pytest.approx(300, abs=1e-6)
+    assert fit.coef_ == pytest.approx({"frame_size": 0.2, "log_sessions": 40, "variant_ul": 150}, abs=1e-6)
+    cap = analysis.cost_capacity(fit, frame, [10], [64, 1024], utilization=80)
+    typical = frame["log_sessions"].mode().iloc[0]      # the table holds the other features there
+    for row in cap.to_dict("records"):
+        ns = 300 + 0.2 * row["frame_size"] + 150 * (row["variant"] == "ul") + 40 * typical
+        need = row["mpps"] * 1e6 * ns * 1e-9 / 0.8
+        assert row["cores_needed"] == math.ceil(need), row
+    pivot = analysis.cost_capacity_pivot(cap)
+    assert list(pivot.columns) == [("dl", "10 Gbit/s"), ("ul", "10 Gbit/s")]

@@ -8,11 +8,15 @@ the search summaries):
 - ``perfkit.analysis.throughput``: ``throughput_table``, ``search_table``, ``latency_table``,
   ``search_path``, ``throughput_pivot``;
 - ``perfkit.analysis.cpu``: ``cpu_per_trial``, ``cpu_frame`` (``CpuSource`` says where the figures come from);
+- ``perfkit.analysis.cost``: ``cost_frame``, ``fit_cost``, ``cost_capacity``: the DUT's cost per
+  packet, its model and the cores it implies;
 - ``perfkit.analysis.models``: ``fit_cpu_models``, ``fit_linear``, ``capacity_table`` and the tables
   the notebook shows.
 
 Each module documents the columns of its frames.
 """
+from perfkit.analysis.cost import (BUSY_MIN, cost_capacity, cost_capacity_pivot, cost_frame, drop_generator_limited,
+                                   fit_cost)
 from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_per_trial
 from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, TARGET_UNITS, WEAK_R2, CpuModels, LinearFit,
                                      capacity_pivot, capacity_table, capacity_tables, coefficients_table,
@@ -24,8 +28,9 @@ from perfkit.analysis.throughput import (PERCENTILES, disturbed_table, goals, la
                                          search_path, search_table, throughput_pivot, throughput_table)
 
 __all__ = [
-    "FEATURES", "FEATURE_UNITS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
-    "CpuModels", "CpuSource", "LinearFit", "RunData", "capacity_pivot", "capacity_table", "capacity_tables",
+    "BUSY_MIN", "FEATURES", "FEATURE_UNITS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
+    "CpuModels", "CpuSource", "LinearFit", "RunData", "capacity_pivot", "cost_capacity", "cost_capacity_pivot",
+    "cost_frame", "drop_generator_limited", "fit_cost", "capacity_table", "capacity_tables",
     "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_per_trial", "disturbed_table",
     "fit_cpu_models", "fit_linear", "frame_sizes", "goals", "latency_table", "limits_table", "load_run",
     "run_notes", "run_summary", "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",
