@@ -21,17 +21,32 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 	prometheus prometheus-pushgateway prometheus-node-exporter \
 	tshark linux-perf python3-venv python3-pip chromium
 
-.PHONY: help setup apt venv bpf test run bench report clean distclean cleanup-net
+INFERNO_VERSION := 0.12.8
+INFERNO := build/tools/bin/inferno-flamegraph
+
+.PHONY: help setup apt venv bpf tools test run bench report clean distclean cleanup-net
 
 help:
 	@echo "make run    - set up, run the default campaign on the local testbed, write the HTML report"
 	@echo "make test   - set up and run the whole test suite (root; real kernel, real servers)"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make bench  - the benchmarks in bench/"
-	@echo "make cleanup-net - remove every perfkit namespace, link, XDP attachment, pin and server"
+	@echo "make cleanup-net - remove the perfkit namespaces, links, XDP attachments, pins and servers no live process owns"
 	@echo "make clean  - remove build/ (distclean also .venv)"
 
-setup: apt venv bpf
+setup: apt venv bpf tools
+
+# tools: inferno (flame graphs of `perfkit trial --perf` and the report's perf page), a Rust crate
+# built once into build/tools with the CLI only (about 1.5 min on 2 cores). Without cargo it is
+# left out with a warning: perf data is still recorded, flame graphs are not drawn.
+tools: $(INFERNO)
+
+$(INFERNO):
+	@cargo=$$(command -v cargo || echo $$HOME/.cargo/bin/cargo); \
+	if [ -x "$$cargo" ]; then \
+		$$cargo install inferno --version $(INFERNO_VERSION) --locked --no-default-features --features cli \
+			--root build/tools --quiet; \
+	else echo "warning: no cargo: inferno (flame graphs) not installed; install Rust, then make tools"; fi
 
 # apt: install only what is missing, so a second run does nothing and needs no network.
 apt:

@@ -1,14 +1,17 @@
 """Address conversions the control planes share (IPv4 as integers, MACs as bytes, byte order)."""
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def ip2int(addr: str) -> int:
     return int(ipaddress.IPv4Address(addr))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def int2ip(value: int) -> str:
     return str(ipaddress.IPv4Address(value))
 

@@ -24,11 +24,14 @@ from perfkit import dataplanes
 from perfkit.dataplane import BenchSpec, DutProgram
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import BENCH_KEY_MAX, BENCH_MAX_FIELDS, BENCH_RESTORE_MAX, bench_config, bench_template
-from perfkit.libbpf import BpfObject
+from perfkit.libbpf import XDP_PACKET_HEADROOM, BpfObject
 from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.units import FCS_LEN, L1_OVERHEAD, LINE_RATES
 
+#: The longest frame (without FCS) BPF_PROG_TEST_RUN puts in one buffer: a page less the XDP
+#: headroom and skb_shared_info.
+TEST_RUN_MAX = os.sysconf("SC_PAGESIZE") - XDP_PACKET_HEADROOM - 320
 #: Per-packet time budget of one core at 10GbE line rate with 64-byte frames [ns].
 BUDGET_64B_10GBE_NS = 1e9 / (LINE_RATES["10GbE"] / ((64 + L1_OVERHEAD) * 8))
 
@@ -90,6 +93,10 @@ def prog_bench(dataplane: str = dataplanes.DEFAULT, frame_size: int = 64, params
     if cpu is not None and cpu not in allowed:
         raise ConfigError("cpu", cpu, f"one of the CPUs this process may use: {allowed}")
     scenario = Scenario(dataplane, frame_size=frame_size, params=dict(params or {}))
+    over = scenario.wire_frame_size - FCS_LEN - TEST_RUN_MAX
+    if over > 0:  # a longer frame is split over pages (multi-buffer): the program sees only the first
+        raise ConfigError("frame_size", frame_size, f"<= {frame_size - over} bytes for this {scenario.dp.title} traffic "
+                          f"(BPF_PROG_TEST_RUN gives a program at most {TEST_RUN_MAX} bytes in one buffer)")
     spec, dut = scenario.dp.bench_spec(frame_size, scenario.params, seed)
     cpu = cpu if cpu is not None else allowed[-1]
     old_affinity = os.sched_getaffinity(0)

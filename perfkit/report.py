@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from perfkit.errors import ConfigError
+from perfkit.errors import ConfigError, StoreError
 from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
 
 #: The notebooks directory of the repository.
@@ -48,6 +48,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("search", "NDR/PDR searches", "throughput per scenario and goal, with every search's trial-by-trial path"),
     PageSpec("compare", "Comparison with the baseline",
              "per-scenario change vs the baseline run, with noise bands; regressions flagged"),
+    # perf attribution (perfkit.perf): says "no perf data in this run" unless trials were recorded with perf
+    PageSpec("perf", "perf attribution",
+             "where the DUT cores' time went: top kernel and BPF symbols and a flame graph per scenario"),
 )
 INDEX = PageSpec("index", "Index", "links, run metadata, headline figures")
 
@@ -90,7 +93,10 @@ def find_baseline(run_id: str, data_root: str | Path = DEFAULT_ROOT) -> str | No
     for other in reversed(list_runs(data_root)):
         if other >= run_id:
             continue
-        meta = RunStore.open(other, data_root).metadata()
+        try:
+            meta = RunStore.open(other, data_root).metadata()
+        except StoreError:
+            continue          # a run with a corrupt metadata.json is no baseline
         if meta.get("status") == "complete" and meta.get("campaign", {}).get("name") == mine:
             return other
     return None
@@ -118,11 +124,11 @@ def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: 
     ``baseline_run_id``: a run id, ``auto`` (``find_baseline``) or None.
     """
     data_root = Path(data_root).absolute()
-    RunStore.open(run_id, data_root)   # a clear error before any kernel starts
+    RunStore.open(run_id, data_root).check()   # a clear error (one line naming the file) before any kernel starts
     if baseline_run_id == "auto":
         baseline_run_id = find_baseline(run_id, data_root)
     elif baseline_run_id is not None:
-        RunStore.open(baseline_run_id, data_root)
+        RunStore.open(baseline_run_id, data_root).check()
     nb_dir = Path(notebooks_dir)
     for spec in (*pages, INDEX):
         if not (nb_dir / f"{spec.name}.ipynb").is_file():

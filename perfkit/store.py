@@ -7,7 +7,9 @@ Layout of a run directory:
   written atomically (temporary file + rename) the moment the trial ends, before anything else
   (push, plot) happens. The directory is a Parquet dataset: ``pandas.read_parquet(dir)`` or
   DuckDB ``read_parquet('trials/*.parquet')`` read it whole.
-- ``pushes.jsonl``: one line per successful push of a trial to a Pushgateway (for backfill).
+- ``pushes.jsonl``: one line per successful push of a trial to a Pushgateway (for backfill),
+  appended and fsynced; a torn line (a process died writing it) is ignored: that trial counts as
+  not pushed.
 - ``searches/<name>.json``: search summaries (bounds, trial ids), written by campaigns
   (``write_search``/``searches``).
 - ``units.jsonl``: a campaign's journal of units started, done, failed (``perfkit.campaign.journal``).
@@ -15,28 +17,46 @@ Layout of a run directory:
   .cpu_frame`` columns), saved by a campaign before it stops its metrics stack, so that reports
   regenerate without servers (``write_prometheus_cpu``/``prometheus_cpu``).
 
+Crash safety: every file is written through ``perfkit.durable`` (temporary file, fsync, rename,
+directory fsync; appends fsynced, torn lines skipped). A process killed while writing leaves at most
+a ``.<name>.tmp`` file, which ``recover()`` (run under the run's lock by a resume) removes. Files
+that cannot be read (a truncated Parquet file, a corrupt ``metadata.json``) raise a ``StoreError``
+naming the file and what to do, never a raw parser error; ``recover()`` sets unreadable trial files
+aside (``*.corrupt``) so that their trials are measured again. ``lock()`` keeps a second process
+from running or resuming the same run at the same time (``fcntl.flock`` on ``.lock``).
+
 Trial rows may carry bookkeeping columns besides ``RECORD_COLUMNS`` (``append(result, extra=...)``):
 campaigns add ``unit`` (the campaign unit the trial belongs to) and ``attempt`` (1 for the first
 try of that unit, 2 after a resume ...), in the same atomic file as the trial.
 """
 from __future__ import annotations
 
+import fcntl
+import io
 import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
 
+from perfkit.crashpoints import crashpoint
+from perfkit.durable import append_line, atomic_write, fsync_dir, read_lines
 from perfkit.errors import StoreError
 from perfkit.trial import TrialResult
 
 DEFAULT_ROOT = Path(os.environ.get("PERFKIT_DATA", "data")) / "runs"
 #: File of a run directory holding the Prometheus-derived CPU frame.
 PROMETHEUS_CPU_FILE = "cpu_prometheus.parquet"
+#: Trials of the run that had no Prometheus CPU figures (``{trial_id: why}``), beside that frame.
+PROMETHEUS_CPU_MISSING_FILE = "cpu_prometheus_missing.json"
+PUSHES_FILE = "pushes.jsonl"
+LOCK_FILE = ".lock"
+#: Suffix given to a trial file that cannot be read (``recover``): kept for inspection, not a trial.
+CORRUPT_SUFFIX = ".corrupt"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.%+-]{0,200}$")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -47,13 +67,35 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{stamp}-{os.urandom(2).hex()}"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _read_parquet(path: Path, advice: str) -> pd.DataFrame:
+    """``pd.read_parquet``, with a one-line ``StoreError`` naming the file when it cannot be read."""
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: missing (removed while reading?); {advice}") from None
+    except Exception as err:  # pyarrow raises ArrowInvalid, OSError ... for truncated or foreign files
+        raise StoreError(f"{path}: not a readable Parquet file ({_short(err)}); {advice}") from None
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+@dataclass
+class Recovery:
+    """What ``RunStore.recover`` found and did; ``notes`` says it in words."""
+
+    notes: list[str] = field(default_factory=list)
+    removed_tmp: list[str] = field(default_factory=list)
+    corrupt_trials: dict[str, str] = field(default_factory=dict)
+    """trial id -> the file set aside (``*.corrupt``)."""
 
 
 @dataclass
@@ -61,6 +103,7 @@ class RunStore:
     """One run directory. Create with ``RunStore.create``, reopen with ``RunStore.open``."""
 
     path: Path
+    _lock_fd: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def run_id(self) -> str:
@@ -77,6 +120,8 @@ class RunStore:
         if path.exists():
             raise StoreError(f"run {run_id} already exists in {root}; resume it or pick another run id")
         (path / "trials").mkdir(parents=True)
+        fsync_dir(path)
+        fsync_dir(path.parent)
         store = cls(path)
         store.write_metadata(metadata or {})
         return store
@@ -89,14 +134,89 @@ class RunStore:
             raise StoreError(f"run_id: {run_id!r} not found under {root}; recent runs: {known}")
         return cls(path)
 
+    # -- one process at a time -------------------------------------------------------------------
+    def lock(self) -> RunStore:
+        """Take the run's lock (released by ``unlock`` or when the process ends, even by SIGKILL).
+
+        Raises ``StoreError`` if another process holds it (it runs or resumes this run).
+        """
+        if self._lock_fd is not None:
+            return self
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreError(f"run {self.run_id} is in use by {holder}; wait until it ends (or stop it) and "
+                             f"resume then: perfkit run --resume {self.run_id}") from None
+        os.ftruncate(fd, 0)
+        from perfkit.owners import describe, me
+        os.pwrite(fd, describe(me()).encode(), 0)
+        self._lock_fd = fd
+        return self
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            os.ftruncate(fd, 0)
+            os.close(fd)
+
+    # -- after a crash ---------------------------------------------------------------------------
+    def recover(self, done_trials: dict[str, str] | None = None) -> Recovery:
+        """Remove what a killed writer left and set unreadable trial files aside; call under ``lock``.
+
+        ``done_trials`` (trial id -> unit, from the journal's done units) only makes the notes say
+        which unit a lost trial belonged to.
+        """
+        rec = Recovery()
+        for tmp in sorted(self.path.rglob("*.tmp")):
+            if tmp.is_file():
+                tmp.unlink()
+                rec.removed_tmp.append(str(tmp.relative_to(self.path)))
+        if rec.removed_tmp:
+            rec.notes.append(f"removed {len(rec.removed_tmp)} unfinished file(s) a killed process left: "
+                             + ", ".join(rec.removed_tmp))
+        import pyarrow.parquet as pq
+
+        for f in list(self._trial_files()):
+            try:
+                pq.read_metadata(f)
+                continue
+            except Exception as err:
+                why = _short(err)
+            aside = f.with_name(f.name + CORRUPT_SUFFIX)
+            os.replace(f, aside)
+            tid = _trial_id_of(f)
+            rec.corrupt_trials[tid] = str(aside.relative_to(self.path))
+            unit = (done_trials or {}).get(tid)
+            rec.notes.append(f"trials/{f.name} is not readable ({why}): set aside as {aside.name}; its trial is "
+                             "measured again" + (f" (unit {unit} runs again)" if unit else ""))
+        if rec.removed_tmp or rec.corrupt_trials:
+            fsync_dir(self.path / "trials")
+        return rec
+
     # -- metadata --------------------------------------------------------------------------------
     def write_metadata(self, metadata: dict[str, Any]) -> None:
-        _atomic_write(self.path / "metadata.json",
-                      json.dumps({"run_id": self.run_id, **metadata}, indent=2, default=str).encode())
+        atomic_write(self.path / "metadata.json",
+                     json.dumps({"run_id": self.run_id, **metadata}, indent=2, default=str).encode(),
+                     "metadata.write")
 
     def metadata(self) -> dict[str, Any]:
+        """The run's metadata; a ``StoreError`` naming the file if it is corrupt."""
         p = self.path / "metadata.json"
-        return json.loads(p.read_text()) if p.exists() else {"run_id": self.run_id}
+        if not p.exists():
+            return {"run_id": self.run_id}
+        try:
+            data = json.loads(p.read_bytes())
+        except ValueError as err:
+            raise StoreError(f"{p}: corrupt ({_short(err)}); restore it from a backup, or rebuild it by resuming "
+                             f"with the run's campaign file: perfkit run --resume {self.run_id} CAMPAIGN "
+                             "(the trials are intact)") from None
+        if not isinstance(data, dict):
+            raise StoreError(f"{p}: corrupt (a JSON {type(data).__name__}, not an object); restore it from a "
+                             f"backup, or rebuild it: perfkit run --resume {self.run_id} CAMPAIGN")
+        return data
 
     # -- trials ----------------------------------------------------------------------------------
     def append(self, result: TrialResult, extra: dict[str, Any] | None = None) -> Path:
@@ -106,30 +226,47 @@ class RunStore:
         must not shadow a record column.
         """
         result.run_id = result.run_id or self.run_id
-        seq = len(list(self._trial_files()))
+        files = list(self._trial_files())
+        seq = int(files[-1].name.split("-", 1)[0]) + 1 if files else 0
         path = self.path / "trials" / f"{seq:06d}-{result.trial_id}.parquet"
         record = result.to_record()
         for key, value in (extra or {}).items():
             if key in record:
                 raise StoreError(f"extra column {key!r} would overwrite a trial field; pick another name")
             record[key] = value
-        frame = pd.DataFrame([record])
-        tmp = path.with_name(f".{path.name}.tmp")
-        frame.to_parquet(tmp, index=False)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, _parquet_bytes(pd.DataFrame([record])), "store.write")
+        crashpoint("store.renamed")
         return path
 
     def _trial_files(self) -> Iterator[Path]:
         return iter(sorted((self.path / "trials").glob("[0-9]*.parquet")))
 
     def trials(self) -> pd.DataFrame:
-        """All trials, one row each, in the order they ended (columns: ``trial.RECORD_COLUMNS``)."""
+        """All trials, one row each, in the order they ended (columns: ``trial.RECORD_COLUMNS``).
+
+        A file that cannot be read raises a ``StoreError`` naming it.
+        """
         files = list(self._trial_files())
         if not files:
             return pd.DataFrame()
-        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        advice = (f"resume the run to set it aside and measure that trial again (perfkit run --resume "
+                  f"{self.run_id}), or move the file out of trials/")
+        return pd.concat([_read_parquet(f, advice) for f in files], ignore_index=True)
+
+    def check(self) -> None:
+        """Raise a ``StoreError`` naming the first file of the run that cannot be read (metadata,
+        trial files, search summaries): for commands that read a run (report, compare, push)."""
+        self.metadata()
+        import pyarrow.parquet as pq
+        for f in self._trial_files():
+            try:
+                pq.read_metadata(f)
+            except Exception as err:
+                raise StoreError(f"{f}: not a readable Parquet file ({_short(err)}); resume the run to set it "
+                                 f"aside and measure that trial again (perfkit run --resume {self.run_id}), or "
+                                 "move the file out of trials/") from None
+        self.searches()
+        self.prometheus_cpu()
 
     def cpu_frame(self) -> pd.DataFrame:
         """CPU time per trial x cpu x mode from /proc/stat, tidy.
@@ -154,39 +291,71 @@ class RunStore:
         """Write ``searches/<name>.json`` atomically (``name``: letters, digits, ``_.%+-``)."""
         if not _NAME_RE.match(name):
             raise StoreError(f"search name: {name!r} is not allowed; allowed: letters, digits, '_.%+-'")
-        (self.path / "searches").mkdir(exist_ok=True)
-        path = self.path / "searches" / f"{name}.json"
-        _atomic_write(path, json.dumps(summary, indent=2, sort_keys=True, default=str).encode())
+        d = self.path / "searches"
+        if not d.is_dir():
+            d.mkdir()
+            fsync_dir(self.path)
+        path = d / f"{name}.json"
+        atomic_write(path, json.dumps(summary, indent=2, sort_keys=True, default=str).encode(), "search.write")
         return path
 
     def searches(self) -> list[dict[str, Any]]:
-        """Every search summary of the run, by file name."""
+        """Every search summary of the run, by file name; a ``StoreError`` names a corrupt one."""
         d = self.path / "searches"
-        return [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+        out = []
+        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+            try:
+                out.append(json.loads(p.read_bytes()))
+            except ValueError as err:
+                raise StoreError(f"{p}: corrupt ({_short(err)}); remove it and resume the run to write it again "
+                                 f"from the unit's trials (perfkit run --resume {self.run_id})") from None
+        return out
 
-    def write_prometheus_cpu(self, frame: pd.DataFrame) -> Path:
-        """Save the Prometheus-derived CPU frame (``perfkit.metrics.query.cpu_frame``) of the run."""
+    def write_prometheus_cpu(self, frame: pd.DataFrame, missing: dict[str, str] | None = None) -> Path:
+        """Save the Prometheus-derived CPU frame (``perfkit.metrics.query.cpu_frame``) of the run, and
+        ``missing``: the trials that have none, with why (``prometheus_cpu_missing``)."""
         path = self.path / PROMETHEUS_CPU_FILE
-        tmp = path.with_name(f".{path.name}.tmp")
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        atomic_write(path, _parquet_bytes(frame), "store.atomic")
+        atomic_write(self.path / PROMETHEUS_CPU_MISSING_FILE,
+                     json.dumps(missing or {}, indent=1, sort_keys=True).encode(), "store.atomic")
         return path
 
     def prometheus_cpu(self) -> pd.DataFrame | None:
         """The saved Prometheus CPU frame, or None if the run has none."""
         path = self.path / PROMETHEUS_CPU_FILE
-        return pd.read_parquet(path) if path.exists() else None
+        if not path.exists():
+            return None
+        return _read_parquet(path, "remove it: the analysis then takes the DUT CPU from /proc/stat")
+
+    def prometheus_cpu_missing(self) -> dict[str, str]:
+        """Trials with no Prometheus CPU figures when the frame was saved: ``{trial_id: why}``."""
+        path = self.path / PROMETHEUS_CPU_MISSING_FILE
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     # -- pushes ----------------------------------------------------------------------------------
     def mark_pushed(self, trial_id: str, url: str) -> None:
-        with open(self.path / "pushes.jsonl", "a") as f:
-            f.write(json.dumps({"trial_id": trial_id, "url": url, "time": time.time()}) + "\n")
+        """Record a successful push (appended and fsynced)."""
+        line = json.dumps({"trial_id": trial_id, "url": url, "time": time.time()}) + "\n"
+        append_line(self.path / PUSHES_FILE, line.encode(), "pushes.append")
 
     def pushed_trial_ids(self) -> set[str]:
-        p = self.path / "pushes.jsonl"
-        if not p.exists():
-            return set()
-        return {json.loads(line)["trial_id"] for line in p.read_text().splitlines() if line.strip()}
+        """Trials recorded as pushed; a torn line (see ``pushes_torn_lines``) counts as not pushed."""
+        events, _ = read_lines(self.path / PUSHES_FILE)
+        return {e["trial_id"] for e in events if isinstance(e.get("trial_id"), str)}
+
+    def pushes_torn_lines(self) -> list[int]:
+        """Line numbers of torn lines in pushes.jsonl (a process died while writing them)."""
+        return read_lines(self.path / PUSHES_FILE)[1]
+
+
+def _trial_id_of(path: Path) -> str:
+    """The trial id in a trial file's name (``<seq>-<trial_id>.parquet``)."""
+    name = path.name.split(".", 1)[0]
+    return name.split("-", 1)[1] if "-" in name else name
 
 
 def list_runs(root: Path | str = DEFAULT_ROOT) -> list[str]:

@@ -137,4 +137,4 @@ def test_cli_exit_status_is_1_on_regression(runs, capsys):
     assert main(["compare", "--run", "slower", "--baseline", "base", "--root", root, "--threshold", "15"]) == 0
     assert "no regression" in capsys.readouterr().out
     assert main(["compare", "--run", "slower", "--baseline", "nope", "--root", root]) == 2
-    assert "run_id: 'nope' not found" in capsys.readouterr().err
+    assert "--baseline: 'nope' is not allowed; allowed: the id of a run under" in capsys.readouterr().err

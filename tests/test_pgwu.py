@@ -2,8 +2,12 @@
 the reference model ``perfkit.dataplanes.pgwu.model``."""
 from __future__ import annotations
 
+import collections
+import os
+import random
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,11 +17,18 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
-from perfkit.errors import BpfError
-from perfkit.dataplanes.pgwu.control import Pgwu, PgwuConfig, Session, SessionPlan
+from perfkit.errors import BpfError, ConfigError
+from perfkit.dataplanes.pgwu import DATAPLANE
+from perfkit.dataplanes.pgwu.control import (DL_TEID_BASE, SGW_BASE, TENANT_VLAN_BASE, UE_BASE, UL_TEID_BASE, Pgwu,
+                                             PgwuConfig, Session, SessionPlan, session_columns)
 from perfkit.checksum import ones_sum
-from perfkit.dataplanes.pgwu.model import emit
-from perfkit.dataplanes.pgwu.traffic import S5_VLAN, SERVER_ADDR
+from perfkit.dataplanes.pgwu.model import check_output, emit
+from perfkit.dataplanes.pgwu.traffic import S5_VLAN, SERVER_ADDR, PgwuTraffic
+from perfkit.fieldengine import SIGNATURE, FieldEngine
+from perfkit.layouts import gen_state
+from perfkit.libbpf import num_possible_cpus
+from perfkit.netaddr import int2ip, ip2int
+from perfkit.testbed.livegen import compile_generator, load_generator
 
 CFG = PgwuConfig(s5_ifindex=7, sgi_ifindex=9)
 SESSIONS = [
@@ -296,17 +307,230 @@ def test_mutated_packets_match_the_reference_model(pgwu, base, edits, cut, udp_c
 # -- scale -------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_one_million_sessions_all_found():
-    plan = SessionPlan(count=1_000_000, tagged=True)
-    with Pgwu.load() as pg:
-        assert pg.add_sessions(plan) == 1_000_000
-        ul_keys = {struct.unpack("!I", k)[0] for k in pg.map("ul_sessions").keys()}
-        assert ul_keys == {s.ul_teid for s in plan}
-        assert sum(1 for _ in pg.map("dl_sessions").keys()) == 1_000_000
-        for i in range(0, 1_000_000, 9973):  # contents, spread over the table
+    """Seed 001's table (1000 tenants x 1001 UEs) installs (vectorised, batched) and is all there."""
+    plan = SEED_PLAN
+    with Pgwu.load(max_sessions=plan.count) as pg:
+        assert pg.add_sessions(plan) == plan.count  # ~5 s on a 2-core VM
+        ul_keys = np.frombuffer(b"".join(pg.map("ul_sessions").keys()), dtype=">u4")
+        assert np.array_equal(np.sort(ul_keys), np.sort(session_columns(plan)["ul_teid"]))
+        assert sum(1 for _ in pg.map("dl_sessions").keys()) == plan.count
+        for i in range(0, plan.count, 9973):  # contents, spread over the table
             s = plan.session(i)
             assert pg.ul_session(s.ul_teid)[:2] == (s.ue_addr, s.tenant_vlan)
             assert pg.dl_session(s.ue_addr, s.tenant_vlan)[:2] == (s.sgw_addr, s.dl_teid)
         # and the dataplane finds them too: the last session inserted forwards both ways
-        last = plan.session(999_999)
+        last = plan.session(plan.count - 1)
         assert pg.program.test_run(bytes(ul_frame(last, inner_pkt(src=last.ue_addr)))).verdict == "XDP_REDIRECT"
         assert pg.program.test_run(bytes(dl_frame(last))).verdict == "XDP_REDIRECT"
+
+
+# -- several tenants: the (UE, tenant) grid the generator walks --------------------------------------
+# Session i is UE i mod U of tenant i mod T (U, T coprime); the generator steps two variables
+# together, one wrapping at U and one at T, and writes each field from one of them.
+def engine_values(engine: FieldEngine, k: int) -> list[int]:
+    """The variables' values for the k-th packet of an inc/dec walk, as gen.bpf.c's var_next gives them."""
+    out = []
+    for v in engine.vars:
+        span = v.max - v.min + 1
+        off = k * v.step % span
+        out.append(v.max - off if v.op == "dec" else v.min + off)
+    return out
+
+
+def engine_frame(engine: FieldEngine, template: bytes, values: list[int]) -> bytes:
+    """What the field engine makes of ``template`` with these variable values: each write's var + add
+    big-endian, the checksums it touches fixed up incrementally (RFC 1624), as gen.bpf.c does."""
+    f = bytearray(template)
+    acc = [0] * len(engine.csum_offsets)
+    for w in engine.writes:
+        old = struct.unpack_from(f"!{w.size // 2}H", f, w.offset)
+        f[w.offset:w.offset + w.size] = ((values[w.var] + w.add) & ((1 << 8 * w.size) - 1)).to_bytes(w.size, "big")
+        new = struct.unpack_from(f"!{w.size // 2}H", f, w.offset)
+        for c in range(len(acc)):
+            if w.csum_mask >> c & 1:
+                acc[c] += sum(~x & 0xFFFF for x in old) + sum(new)
+    for c, off in enumerate(engine.csum_offsets):
+        s = (~struct.unpack_from("!H", f, off)[0] & 0xFFFF) + acc[c]
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        struct.pack_into("!H", f, off, ~s & 0xFFFF)
+    return bytes(f)
+
+
+def grid_traffic(direction: str, plan: SessionPlan, l4: str = "udp", frame_size: int = 128) -> PgwuTraffic:
+    return PgwuTraffic(direction=direction, frame_size=frame_size, flows=plan.count, plan=plan, vlan=True,
+                       inner_l4=l4, config=PgwuConfig(s5_vlan=S5_VLAN))
+
+
+SEED_PLAN = SessionPlan(1_001_000, tagged=True)  # seed 001: 1000 tenant VLANs x 1001 UE addresses
+
+
+def distinct(values: np.ndarray) -> int:
+    return int(np.count_nonzero(np.diff(np.sort(values)))) + 1
+
+
+def test_seed_plan_is_1000_tenants_of_1001_ues():
+    assert (SEED_PLAN.tenant_count, SEED_PLAN.ue_count, SEED_PLAN.full) == (1000, 1001, True)
+    cols = session_columns(SEED_PLAN)
+    assert distinct(cols["ul_teid"]) == distinct(cols["dl_teid"]) == 1_001_000
+    assert distinct(cols["ue_addr"] << 12 | cols["tenant_vlan"]) == 1_001_000  # the DL key
+    assert (cols["tenant_vlan"].min(), cols["tenant_vlan"].max()) == (TENANT_VLAN_BASE, TENANT_VLAN_BASE + 999)
+    assert distinct(cols["tenant_vlan"]) == 1000 and distinct(cols["sgw_addr"]) == 100
+
+
+@pytest.mark.parametrize("ues,tenants", [(1, 2), (7, 5), (3, 8), (13, 12), (101, 100)])
+@pytest.mark.parametrize("op", ["inc", "dec"])
+def test_the_walk_visits_every_session_exactly_once(ues, tenants, op):
+    plan = SessionPlan(ues * tenants, tenants=tenants, tagged=True)
+    assert (plan.ue_count, plan.tenant_count, plan.full) == (ues, tenants, True)
+    engine = grid_traffic("dl", plan).field_engine(op)
+    n = plan.count
+    seen = [plan.index(*engine_values(engine, k)) for k in range(n)]
+    assert sorted(seen) == list(range(n))  # every session, once
+    assert seen == [k if op == "inc" else n - 1 - k for k in range(n)]  # packet k is flow k (dec: backwards)
+    assert plan.index(*engine_values(engine, n)) == seen[0]  # and again from the start
+
+
+def test_random_walk_only_meets_sessions():
+    """flow_op random draws each variable on its own: every (UE, tenant) pair of a full grid is a session."""
+    plan = SessionPlan(7 * 5, tenants=5, tagged=True)
+    engine = grid_traffic("ul", plan).field_engine("random")
+    (u, t) = engine.vars
+    assert all(plan.index(a, b) is not None for a in range(u.min, u.max + 1) for b in range(t.min, t.max + 1))
+
+
+@pytest.mark.parametrize("plan", [SessionPlan(7 * 5, tenants=5, tagged=True), SessionPlan(80, tenants=12, tagged=True),
+                                  SEED_PLAN], ids=["7x5", "80-of-7x12", "seed"])
+def test_session_columns_and_lookups_agree_with_each_session(plan):
+    cols = session_columns(plan)
+    for i in sorted({0, 1, plan.ue_count - 1, plan.ue_count, plan.tenant_count, plan.count - 1, plan.count // 3}):
+        s = plan.session(i)
+        assert (cols["ul_teid"][i], cols["dl_teid"][i], int2ip(int(cols["ue_addr"][i])),
+                int2ip(int(cols["sgw_addr"][i])), cols["tenant_vlan"][i]) == (
+                    s.ul_teid, s.dl_teid, s.ue_addr, s.sgw_addr, s.tenant_vlan)
+        assert plan.by_ul_teid(s.ul_teid) == plan.by_dl_teid(s.dl_teid) == plan.by_dl_key(s.ue_addr, s.tenant_vlan) == s
+        assert s.ul_teid - UL_TEID_BASE == s.dl_teid - DL_TEID_BASE == (s.tenant_vlan - TENANT_VLAN_BASE) << 16 | (
+            ip2int(s.ue_addr) - UE_BASE)
+    assert plan.by_dl_key(plan.session(0).ue_addr, TENANT_VLAN_BASE + plan.tenant_count) is None
+    assert plan.by_ul_teid(UL_TEID_BASE + (1 << 16) * plan.tenant_count) is None
+
+
+@pytest.mark.parametrize("count", [1, 5, 1024, 130_560])
+@pytest.mark.parametrize("tagged", [False, True])
+def test_one_tenant_keeps_the_old_layout(count, tagged):
+    """Up to UE_POOL sessions: session i = UE i, TEIDs base + i, as before several tenants existed."""
+    plan = SessionPlan(count, tagged=tagged)
+    assert plan.tenant_count == 1 and plan.ue_count == count
+    for i in {0, count // 2, count - 1}:
+        assert plan.session(i) == Session(ul_teid=UL_TEID_BASE + i, dl_teid=DL_TEID_BASE + i,
+                                          ue_addr=int2ip(UE_BASE + i), sgw_addr=int2ip(SGW_BASE + i % 100),
+                                          tenant_vlan=TENANT_VLAN_BASE if tagged else 0)
+    if count > 1:
+        engine = PgwuTraffic(direction="ul", flows=count, plan=plan, vlan=tagged).field_engine()
+        assert len(engine.vars) == 1 and engine.vars[0].max == count - 1
+        assert [w.name for w in engine.writes] == ["gtp.teid", "inner.src", "inner.sport"]
+
+
+@pytest.mark.parametrize("direction,l4", [("ul", "udp"), ("ul", "tcp"), ("dl", "udp"), ("dl", "tcp")])
+def test_engine_frames_are_the_profile_packets_at_the_wrap_points(direction, l4):
+    """The field engine's frame for flow f is packet(f) (uplink: from the GTP header on; the outer
+    source stays flow 0's SGW), for the seed plan's wrap points and a random sample."""
+    traffic = grid_traffic(direction, SEED_PLAN, l4)
+    engine, template = traffic.field_engine(), traffic.packet(0)
+    keep = traffic.offsets()["gtp"] if direction == "ul" else 0
+    u, t, n = SEED_PLAN.ue_count, SEED_PLAN.tenant_count, SEED_PLAN.count
+    flows = {0, 1, t - 1, t, t + 1, u - 1, u, u + 1, 2 * t, 2 * u, u * (t - 1), n - u, n - t, n - 2, n - 1}
+    flows |= set(random.Random(1).sample(range(n), 20))
+    for f in sorted(flows):
+        got = engine_frame(engine, template, engine_values(engine, f))
+        assert got[keep:] == traffic.packet(f)[keep:], f"flow {f}"
+
+
+@pytest.fixture
+def one_cpu():
+    """The generator keeps per-CPU state: run it on one CPU."""
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    yield
+    os.sched_setaffinity(0, old)
+
+
+@pytest.mark.parametrize("direction,l4", [("ul", "udp"), ("dl", "tcp")])
+def test_the_generator_program_sends_the_profile_packets(one_cpu, direction, l4):
+    """gen.bpf.c, compiled for the seed plan, sends packet(f) for flows across both variables' wraps,
+    and (started near the end) across the grid's end back to flow 0."""
+    traffic = grid_traffic(direction, SEED_PLAN, l4)
+    keep = traffic.offsets()["gtp"] if direction == "ul" else 0
+    sig = traffic.offsets()["signature"]
+    u, t, n = SEED_PLAN.ue_count, SEED_PLAN.tenant_count, SEED_PLAN.count
+    template = traffic.packet(0)
+    with load_generator(compile_generator(traffic), 1) as gen:
+        for first, count in ((0, 2 * u + 2), (n - 3, 6)):
+            state = gen_state()
+            state.var_pos[0], state.var_pos[1] = first % u, first % t
+            gen.map("gen_state").update(struct.pack("=I", 0), bytes(state) * num_possible_cpus())
+            for k in range(count):
+                out = gen.program("xdp_gen").test_run(template).data_out
+                f = (first + k) % n
+                if k < 4 or f % t in (0, 1, t - 1) or f % u in (0, 1, u - 1):  # and the end: n - 3 .. 2
+                    _, stream, seq, ts = SIGNATURE.unpack_from(out, sig)
+                    assert out[keep:] == traffic.packet(f, seq, stream, ts)[keep:], f"flow {f}"
+
+
+GRID_CFG = PgwuConfig(s5_ifindex=7, sgi_ifindex=9, s5_vlan=S5_VLAN)
+
+
+@pytest.mark.parametrize("plan", [SessionPlan(13 * 12, tenants=12, tagged=True),
+                                  SessionPlan(150, tenants=12, tagged=True)], ids=["13x12", "150-of-13x12"])
+@pytest.mark.parametrize("direction,l4", [("ul", "udp"), ("ul", "tcp"), ("dl", "udp"), ("dl", "tcp")])
+def test_kernel_forwards_every_grid_flow_as_the_model_says(plan, direction, l4):
+    """Every (UE, tenant) pair of the grid through the real program: what the model forwards (a session)
+    the kernel forwards byte for byte, what it drops (no session: the grid's empty cells) it drops."""
+    full = SessionPlan(plan.ue_count * plan.tenant_count, tenants=plan.tenant_count, tagged=True)
+    traffic = grid_traffic(direction, full, l4)  # frames for every cell, installed sessions from ``plan``
+    engine, template = traffic.field_engine(), traffic.packet(0)
+    verdicts = collections.Counter()
+    with Pgwu.load(max_sessions=4096) as pg:
+        pg.configure(GRID_CFG)
+        assert pg.add_sessions(plan) == plan.count
+        for f in range(full.count):
+            frame = engine_frame(engine, template, engine_values(engine, f))
+            want = emit(frame, GRID_CFG, plan)
+            res = pg.program.test_run(frame)
+            assert (res.verdict, want.stat) == (want.verdict, ("ul_fwd" if direction == "ul" else "dl_fwd")
+                                                if f < plan.count else "drop_unknown_teid" if direction == "ul"
+                                                else "drop_dl_no_session"), f"flow {f}"
+            if want.out is not None:
+                assert res.data_out == want.out, f"flow {f}"
+                assert check_output(res.data_out, direction, GRID_CFG, plan) is None
+            verdicts[res.verdict] += 1
+    assert verdicts == {"XDP_REDIRECT": plan.count, **({"XDP_DROP": full.count - plan.count} if full.count > plan.count
+                                                       else {})}
+
+
+@pytest.mark.parametrize("make,field,allowed", [
+    (lambda: PgwuTraffic(flows=1_000_000, plan=SessionPlan(1_000_000, tagged=True), vlan=True), "sessions",
+     "999000 or 1001000"),
+    (lambda: PgwuTraffic(direction="dl", flows=1024, plan=SEED_PLAN, vlan=True), "flows",
+     "1 or every session (1001000)"),
+    (lambda: DATAPLANE.traffic(64, 200_000, {"direction": "ul", "sessions": 0, "udp_csum": False, "vlan": True}),
+     "sessions", "199000 or 201000"),
+    (lambda: SessionPlan(200_000), "sessions", "at most 130560 untagged"),
+    (lambda: SessionPlan(10, tenants=3), "tenants", "1 when untagged"),
+    (lambda: SessionPlan(10, tenants=20, tagged=True), "tenants", "1 .. sessions (10)"),
+    (lambda: SessionPlan(4000, tenants=4000, tagged=True), "tenants", "1 .. 3994"),
+    (lambda: SessionPlan(3_000_000, tenants=40, tagged=True), "sessions", "at most 65536 UE addresses per tenant"),
+], ids=["not-a-grid", "part-of-the-grid", "dataplane-params", "untagged", "untagged-tenants",
+        "more-tenants-than-sessions", "vlan-ids", "teid-low-half"])
+def test_bad_combinations_are_refused_naming_the_field(make, field, allowed):
+    with pytest.raises(ConfigError) as err:
+        make()
+    assert err.value.field == field and allowed in err.value.allowed
+
+
+def test_one_flow_over_many_tenants_needs_no_grid():
+    """prog-bench and single-flow trials: any session count (here not a full grid) is fine."""
+    plan = SessionPlan(1_000_000, tagged=True)
+    assert not plan.full and plan.tenant_count == 1000
+    traffic = PgwuTraffic(direction="dl", flows=1, plan=plan, vlan=True)
+    assert traffic.field_engine().writes == ()

@@ -114,7 +114,7 @@ def test_a_failing_notebook_gets_a_page_and_fails_the_report(tmp_path):
 
 def test_report_of_an_unknown_run_fails_before_any_kernel(tmp_path, capsys):
     assert main(["report", "--run", "nope", "--root", str(tmp_path), "--reports", str(tmp_path / "r")]) == 2
-    assert "run_id: 'nope' not found" in capsys.readouterr().err
+    assert "--run: 'nope' is not allowed; allowed: the id of a run under" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

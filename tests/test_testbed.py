@@ -1,5 +1,6 @@
 """Namespaces and links come up as described and always go away: on exit, on exceptions, on SIGINT
-and SIGTERM; `clean` removes leftovers."""
+and SIGTERM; `clean` removes leftovers, and only those whose owner process is gone (a test suite
+beside a running campaign leaves the campaign's testbed alone)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from perfkit.testbed import netns
 from perfkit.errors import ConfigError
-from perfkit.testbed.topology import Testbed, clean, running
+from perfkit.testbed.topology import Testbed, clean, owner_record, running
 from tests.conftest import ROOT
 
 
@@ -69,23 +70,60 @@ def test_signals_clean_up(sig):
     assert "abc123" not in running()
 
 
-def test_clean_removes_leftovers_of_a_killed_run():
-    code = "from perfkit.testbed.topology import Testbed\nimport os\nTestbed(testbed_id='dead01').up()\nos._exit(0)\n"
+def leave_testbed_behind(testbed_id: str) -> None:
+    """A process sets up a testbed and dies without any clean-up (as by SIGKILL)."""
+    code = ("from perfkit.testbed.topology import Testbed\nimport os\n"
+            f"Testbed(testbed_id={testbed_id!r}).up()\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
-    assert "dead01" in running()  # os._exit skipped every cleanup
+    assert testbed_id in running()  # os._exit skipped every cleanup
+
+
+def test_clean_removes_leftovers_of_a_killed_run():
+    leave_testbed_behind("dead01")
     removed = clean()
     assert any("dead01" in r for r in removed)
     assert "dead01" not in running()
+    assert owner_record("dead01") is None
 
 
 def test_cli_clean_and_status():
-    Testbed(testbed_id="dead02").up()
+    leave_testbed_behind("dead02")
     env = dict(os.environ)
     status = subprocess.run([sys.executable, "-m", "perfkit", "testbed", "status", "--json"], cwd=ROOT,
                             capture_output=True, text=True, env=env)
     assert '"dead02"' in status.stdout
     subprocess.run([sys.executable, "-m", "perfkit", "testbed", "clean"], cwd=ROOT, check=True, env=env)
     assert "dead02" not in running()
+
+
+def test_clean_leaves_the_testbed_of_a_live_process_alone():
+    """`perfkit clean` (e.g. from a test suite) beside a running campaign: the live process keeps its
+    testbed, the dead one's is removed; `--run` removes a given run's testbed."""
+    leave_testbed_behind("dead04")
+    code = ("import time\nfrom perfkit import owners\nfrom perfkit.testbed.topology import Testbed\n"
+            "owners.set_run('run-live')\n"
+            "with Testbed(testbed_id='a1fe01'):\n    print('up', flush=True)\n    time.sleep(120)\n")
+    live = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline().strip() == "up"
+        out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--json"], cwd=ROOT, capture_output=True,
+                             text=True, check=True)
+        removed = json.loads(out.stdout)
+        assert any("dead04" in r for r in removed)
+        assert not any("a1fe01" in r for r in removed)
+        assert "a1fe01" in running() and "dead04" not in running()
+        assert f"kept testbed a1fe01: owned by pid {live.pid}" in out.stderr and "run run-live" in out.stderr
+        assert links("pka1fe01-tester")                          # its links are intact
+        assert live.poll() is None
+        # a run's own leftovers can be removed by name, even while its process lives
+        out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--run", "run-live", "--json"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+        assert any("a1fe01" in r for r in json.loads(out.stdout))
+        assert "a1fe01" not in running()
+    finally:
+        live.kill()
+        live.wait()
+    clean(run_id="run-live")
 
 
 def test_one_command_removes_testbeds_and_metrics_servers(tmp_path):

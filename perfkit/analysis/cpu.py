@@ -4,7 +4,9 @@ Sources, in order of preference: ``prometheus`` (node-exporter via Prometheus, s
 into the run directory), ``proc_stat`` (the trial's own /proc/stat snapshots, ``RunStore.cpu_frame``),
 ``trial_busy`` (the busy fraction per DUT core the trial recorded, e.g. simulated DUTs). One frame
 never mixes sources: the first that has every wanted trial is used (else the one covering most),
-and ``CpuSource.label`` says which, for the plots.
+and ``CpuSource.label`` says which, for the plots. Trials that should have had Prometheus figures but
+have none (node-exporter was down; the campaign lists them, ``RunStore.prometheus_cpu_missing``) are
+named by ``CpuSource.missing_note``: the frame then takes every trial's CPU from /proc/stat.
 
 ``cpu_frame`` -- trial with a DUT CPU figure (see ``cpu_per_trial`` for the sources):
     the scenario columns, trial_id, unit, method_name, phase, dut_cores, frame_size,
@@ -41,6 +43,19 @@ class CpuSource:
     """Trials that have figures from it."""
     total: int
     """Trials asked for."""
+    missing: tuple[str, ...] = ()
+    """Trials asked for that have no Prometheus CPU figures although they were long enough (the
+    campaign found no node-exporter samples for them: it or Prometheus was down): their CPU comes
+    from /proc/stat (``missing_note`` says so)."""
+
+    @property
+    def missing_note(self) -> str:
+        """One line naming the trials without Prometheus CPU, or empty."""
+        if not self.missing:
+            return ""
+        shown = ", ".join(self.missing[:5]) + (" ..." if len(self.missing) > 5 else "")
+        return (f"no Prometheus CPU for {len(self.missing)} of {self.total} trials (node-exporter or Prometheus "
+                f"was down then): {shown}; their DUT CPU is taken from /proc/stat")
 
     @property
     def label(self) -> str:
@@ -89,7 +104,8 @@ def cpu_per_trial(run: RunData, trial_ids: Iterable[str] | None = None,
     out["cpu_pct"] = (out["cpu_softirq_pct"] + out["cpu_system_pct"]).where(
         out["cpu_softirq_pct"].notna(), out["cpu_busy_pct"])
     out["cpu_cores_pct"] = out["cpu_pct"] * out["cpu_cores_seen"]
-    return out.reset_index(drop=True), CpuSource(name, int(out["trial_id"].nunique()), len(wanted))
+    no_prom = tuple(sorted(set(run.store.prometheus_cpu_missing()) & wanted)) if "prometheus" in prefer else ()
+    return out.reset_index(drop=True), CpuSource(name, int(out["trial_id"].nunique()), len(wanted), no_prom)
 
 def _cpu_source(run: RunData, name: str) -> pd.DataFrame:
     empty = pd.DataFrame(columns=["trial_id", "busy", "softirq", "system", "cores"])

@@ -12,18 +12,24 @@ One JSON object per line, appended and fsynced, never rewritten:
   search ended and ``searches/<id>.json`` is written;
 - ``{"event": "failed", "unit": id, "attempt": n, "error": "..."}``: the unit raised an error
   (a resume tries it again);
-- ``{"event": "end", "session": n, "status": "complete"|"interrupted"|"failed", ...}``.
+- ``{"event": "reopened", "unit": id, "reason": "..."}``: a done unit whose trial file was found
+  missing or corrupt on resume; it runs again (replaying its trials that are still readable);
+- ``{"event": "end", "session": n, "status": "complete"|"incomplete"|"interrupted"|"failed", ...}``.
 
-A torn last line (the process died while writing it) is ignored.
+A line the process died while writing (a *torn* line: no valid JSON) is ignored when read, and
+``torn`` lists where, for the resume to report. The next append starts on a fresh line, never glued
+onto the fragment: a torn line therefore stays a line of its own, and only ever at the place where
+a process died.
 """
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from perfkit.durable import append_line, read_lines
 
 JOURNAL_FILE = "units.jsonl"
 
@@ -42,6 +48,8 @@ class JournalState:
     """Trial ids that belong to no unit's result."""
     session_events: list[dict[str, Any]] = field(default_factory=list)
     """``session`` and ``end`` events, in order."""
+    torn: list[int] = field(default_factory=list)
+    """Line numbers (1-based) of torn lines, ignored."""
 
     @property
     def session_count(self) -> int:
@@ -55,32 +63,26 @@ class Journal:
         self.path = Path(run_dir) / JOURNAL_FILE
 
     def append(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, "time": time.time(), **fields}, sort_keys=True, default=str)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one event durably (written and fsynced before this returns)."""
+        line = (json.dumps({"event": event, "time": time.time(), **fields}, sort_keys=True, default=str)
+                + "\n").encode()
+        append_line(self.path, line, "journal.append")
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text().splitlines()
-        out = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i == len(lines) - 1:
-                    break  # torn last line
-                raise
-        return out
+        return self._read()[0]
+
+    def torn_lines(self) -> list[int]:
+        """Line numbers (1-based) of the torn lines that reading ignores."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[list[dict[str, Any]], list[int]]:
+        return read_lines(self.path)
 
     def state(self) -> JournalState:
-        st = JournalState()
-        for e in self.events():
-            kind, unit = e["event"], e.get("unit")
+        events, torn = self._read()
+        st = JournalState(torn=torn)
+        for e in events:
+            kind, unit = e.get("event"), e.get("unit")
             if kind == "start":
                 st.attempts[unit] = max(st.attempts.get(unit, 0), int(e.get("attempt", 1)))
             elif kind == "done":
@@ -88,8 +90,11 @@ class Journal:
                 st.failed.pop(unit, None)
             elif kind == "failed":
                 st.failed[unit] = e.get("error", "")
+            elif kind == "reopened":
+                st.done.pop(unit, None)
             elif kind == "superseded":
                 st.superseded.update(e.get("trial_ids", []))
             elif kind in ("session", "end"):
                 st.session_events.append(e)
         return st
+

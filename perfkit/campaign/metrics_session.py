@@ -6,7 +6,9 @@
 2. endpoints configured (campaign ``metrics.config``/URLs, or ``$PERFKIT_METRICS_CONFIG``,
    ``$PERFKIT_PUSHGATEWAY_URL``, ``$PERFKIT_PROMETHEUS_URL``): they are used if they answer;
 3. else, with ``start_local`` (the default), the local stack is started (``perfkit.metrics.stack.up``;
-   components already running are left as they are) and ``close()`` stops only what it started;
+   components already running are left as they are) with this process recorded as one of its owners
+   (``perfkit clean`` leaves it alone meanwhile); ``close()`` stops the components started for runs,
+   unless another live run still uses them (and never a stack started by hand);
 4. if that fails, or the Pushgateway does not answer: the run goes on without pushing.
 
 ``push(store, trial)`` is called after the trial is on disk; a failure is reported once and counted;
@@ -48,6 +50,12 @@ class MetricsSession:
     first_error: str | None = None
     stopped_pushing: bool = False
     cpu_note: str = ""
+    cpu_missing: dict[str, str] = field(default_factory=dict)
+    """Trials long enough for Prometheus that it has no CPU figures for (node-exporter down ...)."""
+    owner: dict[str, Any] | None = None
+    """This process as an owner of the local stack (``perfkit.owners``): ``perfkit clean`` leaves the
+    stack alone while it lives."""
+    _pushed: set[str] | None = None
     say: Callable[[str], None] = print
 
     # -- opening -----------------------------------------------------------------------------
@@ -69,9 +77,12 @@ class MetricsSession:
         return s
 
     def _start_local(self, spec: MetricsSpec) -> None:
+        from perfkit import owners
         from perfkit.metrics import stack
 
-        st = stack.up(spec.stack_dir)
+        owner = owners.me()
+        st = stack.up(spec.stack_dir, owner=owner)
+        self.owner = owner
         self.started = list(st.started)
         self.endpoints = st.endpoints()
         self.prometheus_ok = True
@@ -99,6 +110,12 @@ class MetricsSession:
     def pushing(self) -> bool:
         return self.endpoints is not None and not self.stopped_pushing
 
+    def already_pushed(self, store: RunStore) -> set[str]:
+        """Trials of the run recorded as pushed when this session started (read once)."""
+        if self._pushed is None:
+            self._pushed = store.pushed_trial_ids()
+        return self._pushed
+
     def push(self, store: RunStore, trial: TrialResult) -> None:
         """Push one trial already on disk; never raises for a metrics failure."""
         if not self.pushing:
@@ -124,7 +141,9 @@ class MetricsSession:
 
     # -- at the end --------------------------------------------------------------------------
     def save_cpu(self, store: RunStore) -> None:
-        """Save Prometheus' CPU frame of the run's trials (those long enough) into the run dir."""
+        """Save Prometheus' CPU frame of the run's trials (those long enough) into the run dir, with
+        the trials it has no figures for (``RunStore.prometheus_cpu_missing``; the analysis takes
+        their CPU from /proc/stat and says so)."""
         if self.endpoints is None or not self.prometheus_ok:
             return
         from perfkit.metrics.query import cpu_frame
@@ -132,34 +151,44 @@ class MetricsSession:
         trials = store.trials()
         if trials.empty:
             return
+        missing: dict[str, str] = {}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                frame = cpu_frame(trials, self.endpoints, on_short="skip", wait=True)
+                frame = cpu_frame(trials, self.endpoints, on_short="skip", on_missing="skip", wait=True,
+                                  missing=missing)
         except (MetricsError, ConfigError) as err:
             self.cpu_note = f"Prometheus CPU frame not saved: {err}"
             self.say(f"warning: {self.cpu_note}")
             return
         covered = frame["trial_id"].nunique() if not frame.empty else 0
-        if covered:
-            store.write_prometheus_cpu(frame)
+        self.cpu_missing = missing
+        if covered or missing:
+            store.write_prometheus_cpu(frame, missing)
         self.cpu_note = (f"Prometheus CPU frame: {covered} of {len(trials)} trials "
                          "(trials shorter than 3 scrape intervals use /proc/stat)")
+        if missing:
+            self.cpu_note += (f"; no Prometheus CPU for {len(missing)} longer trial(s) (node-exporter or Prometheus "
+                              "down then?): they use /proc/stat too")
+            self.say(f"warning: {self.cpu_note}")
 
     def close(self) -> None:
-        """Stop the stack components this session started."""
-        if not self.started:
+        """Leave the local stack: stop the components started for runs, unless another live run
+        still uses them (``perfkit.metrics.stack.release``)."""
+        if self.owner is None:
             return
         from perfkit.metrics import stack
 
         try:
-            stack.down(self.stack_dir, components=self.started)
+            st = stack.release(self.stack_dir, self.owner)
+            self.started = [c for c in self.started if c not in st.started]
         except (MetricsError, ConfigError) as err:
             self.say(f"warning: stopping the metrics stack failed: {err}")
-        self.started = []
+        self.owner = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"note": self.note, "pushgateway_url": getattr(self.endpoints, "pushgateway_url", None),
                 "prometheus_url": getattr(self.endpoints, "prometheus_url", None), "pushed": self.pushed,
                 "push_failures": self.failures, "first_error": self.first_error,
-                "stopped_pushing": self.stopped_pushing, "cpu": self.cpu_note}
+                "stopped_pushing": self.stopped_pushing, "cpu": self.cpu_note,
+                "cpu_missing": sorted(self.cpu_missing)}

@@ -18,6 +18,16 @@ unit's result) and the search continues live.
 
 The generator of a scenario is created on the first trial that needs traffic (a scenario whose
 units are all replayed or done never sets up the testbed) and closed when the scenario is done.
+
+Crashes and stops. A run holds its directory's lock (``RunStore.lock``) while it works: a second
+``perfkit run --resume`` of the same run is refused in one line. Any exception inside a unit (not
+only a ``PerfkitError``) marks that unit failed (the journal keeps the traceback) and the run goes on
+with the next; Ctrl-C and SIGTERM stop it as ``interrupted`` (the testbed and the metrics servers it
+started are taken down) and it says how to resume; any other exception leaves it ``failed``: the
+metadata never stays ``running`` while the process can still write it. After a SIGKILL, the resume
+first repairs what the killed process left (``RunStore.recover``: unfinished ``.tmp`` files,
+unreadable trial files; the journal's torn line) and says so; a done unit whose trial file or
+search summary is gone is *reopened* and runs again, replaying what is still on disk.
 """
 from __future__ import annotations
 
@@ -25,8 +35,11 @@ import hashlib
 import importlib
 import inspect
 import itertools
+import json
+import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +51,8 @@ from perfkit.campaign.metadata import host_facts
 from perfkit.campaign.metrics_session import MetricsSession
 from perfkit.campaign.schema import Campaign, load_campaign, parse_campaign
 from perfkit.campaign.units import Estimate, Unit, estimate, expand
+from perfkit import owners
+from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.store import DEFAULT_ROOT, RunStore
 from perfkit.scenario import Scenario
@@ -54,7 +69,8 @@ class RunOutcome:
     run_id: str
     path: Path
     status: str = "running"
-    """``complete`` (every unit done), ``incomplete`` (some failed), ``interrupted``."""
+    """``complete`` (every unit done), ``incomplete`` (some failed), ``interrupted`` (Ctrl-C, SIGTERM),
+    ``failed`` (an unexpected error outside the units stopped the run)."""
     units_total: int = 0
     units_done_before: int = 0
     """Units already done when this session started (resume)."""
@@ -68,6 +84,8 @@ class RunOutcome:
     estimate: Estimate | None = None
     wall_seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What the resume repaired (torn journal line, unfinished files, unreadable trials ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "path": str(self.path), "status": self.status,
@@ -76,7 +94,7 @@ class RunOutcome:
                 "trials_written": self.trials_written, "trials_replayed": self.trials_replayed,
                 "trials_superseded": self.trials_superseded,
                 "estimate": self.estimate.to_dict() if self.estimate else None,
-                "wall_seconds": round(self.wall_seconds, 1), "metrics": self.metrics}
+                "wall_seconds": round(self.wall_seconds, 1), "metrics": self.metrics, "notes": list(self.notes)}
 
 
 def _stderr(msg: str) -> None:
@@ -134,6 +152,7 @@ class LazyGenerator:
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
         gen = self._live()
+        crashpoint("trial.mid", after=duration / 2)
         return gen.measure(rate_pps, duration) if packets is None else gen.measure(rate_pps, duration, packets)
 
     def close(self) -> None:
@@ -188,17 +207,19 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
     if not isinstance(campaign, Campaign):
         campaign = load_campaign(campaign)
     cls = preflight(campaign)
-    facts = host_facts()
-    units = expand(campaign)
-    meta = {**facts, "status": "running", "started_at": time.time(), "generator": campaign.generator.backend,
+    store = RunStore.create(run_id, root, _new_metadata(campaign, host_facts()))
+    store.lock()
+    return _execute(store, campaign, cls, resumed=False, metrics=metrics, progress=progress,
+                    on_trial=on_trial, say=say)
+
+
+def _new_metadata(campaign: Campaign, facts: dict[str, Any]) -> dict[str, Any]:
+    return {**facts, "status": "running", "started_at": time.time(), "generator": campaign.generator.backend,
             "campaign": {"name": campaign.name, "source": campaign.source, "text": campaign.text,
                          "sha256": hashlib.sha256(campaign.text.encode()).hexdigest(),
                          "cpus": facts["cpus"], "parsed": campaign.to_dict()},
-            "units_total": len(units), "estimate": estimate(campaign).to_dict(),
+            "units_total": len(expand(campaign)), "estimate": estimate(campaign).to_dict(),
             "shared_core_counts": list(campaign.shared_cores), "resumes": []}
-    store = RunStore.create(run_id, root, meta)
-    return _execute(store, campaign, cls, resumed=False, metrics=metrics, progress=progress,
-                    on_trial=on_trial, say=say)
 
 
 def resume_campaign(run_id: str, *, root: Path | str = DEFAULT_ROOT, campaign_path: str | Path | None = None,
@@ -207,35 +228,126 @@ def resume_campaign(run_id: str, *, root: Path | str = DEFAULT_ROOT, campaign_pa
                     say: Callable[[str], None] = _stderr) -> RunOutcome:
     """Continue an interrupted run with the campaign it stored (see module doc)."""
     store = RunStore.open(run_id, root)
-    meta = store.metadata()
-    stored = meta.get("campaign") or {}
-    if "text" not in stored:
-        raise StoreError(f"run {run_id} has no stored campaign in its metadata: it was not made by perfkit run")
-    if campaign_path is not None:
-        text = Path(campaign_path).read_text()
-        if hashlib.sha256(text.encode()).hexdigest() != stored.get("sha256"):
-            raise StoreError(f"campaign: {campaign_path} differs from the campaign run {run_id} started with; "
-                             "resume without the file (the stored campaign is used) or start a new run")
-    campaign = parse_campaign(stored["text"], source=stored.get("source", "<stored>"), cpus=stored.get("cpus"))
-    cls = preflight(campaign)
-    facts = host_facts()
-    changed = [k for k in ("host", "kernel", "cpu_model") if facts.get(k) != meta.get(k)]
-    if facts["perfkit"]["git_sha"] != meta.get("perfkit", {}).get("git_sha"):
-        changed.append("perfkit git sha")
-    if changed:
-        say(f"warning: resuming run {run_id} with a different {', '.join(changed)} than it started with; "
-            "its figures may not be comparable")
-    meta.setdefault("resumes", []).append({"time": time.time(), "host": facts["host"], "kernel": facts["kernel"],
-                                           "git_sha": facts["perfkit"]["git_sha"], "changed": changed})
-    meta["status"] = "running"
-    store.write_metadata({k: v for k, v in meta.items() if k != "run_id"})
+    store.lock()
+    try:
+        notes: list[str] = []
+        meta = _stored_metadata(store, campaign_path, notes)
+        stored = meta.get("campaign") or {}
+        if "text" not in stored:
+            raise StoreError(f"run {run_id} has no stored campaign in its metadata: it was not made by perfkit run")
+        if campaign_path is not None:
+            text = _read_campaign_text(campaign_path)
+            if hashlib.sha256(text.encode()).hexdigest() != stored.get("sha256"):
+                raise StoreError(f"campaign: {campaign_path} differs from the campaign run {run_id} started with; "
+                                 "resume without the file (the stored campaign is used) or start a new run")
+        campaign = parse_campaign(stored["text"], source=stored.get("source", "<stored>"), cpus=stored.get("cpus"))
+        cls = preflight(campaign)
+        _repair(store, notes)
+        for note in notes:
+            say(f"note: {note}")
+        facts = host_facts()
+        changed = [k for k in ("host", "kernel", "cpu_model") if facts.get(k) != meta.get(k)]
+        if facts["perfkit"]["git_sha"] != meta.get("perfkit", {}).get("git_sha"):
+            changed.append("perfkit git sha")
+        if changed:
+            say(f"warning: resuming run {run_id} with a different {', '.join(changed)} than it started with; "
+                "its figures may not be comparable")
+        meta.setdefault("resumes", []).append({"time": time.time(), "host": facts["host"], "kernel": facts["kernel"],
+                                               "git_sha": facts["perfkit"]["git_sha"], "changed": changed,
+                                               "notes": notes})
+        meta["status"] = "running"
+        store.write_metadata({k: v for k, v in meta.items() if k != "run_id"})
+    except BaseException:
+        store.unlock()
+        raise
     return _execute(store, campaign, cls, resumed=True, metrics=metrics, progress=progress,
-                    on_trial=on_trial, say=say)
+                    on_trial=on_trial, say=say, notes=notes)
+
+
+def _read_campaign_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError("campaign", str(path), f"a readable YAML file ({err.__class__.__name__})") from None
+
+
+def _stored_metadata(store: RunStore, campaign_path: str | Path | None, notes: list[str]) -> dict[str, Any]:
+    """The run's metadata; if it is corrupt and the campaign file is given, rebuilt from that file
+    (the corrupt one is kept as ``metadata.json.corrupt``)."""
+    try:
+        return store.metadata()
+    except StoreError:
+        if campaign_path is None:
+            raise
+    campaign = load_campaign(campaign_path)
+    units = {u.id for u in expand(campaign)}
+    known = {e.get("unit") for e in Journal(store.path).events() if e.get("unit")}
+    if known - units:
+        raise StoreError(f"{store.path / 'metadata.json'}: corrupt, and campaign {campaign_path} is not the one "
+                         f"run {store.run_id} ran (its journal names units the file lacks, e.g. "
+                         f"{sorted(known - units)[0]}); restore metadata.json from a backup")
+    bad = store.path / "metadata.json"
+    os.replace(bad, bad.with_name("metadata.json.corrupt"))
+    meta = _new_metadata(campaign, host_facts())
+    meta["rebuilt_from"] = str(campaign_path)
+    store.write_metadata(meta)
+    notes.append(f"metadata.json was corrupt: rebuilt from {campaign_path} (the corrupt file is kept as "
+                 "metadata.json.corrupt; host facts are those of this machine now)")
+    return store.metadata()
+
+
+def _repair(store: RunStore, notes: list[str]) -> None:
+    """Before a resume: tidy what a killed process left, and reopen done units that lost a file."""
+    journal = Journal(store.path)
+    state = journal.state()
+    if state.torn:
+        notes.append(f"{journal.path.name}: torn line(s) {', '.join(map(str, state.torn))} ignored (a process "
+                     "died while writing them)")
+    done_trials = {tid: unit for unit, e in state.done.items() for tid in e.get("trial_ids", [])}
+    rec = store.recover(done_trials)
+    notes.extend(rec.notes)
+    torn_pushes = store.pushes_torn_lines()
+    if torn_pushes:
+        notes.append(f"pushes.jsonl: torn line(s) {', '.join(map(str, torn_pushes))} ignored; the trial such a "
+                     f"line recorded counts as not pushed (perfkit push --run {store.run_id} pushes it again)")
+    on_disk = {f.name.split(".", 1)[0].split("-", 1)[-1] for f in (store.path / "trials").glob("[0-9]*.parquet")}
+    for unit, event in state.done.items():
+        lost = [t for t in event.get("trial_ids", []) if t not in on_disk]
+        why = None
+        if lost:
+            why = f"{len(lost)} of its trial files missing or unreadable ({lost[0]} ...)"
+        else:
+            summary = store.path / "searches" / f"{unit}.json"
+            try:
+                json.loads(summary.read_bytes())
+            except FileNotFoundError:
+                why = f"its search summary {summary.name} is missing"
+            except ValueError:
+                os.replace(summary, summary.with_name(summary.name + ".corrupt"))
+                why = f"its search summary {summary.name} was corrupt (kept as {summary.name}.corrupt)"
+        if why:
+            journal.append("reopened", unit=unit, reason=why)
+            notes.append(f"unit {unit} runs again: {why}; its readable trials are replayed, not measured again")
 
 
 def preflight(campaign: Campaign) -> type:
     """Check what can be checked before traffic: the backend imports; sim options build a model."""
     cls = generator_class(campaign.generator.backend)
+    try:  # an option the backend does not take is refused now, not at its first unit
+        inspect.signature(cls).bind(campaign.scenarios()[0], **campaign.generator.options)
+    except TypeError:
+        known = [n for n, p in inspect.signature(cls).parameters.items() if p.kind is p.KEYWORD_ONLY
+                 or (p.kind is p.POSITIONAL_OR_KEYWORD and n != "scenario")]
+        bad = [k for k in campaign.generator.options if k not in known]
+        raise ConfigError(f"campaign.generator.options.{bad[0] if bad else ''}".rstrip("."),
+                          campaign.generator.options.get(bad[0]) if bad else campaign.generator.options,
+                          f"options of the {campaign.generator.backend} generator: {', '.join(known)}") from None
+    check = getattr(cls, "check_scenario", None)
+    for scenario in campaign.scenarios() if check else ():
+        try:
+            check(scenario)
+        except ConfigError as err:
+            raise ConfigError(f"campaign.{err.field} ({scenario.key})", err.value, err.allowed) from None
     if campaign.generator.backend == "sim":
         scenario = campaign.scenarios()[0]
         try:
@@ -262,13 +374,28 @@ def _recorded(store: RunStore, superseded: set[str]) -> dict[str, list[TrialResu
 
 
 def _execute(store: RunStore, campaign: Campaign, cls: type, *, resumed: bool, metrics: bool, progress: bool,
-             on_trial: Callable[[TrialResult], None] | None, say: Callable[[str], None]) -> RunOutcome:
+             on_trial: Callable[[TrialResult], None] | None, say: Callable[[str], None],
+             notes: list[str] | None = None) -> RunOutcome:
+    """Run the units not done yet; releases the run's lock at the end."""
+    owners.set_run(store.run_id)
+    try:
+        return _execute_locked(store, campaign, cls, resumed=resumed, metrics=metrics, progress=progress,
+                               on_trial=on_trial, say=say, notes=notes or [])
+    finally:
+        owners.set_run(None)
+        store.unlock()
+
+
+def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: bool, metrics: bool,
+                    progress: bool, on_trial: Callable[[TrialResult], None] | None, say: Callable[[str], None],
+                    notes: list[str]) -> RunOutcome:
     start = time.monotonic()
     journal = Journal(store.path)
     state = journal.state()
     units = expand(campaign)
     todo = [u for u in units if u.id not in state.done]
-    out = RunOutcome(store.run_id, store.path, units_total=len(units), units_done_before=len(units) - len(todo))
+    out = RunOutcome(store.run_id, store.path, units_total=len(units), units_done_before=len(units) - len(todo),
+                     notes=list(notes))
     out.estimate = estimate(campaign, todo)
     recorded = _recorded(store, state.superseded)
     session = state.session_count + 1
@@ -279,12 +406,14 @@ def _execute(store: RunStore, campaign: Campaign, cls: type, *, resumed: bool, m
     if campaign.shared_cores:
         counts = ", ".join(str(c) for c in campaign.shared_cores)
         say(f"note: with {counts} DUT cores the generator shares a core; those units are flagged")
-    ms = MetricsSession.open(campaign.metrics, metrics and bool(todo), say=say)
-    if todo:
-        say(ms.note)
-    bar = tqdm(total=len(units), initial=out.units_done_before, desc=campaign.name, unit="unit",
-               disable=not progress, dynamic_ncols=True)
+    ms: MetricsSession | None = None
+    bar: tqdm | None = None
     try:
+        ms = MetricsSession.open(campaign.metrics, metrics and bool(todo), say=say)
+        if todo:
+            say(ms.note)
+        bar = tqdm(total=len(units), initial=out.units_done_before, desc=campaign.name, unit="unit",
+                   disable=not progress, dynamic_ncols=True)
         for scenario, group in itertools.groupby(todo, key=lambda u: u.scenario):
             gen = LazyGenerator(cls, scenario, generator_options(campaign, scenario, cls))
             try:
@@ -296,18 +425,32 @@ def _execute(store: RunStore, campaign: Campaign, cls: type, *, resumed: bool, m
             finally:
                 gen.close()
         out.status = "incomplete" if out.units_failed else "complete"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         out.status = "interrupted"
         raise
+    except BaseException as err:
+        out.status = "failed"
+        out.units_failed.setdefault("(run)", f"{type(err).__name__}: {err}")
+        raise
     finally:
-        bar.close()
-        if out.status != "interrupted":
-            ms.save_cpu(store)
-        ms.close()
+        if bar is not None:
+            bar.close()
+        if ms is not None:
+            if out.status in ("complete", "incomplete"):
+                _guarded(lambda: ms.save_cpu(store), "saving the Prometheus CPU frame", say)
+            _guarded(ms.close, "stopping the metrics stack", say)
+            out.metrics = ms.to_dict()
         out.wall_seconds = time.monotonic() - start
-        out.metrics = ms.to_dict()
         _finish(store, journal, session, out, say)
     return out
+
+
+def _guarded(action: Callable[[], None], what: str, say: Callable[[str], None]) -> None:
+    """Run a clean-up step; an error in it is reported, and the run's status is still written."""
+    try:
+        action()
+    except Exception as err:
+        say(f"warning: {what} failed: {type(err).__name__}: {err}")
 
 
 def _run_unit(unit: Unit, gen: LazyGenerator, store: RunStore, journal: Journal, attempt: int,
@@ -324,6 +467,8 @@ def _run_unit(unit: Unit, gen: LazyGenerator, store: RunStore, journal: Journal,
     def on_trial(trial: TrialResult) -> None:
         if trial.trial_id in replay.replayed:
             out.trials_replayed += 1
+            if ms.pushing and trial.trial_id not in ms.already_pushed(store):
+                ms.push(store, trial)     # written before a crash, never pushed
             return
         if unit.shared_cores and not trial.shared_cores:
             trial.shared_cores = True
@@ -344,9 +489,18 @@ def _run_unit(unit: Unit, gen: LazyGenerator, store: RunStore, journal: Journal,
         out.units_failed[unit.id] = str(err)
         say(f"error: unit {unit.id} failed: {err} (a resume retries it)")
         return
+    except Exception as err:   # a bug or an unforeseen failure: this unit fails, the run goes on
+        error = f"{type(err).__name__}: {err}"
+        journal.append("failed", unit=unit.id, attempt=attempt, error=error, traceback=traceback.format_exc())
+        out.units_failed[unit.id] = error
+        say(f"error: unit {unit.id} failed unexpectedly: {error} (traceback in {journal.path}; "
+            "a resume retries it)")
+        _guarded(gen.close, "closing the generator", say)   # its state is unknown: set it up anew
+        return
     summary = {**unit.summary(), "attempt": attempt, "result": result.to_dict(with_trials=False),
                "trial_ids": [t.trial_id for t in result.trials], "replayed": len(replay.replayed)}
     store.write_search(unit.id, summary)
+    crashpoint("unit.searched")
     journal.append("done", unit=unit.id, attempt=attempt, trial_ids=summary["trial_ids"])
     out.units_done += 1
 
@@ -364,6 +518,9 @@ def _finish(store: RunStore, journal: Journal, session: int, out: RunOutcome, sa
     if out.status == "interrupted":
         say(f"interrupted after {out.trials_written} new trials ({done} of {out.units_total} units done); "
             f"resume with: perfkit run --resume {store.run_id}")
+    elif out.status == "failed":
+        say(f"the run stopped on an unexpected error ({done} of {out.units_total} units done, every trial so far "
+            f"is on disk); resume with: perfkit run --resume {store.run_id}")
     elif out.units_failed:
         say(f"{len(out.units_failed)} unit(s) failed ({done} of {out.units_total} done); "
             f"retry them with: perfkit run --resume {store.run_id}")

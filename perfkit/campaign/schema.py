@@ -51,8 +51,10 @@ import itertools
 
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
+from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
 from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.yamlload import load_yaml
 from perfkit.units import FCS_LEN, LINE_RATES
 
 #: The keys a campaign file may have at the top level.
@@ -202,7 +204,7 @@ def load_campaign(path: str | Path, cpus: int | None = None) -> Campaign:
 def parse_campaign(text: str, source: str = "<string>", cpus: int | None = None) -> Campaign:
     """Validate campaign YAML ``text``; ``cpus`` (default: this machine's) resolves ``dut_cores``."""
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text, f"campaign {source}")  # a key given twice is refused
     except yaml.YAMLError as err:
         raise ConfigError("campaign", source, f"valid YAML ({' '.join(str(err).split())})") from None
     if not isinstance(raw, dict):
@@ -437,5 +439,8 @@ def _metrics(raw: Any) -> MetricsSpec:
     for key in ("stack_dir", "config", "prometheus_url", "pushgateway_url"):
         v = raw.get(key)
         strs[key] = None if v is None else _str(f"campaign.metrics.{key}", v)
+    for key in ("prometheus_url", "pushgateway_url"):
+        if strs[key] is not None:
+            check_url(f"campaign.metrics.{key}", strs[key])
     return MetricsSpec(enabled=_bool("campaign.metrics.enabled", raw.get("enabled", True)),
                        start_local=_bool("campaign.metrics.start_local", raw.get("start_local", True)), **strs)

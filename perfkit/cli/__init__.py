@@ -4,6 +4,10 @@ A module defines ``register(subparsers)``; it adds its parsers and sets ``func``
 ``(args) -> int``. Command functions only merge options and call one library function.
 Exit codes: 0 ok, 1 a regression was found (``compare``), 2 bad input or a failed operation,
 130 interrupted.
+
+Errors are one line on stderr: a user's mistake (``PerfkitError``, a bad option) names the option or
+field, the value and what is allowed; anything else is a bug, printed as one line that says so, and
+``--debug`` (anywhere on the command line) prints its traceback.
 """
 from __future__ import annotations
 
@@ -12,12 +16,26 @@ import importlib
 import pkgutil
 import signal
 import sys
+import traceback
+from typing import NoReturn
 
 from perfkit.errors import PerfkitError
 
+#: The global flag that turns an unexpected error's one line into its traceback.
+DEBUG_FLAG = "--debug"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (the usage is a ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfkit", description=__doc__.splitlines()[0])
+    parser = Parser(prog="perfkit", description=__doc__.splitlines()[0])
+    parser.add_argument(DEBUG_FLAG, action="store_true",
+                        help="print the traceback of an unexpected error (also accepted after the command)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         if info.name.startswith("_") or info.name == "options":
@@ -29,15 +47,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `perfkit ... | head` ends quietly
+    argv = list(sys.argv[1:] if argv is None else argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = DEBUG_FLAG in argv[:end]
+    argv = [a for i, a in enumerate(argv) if a != DEBUG_FLAG or i >= end]
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except PerfkitError as err:
-        print(f"perfkit: error: {err}", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        print(f"perfkit: error: {' '.join(str(err).split())}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("perfkit: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+            return 2
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        print(f"perfkit: internal error: {type(err).__name__}: {' '.join(str(err).split())} "
+              f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); run with {DEBUG_FLAG} for the traceback",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from perfkit.cli.options import check_run, number
 from perfkit.errors import RegressionFound
 from perfkit.store import DEFAULT_ROOT
 
@@ -17,6 +18,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from perfkit.analysis import load_run
     from perfkit.compare import compare_runs
 
+    check_run("--run", args.run, args.root)
+    check_run("--baseline", args.baseline, args.root)
     cmp = compare_runs(load_run(args.run, args.root), load_run(args.baseline, args.root), args.threshold)
     if args.json:
         json.dump(cmp.to_dict(), sys.stdout, indent=2, sort_keys=True)
@@ -41,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print machine-readable JSON")
     fmt.add_argument("--markdown", action="store_true", help="print markdown for a pull-request comment")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+    p.add_argument("--threshold", type=number(0.0, "a percentage"), default=5.0, metavar="PCT",
                    help="smallest drop that counts as a regression [%%] (default 5; noise can widen it)")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     p.set_defaults(func=cmd_compare)

@@ -5,7 +5,7 @@ import argparse
 
 import pandas as pd
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli.options import add_json, check_run, emit
 from perfkit.cli.push import add_endpoint_options, endpoints_from_args
 from perfkit.errors import ConfigError
 from perfkit.metrics import query
@@ -35,6 +35,7 @@ def _cpus(text: str | None) -> set[int] | None:
 
 
 def cmd_cpu(args: argparse.Namespace) -> int:
+    check_run("--run", args.run, args.root)
     store = RunStore.open(args.run, args.root)
     trials = store.results()
     if args.trial:

@@ -3,13 +3,112 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
-from perfkit.scenario import Scenario
+from perfkit.rate import Rate
+from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
 from perfkit.units import LINE_RATES
+
+
+# -- option types: a bad value is refused by argparse, in one line naming the option -------------------
+def _refuse(text: str, allowed: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: {allowed}")
+
+
+def seconds(text: str) -> float:
+    """A duration [s]: a finite number > 0 (0, negative, nan and inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise _refuse(text, "a number of seconds > 0") from None
+    if not (math.isfinite(value) and value > 0):
+        raise _refuse(text, "a number of seconds > 0")
+    return value
+
+
+def integer(minimum: int, maximum: int | None = None, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer in ``minimum .. maximum``."""
+    allowed = f"{what} >= {minimum}" if maximum is None else f"{what}, {minimum} .. {maximum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise _refuse(text, allowed) from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise _refuse(text, allowed)
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def number(minimum: float = 0.0, what: str = "a number") -> Callable[[str], float]:
+    """An argparse type: a finite number >= ``minimum``."""
+    allowed = f"{what} >= {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise _refuse(text, allowed) from None
+        if not (math.isfinite(value) and value >= minimum):
+            raise _refuse(text, allowed)
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+def check_writable(option: str, path: str | None) -> None:
+    """Refuse, before anything runs, a file that cannot be written (missing directory, a directory,
+    no permission); nothing is left behind by the check."""
+    if not path:
+        return
+    p = Path(path)
+    allowed = "a file path whose directory exists and is writable"
+    if p.is_dir():
+        raise ConfigError(option, path, allowed + " (this is a directory)")
+    if not p.parent.is_dir():
+        raise ConfigError(option, path, allowed + f" (no directory {p.parent})")
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as err:
+        raise ConfigError(option, path, f"{allowed} ({err.strerror})") from None
+    if not existed:
+        os.unlink(p)
+
+
+def check_run(option: str, run_id: str, root: str | Path) -> None:
+    """Refuse a run id that is not a run under ``root``, naming ``option`` and the recent runs."""
+    from perfkit.store import list_runs
+
+    runs = list_runs(root)
+    if run_id not in runs:
+        raise ConfigError(option, run_id, f"the id of a run under {root} (recent: {', '.join(runs[-5:]) or 'none'})")
+
+
+def check_run_args(args: argparse.Namespace) -> None:
+    """``perfkit run``: what can be refused before a campaign starts -- a campaign file that cannot be
+    read (with --resume too), and a --baseline run that does not exist (the report would refuse it
+    only after the whole campaign ran)."""
+    if args.resume:
+        check_run("--resume", args.resume, args.root)
+    if args.campaign and not Path(args.campaign).is_file():
+        raise ConfigError("CAMPAIGN", args.campaign, "a campaign file that exists, e.g. campaigns/default.yaml")
+    if args.baseline is not None:
+        if not args.report:
+            raise ConfigError("--baseline", args.baseline, "only with --report (it is the report's baseline)")
+        if args.baseline != "auto":
+            check_run("--baseline", args.baseline, args.root)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +124,11 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     g = parser.add_argument_group("scenario")
     g.add_argument("--dataplane", default=dataplanes.DEFAULT, choices=dataplanes.names(),
                    help=f"the network function under test (default {dataplanes.DEFAULT})")
-    g.add_argument("--frame-size", type=int, default=64,
+    g.add_argument("--frame-size", type=integer(FRAME_MIN, FRAME_MAX, "a frame size [bytes]"), default=64,
                    help="frame size in bytes, FCS included (the dataplane's frame: PGW-U the user-side one; default 64)")
-    g.add_argument("--flows", type=int, default=1, help="number of flows (default 1)")
+    g.add_argument("--flows", type=integer(1), default=1, help="number of flows (default 1)")
     if cores:
-        g.add_argument("--dut-cores", type=int, default=1, help="cores for the DUT's receive processing")
+        g.add_argument("--dut-cores", type=integer(1), default=1, help="cores for the DUT's receive processing")
     g.add_argument("--line-rate", default="10GbE", choices=list(LINE_RATES),
                    help="nominal line rate that percentages refer to")
     d = parser.add_argument_group("dataplane parameters (each dataplane's own; defaults are the dataplane's)")
@@ -78,32 +177,34 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
     ``duration`` is the default of ``--duration`` (None lets the command pick per method).
     """
     from perfkit.generators import BACKENDS
+    from perfkit.generators.sim import MODELS
 
     g = parser.add_argument_group("trial")
     g.add_argument("--rate", default=None,
                    help="offered rate: 2Mpps, 150kpps, 5Gbps (L1) or 40%% of --line-rate; "
                         "searches: the maximum rate (default 100%%)")
-    g.add_argument("--duration", type=float, default=duration,
+    g.add_argument("--duration", type=seconds, default=duration,
                    help="trial duration in seconds " + (f"(default {duration:g})" if duration else
                                                             "(default 2; ndrpdr: of the final trials, 10)"))
-    g.add_argument("--packets", type=int, default=None, help="send exactly this many packets")
+    g.add_argument("--packets", type=integer(1), default=None, help="send exactly this many packets")
     g.add_argument("--generator", default="xdp", choices=list(BACKENDS),
                    help="traffic generator backend (default xdp: the local testbed; sim: simulated DUT)")
     g.add_argument("--capture", default=None, metavar="FILE", help="write received packets to a pcap")
     g.add_argument("--tester-cores", default=None, metavar="CPUS",
                    help="xdp: CPUs for generator and sink threads, e.g. 0 or 0,2 (default: all but the DUT's)")
     s = parser.add_argument_group("simulated DUT (--generator sim)")
-    s.add_argument("--sim-model", default="sharp", help="sharp, noisy, smooth or buffered (default sharp)")
+    s.add_argument("--sim-model", default="sharp", choices=MODELS, help="the simulated DUT's model (default sharp)")
     s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
-    s.add_argument("--sim-sigma", type=float, default=0.02,
+    s.add_argument("--sim-sigma", type=number(0.0), default=0.02,
                    help="noisy model: relative sigma of the per-trial threshold (default 0.02)")
-    s.add_argument("--sim-seed", type=int, default=0, help="random seed of the noisy model (default 0)")
+    s.add_argument("--sim-seed", type=integer(0), default=0, help="random seed of the noisy model (default 0)")
 
 
 def generator_options(args: argparse.Namespace) -> dict[str, Any]:
     """Constructor options for ``perfkit.generators.create(args.generator, scenario, **options)``."""
     options: dict[str, Any] = {}
     if args.capture:
+        check_writable("--capture", args.capture)
         options["capture"] = args.capture
     if args.generator == "xdp" and getattr(args, "tester_cores", None):
         try:
@@ -111,6 +212,17 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError:
             raise ConfigError("tester_cores", args.tester_cores, "CPU numbers separated by commas") from None
     if args.generator == "sim":
+        try:
+            Rate.parse(args.sim_threshold, args.line_rate)
+        except ConfigError as err:
+            raise ConfigError("--sim-threshold", args.sim_threshold, err.allowed) from None
         options.update(model=args.sim_model, threshold=args.sim_threshold, sigma=args.sim_sigma,
                        seed=args.sim_seed)
     return options
+
+
+def check_trial(args: argparse.Namespace) -> None:
+    """What a trial needs besides valid options: the simulated DUT needs a rate."""
+    if args.generator == "sim" and not args.rate:
+        raise ConfigError("--rate", args.rate, "a rate with --generator sim, e.g. --rate 1Mpps (the simulated DUT "
+                          "has no top speed to send at; only --generator xdp sends as fast as it can without one)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from perfkit.cli.options import add_scenario, add_json, emit, params_from_args
+from perfkit.cli.options import add_json, add_scenario, emit, integer, params_from_args
 from perfkit.progbench import prog_bench
 
 
@@ -11,9 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prog-bench", help="kernel-timed ns per packet of a dataplane program vs an XDP_DROP baseline",
                        description=__doc__)
     add_scenario(p, cores=False)
-    p.add_argument("--rounds", type=int, default=21, help="measured rounds (alternating with the baseline)")
-    p.add_argument("--repeat", type=int, default=200_000, help="runs per round")
-    p.add_argument("--cpu", type=int, default=None, help="CPU to run on (default: the last one)")
+    p.add_argument("--rounds", type=integer(3), default=21, help="measured rounds (alternating with the baseline)")
+    p.add_argument("--repeat", type=integer(1000), default=200_000, help="runs per round")
+    p.add_argument("--cpu", type=integer(0, what="a CPU number"), default=None, help="CPU to run on (default: the last one)")
     add_json(p)
     p.set_defaults(func=run)
 

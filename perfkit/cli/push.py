@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli.options import add_json, check_run, emit
 from perfkit.metrics.config import Endpoints, load_endpoints
 from perfkit.metrics.push import backfill
 from perfkit.store import DEFAULT_ROOT, RunStore
@@ -30,11 +31,20 @@ def endpoints_from_args(args: argparse.Namespace) -> Endpoints:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
+    check_run("--run", args.run, args.root)
     store = RunStore.open(args.run, args.root)
+    store.check()          # a corrupt file: one line naming it, before anything is pushed
     res = backfill(store, endpoints_from_args(args), force=args.force)
-    emit({"run_id": res.run_id, "pushgateway_url": res.url, "pushed": res.pushed, "already_pushed": res.skipped},
+    torn = store.pushes_torn_lines()
+    if torn:
+        print(f"note: {store.path / 'pushes.jsonl'}: torn line(s) {', '.join(map(str, torn))} ignored (a process "
+              "died while writing them); their trials were pushed again", file=sys.stderr)
+    emit({"run_id": res.run_id, "pushgateway_url": res.url, "pushed": res.pushed, "already_pushed": res.skipped,
+          "lost_by_pushgateway": res.lost},
          args.json, lambda d: f"run {d['run_id']}: pushed {len(d['pushed'])} trial(s) to {d['pushgateway_url']}, "
-                              f"{len(d['already_pushed'])} were already pushed")
+                              f"{len(d['already_pushed'])} were already pushed"
+                              + (f" ({len(d['lost_by_pushgateway'])} pushed again: the Pushgateway had lost them)"
+                                 if d["lost_by_pushgateway"] else ""))
     return 0
 
 

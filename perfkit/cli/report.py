@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli.options import add_json, check_run, emit
 from perfkit.errors import PerfkitError
 from perfkit.store import DEFAULT_ROOT
 
@@ -23,6 +23,9 @@ def _human(d: dict) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from perfkit.report import build_report
 
+    check_run("--run", args.run, args.root)
+    if args.baseline not in (None, "auto"):
+        check_run("--baseline", args.baseline, args.root)
     rep = build_report(args.run, baseline_run_id=args.baseline, data_root=args.root, reports_root=args.reports,
                        show_code=args.show_code, progress=not args.no_progress)
     emit(rep.to_dict(), args.json, _human)

@@ -2,15 +2,18 @@
 
 ``perfkit run --resume RUN_ID`` continues an interrupted run with the campaign stored in it: done
 units are skipped, an interrupted search replays its stored trials and goes on where it stopped.
-Exit status: 0 every unit done; 2 a unit failed or bad input; 130 interrupted (Ctrl-C or SIGTERM;
-resume it).
+Exit status: 0 every unit done; 2 a unit failed (any error inside a unit fails only that unit; the
+run goes on), the run is in use by another process (its lock), or bad input; 130 interrupted (Ctrl-C
+or SIGTERM: the testbed and the metrics servers the run started are taken down, the run is marked
+``interrupted`` and the last line says how to resume it). A second Ctrl-C while stopping does not cut
+the clean-up short. After a crash or SIGKILL: ``perfkit clean``, then ``perfkit run --resume RUN_ID``.
 """
 from __future__ import annotations
 
 import argparse
-import signal
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli._signals import stop_on_signals
+from perfkit.cli.options import add_json, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.store import DEFAULT_ROOT
 
@@ -27,37 +30,11 @@ def _human(d: dict) -> str:
     return "\n".join(lines)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM too: tear the testbed down, leave a resumable run
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return _run(args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from perfkit.campaign import resume_campaign, run_campaign
-
-    common = {"root": args.root, "metrics": not args.no_metrics, "progress": not args.no_progress}
-    if args.resume:
-        if args.run:
-            raise ConfigError("--run", args.run, "nothing with --resume (the run keeps its id)")
-        outcome = resume_campaign(args.resume, campaign_path=args.campaign, **common)
-    else:
-        if not args.campaign:
-            raise ConfigError("CAMPAIGN", None, "a campaign file, e.g. campaigns/default.yaml (or --resume RUN_ID)")
-        outcome = run_campaign(args.campaign, run_id=args.run, **common)
+    with stop_on_signals():   # SIGTERM too: tear the testbed down, leave a resumable run
+        outcome, rep = _run(args)
     out = outcome.to_dict()
-    rep = None
-    if args.report:
-        from perfkit.report import build_report
-
-        rep = build_report(outcome.run_id, baseline_run_id=args.baseline, data_root=args.root,
-                           reports_root=args.reports, progress=not args.no_progress)
+    if rep is not None:
         out["report"] = str(rep.index)
         out["report_ok"] = rep.ok
     emit(out, args.json, _human)
@@ -68,6 +45,28 @@ def _run(args: argparse.Namespace) -> int:
         failed = ", ".join(p.name for p in rep.pages if not p.ok)
         raise PerfkitError(f"report: notebook(s) failed: {failed}; see their pages in {rep.dir}")
     return 0
+
+
+def _run(args: argparse.Namespace):
+    from perfkit.campaign import resume_campaign, run_campaign
+
+    check_run_args(args)
+    common = {"root": args.root, "metrics": not args.no_metrics, "progress": not args.no_progress}
+    if args.resume:
+        if args.run:
+            raise ConfigError("--run", args.run, "nothing with --resume (the run keeps its id)")
+        outcome = resume_campaign(args.resume, campaign_path=args.campaign, **common)
+    else:
+        if not args.campaign:
+            raise ConfigError("CAMPAIGN", None, "a campaign file, e.g. campaigns/default.yaml (or --resume RUN_ID)")
+        outcome = run_campaign(args.campaign, run_id=args.run, **common)
+    rep = None
+    if args.report:
+        from perfkit.report import build_report
+
+        rep = build_report(outcome.run_id, baseline_run_id=args.baseline, data_root=args.root,
+                           reports_root=args.reports, progress=not args.no_progress)
+    return outcome, rep
 
 
 def register(sub: argparse._SubParsersAction) -> None:

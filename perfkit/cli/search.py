@@ -12,7 +12,8 @@ import dataclasses
 import sys
 from typing import Any, Callable
 
-from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generator_options, scenario_from_args
+from perfkit.cli.options import (add_json, add_scenario, add_trial, emit, generator_options, integer, scenario_from_args,
+                                 seconds)
 from perfkit.errors import ConfigError, SearchError
 from perfkit.generators import create
 from perfkit.rate import Rate
@@ -62,11 +63,11 @@ def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool =
     g.add_argument("--resolution", default=None, help="stop at this bracket width, a rate (e.g. 1kpps)")
     g.add_argument("--relative-width", default="0.5%", help="else stop at this relative width (default 0.5%%)")
     if n:
-        g.add_argument("-n", type=int, default=5, help="N of best-of-N / worst-of-N (default 5)")
+        g.add_argument("-n", type=integer(1), default=5, help="N of best-of-N / worst-of-N (default 5)")
 
 
 def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float) -> Params:
-    return dict(loss_tolerance=tolerance, duration=args.duration or 2.0,
+    return dict(loss_tolerance=tolerance, duration=_duration(args, 2.0),
                 max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
                 start_rate=rate_pps("start_rate", args.start_rate, sc),
                 start_step=rate_pps("start_step", args.start_step, sc),
@@ -74,12 +75,17 @@ def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float) -> 
                 relative_width=parse_fraction("relative_width", args.relative_width))
 
 
+def _duration(args: argparse.Namespace, default: float) -> float:
+    """--duration, or the method's default when it is not given (0 is refused, never a default)."""
+    return default if args.duration is None else args.duration
+
+
 def _tolerance(args: argparse.Namespace) -> float:
     return parse_fraction("loss_tolerance", args.loss_tolerance)
 
 
 def build_maxrate(args: argparse.Namespace, sc: Scenario) -> Params:
-    return dict(max_rate=rate_pps("rate", args.rate, sc), duration=args.duration or 2.0)
+    return dict(max_rate=rate_pps("rate", args.rate, sc), duration=_duration(args, 2.0))
 
 
 def opts_sweep(p: argparse.ArgumentParser) -> None:
@@ -93,7 +99,7 @@ def opts_sweep(p: argparse.ArgumentParser) -> None:
 def build_sweep(args: argparse.Namespace, sc: Scenario) -> Params:
     return dict(nominal_rate=rate_pps("rate", args.rate, sc), start=parse_fraction("start", args.start),
                 stop=parse_fraction("stop", args.stop), step=parse_fraction("step", args.step),
-                duration=args.duration or 2.0, loss_tolerance=_tolerance(args))
+                duration=_duration(args, 2.0), loss_tolerance=_tolerance(args))
 
 
 def build_ndr(args: argparse.Namespace, sc: Scenario) -> Params:
@@ -112,14 +118,14 @@ def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ndrpdr (--duration is the final, confirming trial duration, default 10)")
     g.add_argument("--goals", default="0,0.5%", help="loss ratios to search, comma-separated (default 0,0.5%%)")
     g.add_argument("--relative-width", default="0.5%", help="target relative width (default 0.5%%)")
-    g.add_argument("--initial-duration", type=float, default=1.0, help="short trial duration (default 1 s)")
+    g.add_argument("--initial-duration", type=seconds, default=1.0, help="short trial duration (default 1 s)")
     g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
 
 
 def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Params:
     return dict(goals=parse_fractions("goals", args.goals),
                 relative_width=parse_fraction("relative_width", args.relative_width),
-                initial_duration=args.initial_duration, final_duration=args.duration or 10.0,
+                initial_duration=args.initial_duration, final_duration=_duration(args, 10.0),
                 max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
 
 
@@ -234,7 +240,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_scenario(m)
         add_trial(m, duration=None)
         add_options(m)
-        m.add_argument("--disturbed-retries", type=int, default=None, metavar="N",
+        m.add_argument("--disturbed-retries", type=integer(0), default=None, metavar="N",
                        help="run a trial whose loss host stalls explain again, up to N times "
                             "(default 3; 0: count every loss)")
         m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

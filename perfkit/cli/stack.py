@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from perfkit.cli.options import add_json, emit
+from perfkit.cli.options import add_json, emit, integer, seconds
 from perfkit.errors import ConfigError
 from perfkit.metrics import stack
 
@@ -65,12 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = ssub.add_parser("up", parents=[common], help="start the stack (idempotent)")
     up.add_argument("--host", default="127.0.0.1", help="address to bind to (default 127.0.0.1)")
     for name, std in (("prometheus", 9090), ("pushgateway", 9091), ("node-exporter", 9100)):
-        up.add_argument(f"--{name}-port", type=int, default=None,
+        up.add_argument(f"--{name}-port", type=integer(0, 65535, "a port"), default=None,
                         help=f"port (default {std} if free, else any free port; 0: any free port)")
     up.add_argument("--retention", default="15d", help="Prometheus TSDB retention (default 15d)")
     up.add_argument("--basic-auth-user", default=None,
                     help="protect the servers with HTTP basic auth (password from $PERFKIT_METRICS_PASSWORD)")
-    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each server to be ready")
+    up.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for each server to be ready")
     up.set_defaults(func=cmd_up)
     down = ssub.add_parser("down", parents=[common], help="stop the servers `up` started")
     down.add_argument("--component", action="append", choices=stack.COMPONENTS, default=None,

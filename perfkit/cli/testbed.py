@@ -1,11 +1,20 @@
 """``perfkit testbed up|down|status|clean`` and ``perfkit clean``: the local testbed by hand, and
-removal of every leftover (namespaces, links, XDP attachments, pins, metrics servers)."""
+removal of leftovers (namespaces, links, XDP attachments, pins, metrics servers).
+
+``clean`` removes only what no live process owns: the leftovers of killed or crashed runs, testbeds
+and stacks kept up by hand (``perfkit testbed up``, ``perfkit stack up``). A run or a test suite
+that is running keeps its testbed and its metrics servers (they are listed as kept, on stderr).
+``--run RUN_ID`` removes only what that run owns, even while it runs.
+"""
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Iterable
 
 from perfkit.cli.options import add_json, emit
-from perfkit.testbed.topology import Testbed, clean, running
+from perfkit.testbed.topology import Testbed, clean, owned_by_live, running
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,13 +32,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     st = tsub.add_parser("status", help="list the testbeds on this machine")
     add_json(st)
     st.set_defaults(func=_status)
-    cl = tsub.add_parser("clean", help="remove every perfkit namespace, link, XDP attachment and pin")
+    cl = tsub.add_parser("clean", help="remove the testbeds (namespaces, links, XDP attachments, pins) no live "
+                                       "process owns")
+    _run_option(cl)
     add_json(cl)
     cl.set_defaults(func=_clean)
-    c = sub.add_parser("clean", help="remove every leftover of perfkit: testbeds and metrics servers")
-    c.add_argument("--stack-dir", default=None, help="the local metrics stack's directory (default data/stack)")
+    c = sub.add_parser("clean", help="remove the leftovers of perfkit no live process owns: testbeds and metrics "
+                                     "servers")
+    c.add_argument("--stack-dir", default=None, help="also this metrics stack directory (default: data/stack and "
+                                                     "every stack directory a run registered)")
+    _run_option(c)
     add_json(c)
     c.set_defaults(func=_clean_all)
+
+
+def _run_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="remove only what this run owns (also while it runs)")
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -51,16 +70,30 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    removed = clean()
+    removed = clean(run_id=args.run)
+    if args.run is None:
+        _kept(f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items())
     emit(removed, args.json, lambda r: "\n".join(f"removed {x}" for x in r) or "nothing to clean")
     return 0
 
 
 def _clean_all(args: argparse.Namespace) -> int:
     from perfkit.metrics import stack
+    from perfkit.metrics.config import default_stack_dir
 
-    removed = clean()
-    stopped = stack.down(args.stack_dir)  # only the processes perfkit recorded starting
-    removed += [f"metrics server {name} ({stopped.dir})" for name in stopped.started]
+    removed = clean(run_id=args.run)
+    kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
+    dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stack.registered_dirs()]
+    for d in dict.fromkeys(dirs):   # only the processes perfkit recorded starting, pid and start time checked
+        stopped, why = stack.clean(d, run_id=args.run)
+        removed += [f"metrics server {name} ({d})" for name in stopped]
+        if why:
+            kept.append(f"metrics stack {d}: {why}")
+    _kept(kept)
     emit(removed, args.json, lambda r: "\n".join(f"removed {x}" for x in r) or "nothing to clean")
     return 0
+
+
+def _kept(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(f"kept {line}", file=sys.stderr)

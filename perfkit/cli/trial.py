@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from perfkit.cli.options import add_json, add_scenario, add_trial, emit, generator_options, scenario_from_args
+from perfkit import perf
+from perfkit.cli.options import (add_json, add_scenario, add_trial, check_trial, emit, generator_options, integer,
+                                 scenario_from_args)
+from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.rate import Rate
 
@@ -14,16 +19,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scenario(p)
     add_trial(p)
     add_json(p)
+    add_perf(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_trial(args)
     scenario = scenario_from_args(args)
     rate_pps = Rate.parse(args.rate, args.line_rate).pps(scenario.wire_frame_size) if args.rate else None
+    perf_dir = check_perf(args)
     with create(args.generator, scenario, **generator_options(args)) as gen:
-        result = gen.measure(rate_pps, args.duration, args.packets)
-    emit(result.to_dict(), args.json, _human)
+        if perf_dir is None:
+            result = gen.measure(rate_pps, args.duration, args.packets)
+            out = result.to_dict()
+        else:
+            with perf.PerfRecorder(gen.dut_cores, frequency=args.perf_frequency) as rec:
+                result = gen.measure(rate_pps, args.duration, args.packets)
+            out = result.to_dict()
+            out["perf"] = perf.save_trial_profile(rec.profile, perf_dir, result.trial_id, scenario.key)
+    emit(out, args.json, _human)
     return 0
+
+
+# -- --perf (perf attribution of the DUT cores: perfkit.perf) ---------------------------------------------
+def add_perf(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("perf attribution (xdp generator)")
+    g.add_argument("--perf", nargs="?", const=".", default=None, metavar="DIR",
+                   help="record the DUT cores with perf during the trial (call graphs); write DIR/<trial_id>.folded "
+                        "(folded stacks) and DIR/<trial_id>.svg (flame graph); DIR defaults to the current directory")
+    g.add_argument("--perf-frequency", type=integer(1, 100_000, "samples per second"), default=perf.DEFAULT_FREQUENCY,
+                   help=f"perf's sampling frequency per DUT core [Hz] (default {perf.DEFAULT_FREQUENCY})")
+
+
+def check_perf(args: argparse.Namespace) -> Path | None:
+    """The --perf directory, refused before any testbed comes up if perf cannot record there."""
+    if args.perf is None:
+        return None
+    if args.generator != "xdp":
+        raise ConfigError("--perf", args.perf, "only with --generator xdp (perf records the DUT cores of this machine)")
+    d = Path(args.perf)
+    if not d.is_dir() or not os.access(d, os.W_OK):
+        raise ConfigError("--perf", args.perf, "a writable directory that exists")
+    perf.check_available()
+    return d
 
 
 def _human(d: dict) -> str:
@@ -44,4 +82,19 @@ def _human(d: dict) -> str:
     lines.append(f"  sequence: reordered {d['reordered']}, duplicates {d['duplicates']}; "
                  f"mismatched packets {d['mismatched_packets']}")
     lines += [f"  note: {n}" for n in d["notes"]]
+    if "perf" in d:
+        lines += _human_perf(d["perf"])
     return "\n".join(lines)
+
+
+def _human_perf(p: dict) -> list[str]:
+    own = f", perf itself {p['perf_cpu'] * 100:.2f} % of a core" if p["perf_cpu"] is not None else ""
+    lines = [f"  perf     {p['samples']} samples of {p['event']} at {p['frequency']} Hz on CPUs {p['cpus']}"
+             f" (idle {p['idle_share'] * 100:.1f} %, lost events {p['lost_events']}{own})",
+             f"           folded stacks {p['folded_file']}, "
+             f"flame graph {p['flamegraph_file'] or '- (no samples)'}",
+             "           processes: " + ", ".join(f"{q['process']} {q['share'] * 100:.1f} %" for q in p["processes"][:5]),
+             "           self %  incl %  symbol"]
+    lines += [f"           {s['self_share'] * 100:6.1f}  {s['inclusive_share'] * 100:6.1f}  {s['symbol']} ({s['kind']})"
+              for s in p["top"][:10]]
+    return lines

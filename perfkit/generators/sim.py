@@ -140,10 +140,12 @@ class SimGenerator(Generator):
         self._rng = random.Random(seed)
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
-        if not (rate_pps > 0 and math.isfinite(rate_pps)):
-            raise ConfigError("rate", rate_pps, "a positive number of packets/s")
+        if rate_pps is None or not (rate_pps > 0 and math.isfinite(rate_pps)):
+            raise ConfigError("rate", rate_pps, "a positive number of packets/s (the simulated DUT needs one)")
         if not (duration > 0 and math.isfinite(duration)):
             raise ConfigError("duration", duration, "a positive number of seconds")
+        if packets is not None and (isinstance(packets, bool) or not isinstance(packets, int) or packets < 1):
+            raise ConfigError("packets", packets, "an integer >= 1")
         if packets is not None:
             duration = packets / rate_pps
         intended = packets if packets is not None else max(1, round(rate_pps * duration))

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from perfkit.errors import ConfigError
+from perfkit.yamlload import load_yaml
 
 #: Defaults of the local stack (``perfkit stack up``); a lab sets its own URLs.
 DEFAULT_PROMETHEUS_URL = "http://127.0.0.1:9090"
@@ -114,16 +115,21 @@ class Endpoints:
 
 
 def _check_url(name: str, url: object, source: str) -> None:
+    check_url(f"{name} (from {source})", url)
+
+
+def check_url(field: str, url: object) -> None:
+    """Refuse ``url`` unless it is an http(s) URL with a host (a ConfigError naming ``field``)."""
     allowed = "an http:// or https:// URL with a host, e.g. http://prometheus.lab:9090"
     if not isinstance(url, str):
-        raise ConfigError(f"{name} (from {source})", url, allowed)
+        raise ConfigError(field, url, allowed)
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(f"{name} (from {source})", url, allowed) from None
+        raise ConfigError(field, url, allowed) from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise ConfigError(f"{name} (from {source})", url, allowed)
+        raise ConfigError(field, url, allowed)
 
 
 def _parse_bool_or_path(name: str, value: object) -> bool | str:
@@ -179,7 +185,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     """The metrics settings of a YAML/JSON file (top level or its ``metrics:`` section), unchecked."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text(), f"metrics config file {p}")  # a key given twice is refused
     except FileNotFoundError:
         raise ConfigError("metrics config file", str(p), "an existing YAML or JSON file") from None
     except yaml.YAMLError as err:

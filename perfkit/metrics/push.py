@@ -30,6 +30,14 @@ perfkit_trial_latency_seconds {quantile}           latency_<p>_seconds     quant
 perfkit_trial_latency_mean_seconds                 latency_mean_seconds    mean one-way latency
 perfkit_trial_ipdv_seconds {quantile}, _mean_...   ipdv_<p>_seconds        |IPDV| (RFC 5481) likewise
 perfkit_trial_bpf_seconds_per_packet               bpf_seconds_per_packet  XDP program run time per packet
+perfkit_trial_dut_seconds_per_packet               dut_seconds_per_packet  DUT packet threads' CPU time per packet
+perfkit_trial_kernel_seconds_per_packet            kernel_seconds_per_     the kernel path: DUT minus program
+                                                   packet
+perfkit_trial_dut_busy_ratio                       dut_busy_ratio          DUT cores' share their packet threads ran
+perfkit_trial_dut_capacity_packets_per_second      dut_capacity_packets_   packets/s at 100 % of the DUT cores
+                                                   per_second
+perfkit_trial_dut_stall_seconds                    dut_stall_seconds       longest time a DUT core could not work
+perfkit_trial_disturbed                            disturbed               1: host stalls explained the loss
 perfkit_trial_{reordered,duplicate,mismatched}_    reordered_packets, ...  sequence / content checks
 packets
 perfkit_trial_dut_cpu_busy_ratio {cpu}             dut_cpu_busy_ratio_<c>  DUT CPU busy fraction (/proc/stat)
@@ -64,6 +72,7 @@ from urllib.parse import quote_plus
 import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
+from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics.config import Endpoints, describe_http_status, describe_request_error
 from perfkit.store import RunStore
@@ -142,6 +151,21 @@ METRICS: tuple[MetricSpec, ...] = (
                lambda r: _ns(r.ipdv_ns.get("mean"))),
     MetricSpec("perfkit_trial_bpf_seconds_per_packet", "Mean run time of the DUT's XDP program per packet.",
                "bpf_seconds_per_packet", lambda r: _ns(r.bpf_ns_per_packet)),
+    MetricSpec("perfkit_trial_dut_seconds_per_packet",
+               "CPU time of the DUT's packet threads (NAPI, cpumap) per packet it processed.",
+               "dut_seconds_per_packet", lambda r: _ns(r.dut_ns_per_packet)),
+    MetricSpec("perfkit_trial_kernel_seconds_per_packet",
+               "The DUT's per-packet CPU time outside its XDP program (NAPI, veth, redirect, wake-ups).",
+               "kernel_seconds_per_packet", lambda r: _ns(r.kernel_ns_per_packet)),
+    MetricSpec("perfkit_trial_dut_busy_ratio", "Share of the DUT cores' time its packet threads ran.",
+               "dut_busy_ratio", lambda r: r.dut_busy),
+    MetricSpec("perfkit_trial_dut_capacity_packets_per_second",
+               "Packets per second the DUT cores could process at 100 % busy at the measured cost.",
+               "dut_capacity_packets_per_second", lambda r: r.dut_capacity_pps),
+    MetricSpec("perfkit_trial_dut_stall_seconds", "Longest time a DUT core could not process packets.",
+               "dut_stall_seconds", lambda r: None if r.dut_stall_us is None else r.dut_stall_us * 1e-6),
+    MetricSpec("perfkit_trial_disturbed", "1 when measured host stalls explain the trial's loss.",
+               "disturbed", lambda r: float(r.disturbed)),
     MetricSpec("perfkit_trial_reordered_packets", "Packets received out of order.", "reordered_packets",
                lambda r: r.reordered),
     MetricSpec("perfkit_trial_duplicate_packets", "Packets received more than once.", "duplicate_packets",
@@ -332,6 +356,7 @@ def push_trial(result: TrialResult, endpoints: Endpoints, store: RunStore | None
         raise MetricsError(f"push of trial {result.trial_id} failed: Pushgateway URL "
                            f"{endpoints.pushgateway_url!r}: {err}") from None
     url = group_url(endpoints.pushgateway_url, result.run_id, result.trial_id, job)
+    crashpoint("push.sent")
     if store is not None:
         store.mark_pushed(result.trial_id, url)
     return PushResult(result.run_id, result.trial_id, url, series)
@@ -390,7 +415,10 @@ class BackfillResult:
     pushed: list[str] = field(default_factory=list)
     """Trial ids pushed now."""
     skipped: list[str] = field(default_factory=list)
-    """Trial ids already pushed before (in pushes.jsonl)."""
+    """Trial ids already pushed before (in pushes.jsonl) and still on the Pushgateway."""
+    lost: list[str] = field(default_factory=list)
+    """Trial ids recorded as pushed that the Pushgateway no longer has (it restarted and lost them,
+    or was wiped): pushed again, they are in ``pushed`` too."""
 
 
 def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
@@ -401,6 +429,12 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
     are recorded, so running it again continues where it stopped).
     """
     done = set() if force else store.pushed_trial_ids()
+    lost: set[str] = set()
+    if done:
+        present = gateway_trial_ids(endpoints, store.run_id)
+        if present is not None:
+            lost = done - present
+            done -= lost
     wanted = set(trial_ids) if trial_ids is not None else None
     out = BackfillResult(store.run_id, endpoints.pushgateway_url)
     results = [r for r in store.results() if wanted is None or r.trial_id in wanted]
@@ -410,6 +444,7 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
             raise ConfigError("trial_ids", sorted(missing), f"trials of run {store.run_id}")
     todo = [r for r in results if r.trial_id not in done]
     out.skipped = [r.trial_id for r in results if r.trial_id in done]
+    out.lost = [r.trial_id for r in results if r.trial_id in lost]
     sha = run_git_sha(store)
     for r in todo:
         r.run_id = r.run_id or store.run_id
@@ -419,4 +454,22 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
             raise MetricsError(f"backfill of run {store.run_id}: pushed {len(out.pushed)} of {len(todo)} "
                                f"trials, then {err}") from None
         out.pushed.append(r.trial_id)
+    return out
+
+
+def gateway_trial_ids(endpoints: Endpoints, run_id: str, job: str = JOB) -> set[str] | None:
+    """Trial ids of ``run_id`` the Pushgateway has now (its ``/api/v1/metrics``); None if it cannot tell."""
+    url = endpoints.pushgateway_url.rstrip("/") + "/api/v1/metrics"
+    try:
+        r = requests.get(url, auth=endpoints.auth, verify=endpoints.verify_tls, timeout=endpoints.timeout)
+        groups = r.json()["data"] if r.status_code == 200 else None
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(groups, list):
+        return None
+    out = set()
+    for g in groups:
+        labels = g.get("labels", {}) if isinstance(g, dict) else {}
+        if labels.get("job") == job and labels.get("run_id") == run_id and labels.get("trial_id"):
+            out.add(labels["trial_id"])
     return out

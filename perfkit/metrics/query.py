@@ -17,7 +17,10 @@ For each trial window [start, end] it fetches the raw ``node_cpu_seconds_total``
 
 It first waits until Prometheus has a sample after ``end`` (a few scrape intervals at most). Windows shorter than
 ``MIN_SCRAPES`` (3) scrape intervals are refused (``ConfigError`` naming the trial and its length),
-or skipped with a warning if ``on_short="skip"`` (as are trials without a valid window).
+or skipped with a warning if ``on_short="skip"`` (as are trials without a valid window). A trial
+for which Prometheus has no CPU samples (node-exporter was down) raises a ``MetricsError``, or with
+``on_missing="skip"`` is left out and listed in the ``missing`` dict the caller passes (trial id ->
+why); a Prometheus that cannot be reached at all always raises.
 
 ==========  =======  =====================================================================
 column      dtype    meaning
@@ -246,17 +249,24 @@ def _cpu_series(pc: PrometheusConnect, w: TrialWindow, endpoints: Endpoints, wai
             break
         time.sleep(interval / 2)
     if not series:
-        raise MetricsError(f"Prometheus {endpoints.prometheus_url} has no {CPU_METRIC}{{{endpoints.node_selector}}} "
+        raise NoSamples(f"Prometheus {endpoints.prometheus_url} has no {CPU_METRIC}{{{endpoints.node_selector}}} "
                            f"samples around trial {w.trial_id} ({_iso(w.start)} .. {_iso(w.end)}); is node-exporter "
                            "scraped with that selector (node_selector) and was it up then?")
     return series
 
 
+class NoSamples(MetricsError):
+    """Prometheus answers but has no (or too few) CPU samples for a trial's window."""
+
+
 def cpu_frame(trials: Any, endpoints: Endpoints, dut_cpus: Iterable[int] | Mapping[str, Iterable[int]] | None = None,
-              *, method: str = "inner", wait: bool = True, on_short: str = "raise") -> pd.DataFrame:
+              *, method: str = "inner", wait: bool = True, on_short: str = "raise", on_missing: str = "raise",
+              missing: dict[str, str] | None = None) -> pd.DataFrame:
     """CPU time per trial x instance x cpu x mode over each trial's window (see module doc)."""
     if on_short not in ("raise", "skip"):
         raise ConfigError("on_short", on_short, ("raise", "skip"))
+    if on_missing not in ("raise", "skip"):
+        raise ConfigError("on_missing", on_missing, ("raise", "skip"))
     if method not in ("inner", "interpolate"):
         raise ConfigError("method", method, ("inner", "interpolate"))
     windows = trial_windows(trials, invalid=on_short)
@@ -271,46 +281,58 @@ def cpu_frame(trials: Any, endpoints: Endpoints, dut_cpus: Iterable[int] | Mappi
                     raise
                 warnings.warn(f"skipped: {err}", stacklevel=2)
                 continue
-            dut = _dut_for(w, dut_cpus)
-            per_cpu: dict[tuple[str, int], dict[str, float]] = {}
-            spans: dict[tuple[str, int], tuple[float, float]] = {}
-            for s in _cpu_series(pc, w, endpoints, wait):
-                labels = s["metric"]
-                ts = np.array([float(v[0]) for v in s["values"]])
-                vs = np.array([float(v[1]) for v in s["values"]])
-                key = (labels.get("instance", ""), int(labels["cpu"]))
-                a, b, span = _counter_delta(ts, vs, w, method)
-                if span is None:
-                    raise MetricsError(
-                        f"Prometheus {endpoints.prometheus_url}: {CPU_METRIC} of {key[0]} cpu {key[1]} has "
-                        f"samples only from {_iso(ts[0])} to {_iso(ts[-1])}, not enough inside trial "
-                        f"{w.trial_id} ({_iso(w.start)} .. {_iso(w.end)}); was node-exporter scraped during "
-                        "the whole trial?")
-                mode = MODE_ALIASES.get(labels.get("mode", ""), labels.get("mode", ""))
-                per_cpu.setdefault(key, {})[mode] = max(0.0, b - a)
-                spans[key] = span
-            short = {k: v[1] - v[0] for k, v in spans.items()
-                     if v[1] - v[0] < w.length - 2.5 * endpoints.scrape_interval}
-            if short:
-                (inst, cpu0), covered = next(iter(sorted(short.items())))
-                warnings.warn(f"trial {w.trial_id}: {CPU_METRIC} samples of {inst} cpu {cpu0} cover only "
-                              f"{covered:.1f} s of its {w.length:.1f} s window (missed scrapes, or Prometheus "
-                              "started during the trial)", stacklevel=2)
-            for (instance, cpu), modes in sorted(per_cpu.items()):
-                total = sum(modes.values())
-                order = [m for m in MODES if m in modes] + sorted(m for m in modes if m not in MODES)
-                for mode in order:
-                    rows.append({"run_id": w.run_id, "trial_id": w.trial_id, "instance": instance, "cpu": cpu,
-                                 "mode": mode, "seconds": modes[mode],
-                                 "fraction": modes[mode] / total if total > 0 else math.nan,
-                                 "busy": mode not in IDLE_MODES, "dut": cpu in dut, "start": w.start,
-                                 "end": w.end, "window_s": w.length, "span_start": spans[(instance, cpu)][0],
-                                 "span_end": spans[(instance, cpu)][1],
-                                 "span_s": spans[(instance, cpu)][1] - spans[(instance, cpu)][0]})
+            try:
+                rows.extend(_window_rows(pc, w, endpoints, wait, method, _dut_for(w, dut_cpus)))
+            except NoSamples as err:
+                if on_missing == "raise":
+                    raise
+                if missing is not None:
+                    missing[w.trial_id] = str(err)
     finally:
         pc.close()
     frame = pd.DataFrame(rows, columns=CPU_COLUMNS)
     return frame.astype({"cpu": int, "seconds": float, "fraction": float, "busy": bool, "dut": bool})
+
+
+def _window_rows(pc: PrometheusConnect, w: TrialWindow, endpoints: Endpoints, wait: bool, method: str,
+                 dut: frozenset[int]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    per_cpu: dict[tuple[str, int], dict[str, float]] = {}
+    spans: dict[tuple[str, int], tuple[float, float]] = {}
+    for s in _cpu_series(pc, w, endpoints, wait):
+        labels = s["metric"]
+        ts = np.array([float(v[0]) for v in s["values"]])
+        vs = np.array([float(v[1]) for v in s["values"]])
+        key = (labels.get("instance", ""), int(labels["cpu"]))
+        a, b, span = _counter_delta(ts, vs, w, method)
+        if span is None:
+            raise NoSamples(
+                f"Prometheus {endpoints.prometheus_url}: {CPU_METRIC} of {key[0]} cpu {key[1]} has "
+                f"samples only from {_iso(ts[0])} to {_iso(ts[-1])}, not enough inside trial "
+                f"{w.trial_id} ({_iso(w.start)} .. {_iso(w.end)}); was node-exporter scraped during "
+                "the whole trial?")
+        mode = MODE_ALIASES.get(labels.get("mode", ""), labels.get("mode", ""))
+        per_cpu.setdefault(key, {})[mode] = max(0.0, b - a)
+        spans[key] = span
+    short = {k: v[1] - v[0] for k, v in spans.items()
+             if v[1] - v[0] < w.length - 2.5 * endpoints.scrape_interval}
+    if short:
+        (inst, cpu0), covered = next(iter(sorted(short.items())))
+        warnings.warn(f"trial {w.trial_id}: {CPU_METRIC} samples of {inst} cpu {cpu0} cover only "
+                      f"{covered:.1f} s of its {w.length:.1f} s window (missed scrapes, or Prometheus "
+                      "started during the trial)", stacklevel=3)
+    for (instance, cpu), modes in sorted(per_cpu.items()):
+        total = sum(modes.values())
+        order = [m for m in MODES if m in modes] + sorted(m for m in modes if m not in MODES)
+        for mode in order:
+            rows.append({"run_id": w.run_id, "trial_id": w.trial_id, "instance": instance, "cpu": cpu,
+                         "mode": mode, "seconds": modes[mode],
+                         "fraction": modes[mode] / total if total > 0 else math.nan,
+                         "busy": mode not in IDLE_MODES, "dut": cpu in dut, "start": w.start,
+                         "end": w.end, "window_s": w.length, "span_start": spans[(instance, cpu)][0],
+                         "span_end": spans[(instance, cpu)][1],
+                         "span_s": spans[(instance, cpu)][1] - spans[(instance, cpu)][0]})
+    return rows
 
 
 def cpu_busy_frame(cpu: pd.DataFrame) -> pd.DataFrame:

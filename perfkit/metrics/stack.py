@@ -18,6 +18,16 @@ Everything lives in the stack directory (``$PERFKIT_DATA/stack`` by default)::
     prometheus/         the TSDB          pushgateway.db    the Pushgateway's persistence file
     logs/<component>.log
 
+Owners. ``up()`` records the calling process among the stack's owners in ``state.json``
+(``perfkit.owners``; for ``perfkit stack up`` that process ends at once, so the stack counts as
+unowned). ``up(owner=...)`` is a campaign run's: the components it had to start are started *for
+runs*, ``release(dir, owner)`` removes the owner again and, once no live owner is left, stops those
+components (never a stack started by hand), and the directory is listed under
+``$PERFKIT_STATE_DIR/stacks/`` (``registered_dirs``) so that ``perfkit clean`` finds stacks that
+runs started in directories of their own. ``clean(dir)`` -- ``perfkit clean`` -- stops a stack only
+when none of its owners is alive (or, with ``run_id``, when that run owns it and no other live
+process does).
+
 Binaries are found on ``PATH`` (also under their upstream names ``pushgateway``, ``node_exporter``)
 or taken from ``$PERFKIT_PROMETHEUS_BIN``, ``$PERFKIT_PUSHGATEWAY_BIN``, ``$PERFKIT_NODE_EXPORTER_BIN``.
 """
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +49,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import requests
 import yaml
 
+from perfkit import owners as _owners
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics.config import Endpoints, default_stack_dir, write_endpoints_file, STACK_ENDPOINTS_FILE
 
@@ -242,18 +254,71 @@ def _read_state(d: Path) -> dict[str, Any]:
 
 def _write_state(d: Path, state: Mapping[str, Any]) -> None:
     tmp = _state_path(d).with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
+    with open(tmp, "w") as f:
+        f.write(json.dumps(state, indent=2))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, _state_path(d))
 
 
+def _registry_file(d: Path) -> Path:
+    return _owners.STATE_DIR / "stacks" / (hashlib.sha1(str(d).encode()).hexdigest()[:16] + ".json")
+
+
+def _register(d: Path) -> None:
+    f = _registry_file(d)
+    if not f.exists():
+        with contextlib.suppress(OSError):
+            _owners.write_json(f, {"dir": str(d)})
+
+
+def _forget(d: Path) -> None:
+    """The stack in ``d`` has no state any more: remove its state files and its registry entry."""
+    _state_path(d).unlink(missing_ok=True)
+    (d / STACK_ENDPOINTS_FILE).unlink(missing_ok=True)
+    _registry_file(d).unlink(missing_ok=True)
+
+
+def registered_dirs() -> list[Path]:
+    """Stack directories with a state (``up`` registers them; a directory removed since is skipped)."""
+    out = []
+    reg = _owners.STATE_DIR / "stacks"
+    for f in sorted(reg.glob("*.json")) if reg.is_dir() else []:
+        rec = _owners.read_json(f)
+        d = Path(rec["dir"]) if rec and isinstance(rec.get("dir"), str) else None
+        if d is not None and _state_path(d).exists():
+            out.append(d)
+        else:
+            f.unlink(missing_ok=True)
+    return out
+
+
+def _adopt(d: Path, state: dict[str, Any], owner: Mapping[str, Any] | None, started: Sequence[str]) -> None:
+    """Record the owner in the state: ``owner`` (a run; the components started for it are stopped by
+    ``release``, and the directory is registered for ``perfkit clean``), else this process."""
+    me = dict(owner) if owner is not None else _owners.me()
+    live = [o for o in state.get("owners", []) if _owners.alive(o) and not _owners.same(o, me)]
+    state["owners"] = live + [me]
+    if owner is not None:
+        state["auto_started"] = sorted(set(state.get("auto_started", [])) | set(started))
+        _register(d)
+    _write_state(d, state)
+
+
 @contextlib.contextmanager
-def _locked(d: Path) -> Iterator[None]:
+def _locked(d: Path, wait: float = 0.0) -> Iterator[None]:
+    """The stack directory's lock; ``wait``: seconds to wait for it before giving up."""
     d.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
     with open(d / ".lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise MetricsError(f"another perfkit stack command is working on {d}; try again") from None
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise MetricsError(f"another perfkit stack command is working on {d}; try again") from None
+                time.sleep(0.1)
         yield
 
 
@@ -337,7 +402,8 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
        prometheus_port: int | None = None, pushgateway_port: int | None = None,
        node_exporter_port: int | None = None, basic_auth: tuple[str, str] | None = None,
        retention: str = "15d", binaries: Mapping[str, str] | None = None,
-       node_collectors: Sequence[str] = NODE_COLLECTORS, timeout: float = 60.0) -> StackStatus:
+       node_collectors: Sequence[str] = NODE_COLLECTORS, timeout: float = 60.0,
+       owner: Mapping[str, Any] | None = None) -> StackStatus:
     """Start the stack; idempotent: running components are left alone, stopped ones restarted.
 
     A directory that already has a stack keeps its ports and settings: only the components that
@@ -347,6 +413,7 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
     as given (if taken, the start fails with "port ... is in use"). ``basic_auth=(user, password)``
     protects all three servers (web-config.yml with a bcrypt hash) and makes Prometheus scrape with
     it. Raises ``MetricsError`` saying which server failed and why; nothing is left running then.
+    ``owner``: record this owner (``perfkit.owners.me()``) in the state (see module doc).
     """
     d = Path(stack_dir or default_stack_dir()).absolute()
     if not host or any(c in host for c in "/ :"):
@@ -356,7 +423,9 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
         if state.get("components"):
             given = {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
                      "node-exporter": node_exporter_port}
-            return _heal(d, state, given, timeout)
+            healed = _heal(d, state, given, timeout)
+            _adopt(d, state, owner, healed.started)
+            return healed
         ports = _resolve_ports(host, {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
                                       "node-exporter": node_exporter_port})
         paths = {name: find_binary(name, binaries) for name in COMPONENTS}
@@ -414,9 +483,9 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
                 rec = state["components"][name]
                 if _ours(rec):
                     _stop_pid(rec["pid"], 10)
-            (d / STACK_ENDPOINTS_FILE).unlink(missing_ok=True)
-            _state_path(d).unlink(missing_ok=True)
+            _forget(d)
             raise
+        _adopt(d, state, owner, started)
         result = _status(d, state)
         result.started = started
         return result
@@ -582,8 +651,72 @@ def down(stack_dir: str | Path | None = None, timeout: float = 10.0,
                 comp.detail = f"pid {rec.get('pid')} is no longer the process perfkit started; left alone"
             rec.update(pid=None, start_ticks=None)
         if components is None or not any(_ours(r) for r in state.get("components", {}).values()):
-            _state_path(d).unlink(missing_ok=True)
-            (d / STACK_ENDPOINTS_FILE).unlink(missing_ok=True)
+            _forget(d)
         else:
             _write_state(d, state)
         return before
+
+
+def release(stack_dir: str | Path | None, owner: Mapping[str, Any]) -> StackStatus:
+    """``owner`` no longer uses the stack; with no live owner left, stop the components started for
+    runs. Returns the status, ``started`` listing the components stopped."""
+    d = Path(stack_dir or default_stack_dir()).absolute()
+    with _locked(d, wait=60.0):
+        state = _read_state(d)
+        if not state.get("components"):
+            return StackStatus(dir=str(d))
+        live = [o for o in state.get("owners", []) if _owners.alive(o) and not _owners.same(o, owner)]
+        state["owners"] = live
+        if live:
+            _write_state(d, state)
+            return _status(d, state)
+        return _stop_locked(d, state, state.get("auto_started", []))
+
+
+def clean(stack_dir: str | Path | None = None, run_id: str | None = None) -> tuple[list[str], str | None]:
+    """``perfkit clean``: stop the stack in ``stack_dir`` if no live process owns it (with ``run_id``:
+    if that run owns it and no other live process does). Returns (components stopped, why the stack
+    was left alone or None)."""
+    d = Path(stack_dir or default_stack_dir()).absolute()
+    if not _state_path(d).exists():
+        return [], None
+    try:
+        lock = _locked(d)
+        lock.__enter__()
+    except MetricsError:
+        return [], "another perfkit command is starting or stopping it right now"
+    try:
+        state = _read_state(d)
+        if not state.get("components"):
+            return [], None
+        recorded = state.get("owners", [])
+        live = [o for o in recorded if _owners.alive(o)]
+        if run_id is not None:
+            if not any(o.get("run_id") == run_id for o in recorded):
+                return [], None
+            others = [o for o in live if o.get("run_id") != run_id]
+            if others:
+                return [], f"also used by {', '.join(_owners.describe(o) for o in others)}"
+        elif live:
+            return [], f"in use by {', '.join(_owners.describe(o) for o in live)}"
+        return _stop_locked(d, state, COMPONENTS).started, None
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _stop_locked(d: Path, state: dict[str, Any], names: Sequence[str], timeout: float = 10.0) -> StackStatus:
+    before = _status(d, state)
+    for name in reversed(COMPONENTS):
+        rec = state.get("components", {}).get(name)
+        if rec is None or name not in names:
+            continue
+        if _ours(rec):
+            before.component(name).detail = _stop_pid(int(rec["pid"]), timeout)
+            before.started.append(name)
+        rec.update(pid=None, start_ticks=None)
+    state["auto_started"] = [n for n in state.get("auto_started", []) if n not in names]
+    if not any(_ours(r) for r in state.get("components", {}).values()):
+        _forget(d)
+    else:
+        _write_state(d, state)
+    return before

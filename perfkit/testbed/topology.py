@@ -11,8 +11,12 @@
 
 Traffic that enters the DUT at ``a`` goes p0 -> DUT -> p1 (PGW-U uplink), traffic entering at ``b``
 p1 -> DUT -> p0 (downlink), as with a TRex tester's two ports.
-``rid`` is a 6-hex-digit run id in every name, so parallel runs and leftovers are recognisable;
-``clean()`` removes everything perfkit ever left (namespaces and what lives in them). The pair
+``rid`` is a 6-hex-digit testbed id in every name, so parallel runs and leftovers are recognisable.
+Each testbed has an owner record (``perfkit.owners``: ``$PERFKIT_STATE_DIR/testbeds/<rid>.json``,
+written *before* its first namespace): the process that set it up and the run it works for, or none
+for a testbed kept up on purpose (``up(keep=True)``, ``perfkit testbed up``). ``clean()`` removes
+the testbeds whose owner is gone -- killed, or never recorded -- with everything in them, and leaves
+those of live processes alone; ``clean(run_id=...)`` removes those of one run. The pair
 ``g``/``h`` only anchors the generator program in the kernel's XDP dispatcher and gives its calls
 two ingress ports to alternate between, so that it can tell consecutive calls apart (see
 ``perfkit.testbed.livegen``). MAC addresses and addresses are fixed per role (``PORT_MACS``,
@@ -31,6 +35,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfkit import owners
+from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
 from perfkit.testbed import netns
 
@@ -93,8 +99,15 @@ class Testbed:
         """Create everything. ``keep``: leave it up when this process ends (``perfkit testbed up``)."""
         if self._up:
             return self
+        for ns in (self.tester_ns, self.dut_ns):
+            if netns.exists(ns):
+                holder = owners.describe((owner_record(self.rid) or {}).get("owner"))
+                raise TestbedError(f"namespace {ns} exists already: testbed {self.rid} belongs to {holder} "
+                                   "(a leftover of a dead process is removed by `perfkit clean`)")
         if not keep:
             self._install_cleanup()
+        owners.write_json(record_path(self.rid), {"testbed_id": self.rid, "kept": keep,
+                                                  "owner": None if keep else owners.me()})
         try:
             self._create()
         except BaseException:
@@ -105,11 +118,9 @@ class Testbed:
 
     def _create(self) -> None:
         for ns in (self.tester_ns, self.dut_ns):
-            if netns.exists(ns):
-                raise TestbedError(f"namespace {ns} exists already: another run uses run id {self.rid} "
-                                   f"(or a leftover: `perfkit testbed clean`)")
             netns.run(None, "ip", "netns", "add", ns)
             netns.run(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        crashpoint("testbed.setup")
         one_queue = ["numtxqueues", "1", "numrxqueues", "1"]
         for tester, dut in ((self.p0, self.a), (self.p1, self.b), (self.anchor, None)):
             peer_ns, peer_dev = (dut.ns, dut.dev) if dut else (self.tester_ns, anchor_peer(self.anchor))
@@ -128,6 +139,7 @@ class Testbed:
         for ns in (self.tester_ns, self.dut_ns):
             if netns.exists(ns):
                 netns.run(None, "ip", "netns", "del", ns, check=False)
+        record_path(self.rid).unlink(missing_ok=True)
         self._up = False
         self._restore_sigterm()
 
@@ -212,27 +224,67 @@ def _raise_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def record_path(rid: str) -> Path:
+    """The owner record of testbed ``rid``."""
+    return owners.STATE_DIR / "testbeds" / f"{rid}.json"
+
+
+def owner_record(rid: str) -> dict | None:
+    """``{"testbed_id", "kept", "owner": owner record or None}`` of testbed ``rid``, or None."""
+    return owners.read_json(record_path(rid))
+
+
 def running() -> list[str]:
-    """Run ids of every perfkit testbed with a namespace on this machine."""
+    """Ids of every perfkit testbed with a namespace on this machine."""
     return sorted({m.group(1) for ns in netns.names() if (m := _NS_RE.match(ns))})
 
 
-def clean() -> list[str]:
-    """Remove every perfkit namespace (with its links and XDP attachments) and pinned object.
+def _root_links() -> dict[str, list[str]]:
+    """testbed id -> perfkit links a crashed ``ip link add`` may have left in the root namespace."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    links: dict[str, list[str]] = {}
+    for dev in re.findall(r"^\d+: ([td][0-9a-f]{6}(?:p[01]|[abgh]))[@:]", out, re.M):
+        links.setdefault(dev[1:7], []).append(dev)
+    return links
 
-    Returns what was removed. Safe to run at any time; a running trial loses its testbed.
+
+def owned_by_live() -> dict[str, str]:
+    """Testbeds that ``clean()`` leaves alone: id -> who owns them."""
+    out = {}
+    for rid in running():
+        owner = (owner_record(rid) or {}).get("owner")
+        if owners.alive(owner):
+            out[rid] = owners.describe(owner)
+    return out
+
+
+def clean(run_id: str | None = None) -> list[str]:
+    """Remove the perfkit testbeds (namespaces with their links and XDP attachments, stray links,
+    owner records) whose owner process is gone; with ``run_id``, those that run owns, whatever
+    their state. Returns what was removed. Testbeds of live processes are left alone
+    (``owned_by_live``), so this is safe to run at any time.
     """
     removed = []
-    for ns in netns.names():
-        if _NS_RE.match(ns):
-            netns.run(None, "ip", "netns", "del", ns, check=False)
-            removed.append(f"netns {ns}")
-    # links a crashed `ip link add` may have left in the root namespace
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for dev in re.findall(r"^\d+: ([td][0-9a-f]{6}(?:p[01]|[abgh]))[@:]", out, re.M):
-        subprocess.run(["ip", "link", "del", dev], capture_output=True)
-        removed.append(f"link {dev}")
-    if PIN_DIR.exists():
+    links = _root_links()
+    records = {f.stem for f in (owners.STATE_DIR / "testbeds").glob("*.json")} \
+        if (owners.STATE_DIR / "testbeds").is_dir() else set()
+    for rid in sorted(set(running()) | set(links) | records):
+        rec = owner_record(rid) or {}
+        owner = rec.get("owner")
+        if run_id is not None:
+            if not owner or owner.get("run_id") != run_id:
+                continue
+        elif owners.alive(owner):
+            continue
+        for ns in (f"{PREFIX}{rid}-tester", f"{PREFIX}{rid}-dut"):
+            if netns.exists(ns):
+                netns.run(None, "ip", "netns", "del", ns, check=False)
+                removed.append(f"netns {ns}")
+        for dev in links.get(rid, []):
+            subprocess.run(["ip", "link", "del", dev], capture_output=True)
+            removed.append(f"link {dev}")
+        record_path(rid).unlink(missing_ok=True)
+    if PIN_DIR.exists() and not owned_by_live():
         for p in sorted(PIN_DIR.rglob("*"), reverse=True):
             p.rmdir() if p.is_dir() else p.unlink()
         PIN_DIR.rmdir()

@@ -10,10 +10,16 @@ Scenario parameters: ``direction`` (ul: GTP-U in, decapsulated out; dl: IP in, G
 encapsulation; off = zero, TS 29.281) and ``vlan`` (802.1Q on both sides: S5 VLAN and one SGi VLAN
 per tenant). ``frame_size`` is the user-side (SGi) frame, FCS included, untagged; uplink frames on
 the wire carry the GTP-U tunnel, 36 bytes more.
+
+Up to ``UE_POOL`` (130560) sessions are one tenant; more are spread over 1000 tenant VLANs (seed
+001; ``vlan`` on), and flows are then 1 or every session, which must be 1000 x U with U coprime to
+1000: seed 001's "1M sessions over 1000 VLANs" is ``--sessions 1001000 --flows 1001000 --vlan on``
+(1000 tenants x 1001 UE addresses; ``control.SessionPlan`` has the layout).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -62,7 +68,9 @@ class PgwuDataplane(Dataplane):
     params = (
         Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out",
               choices=("ul", "dl")),
-        Param("sessions", 0, "sessions installed in the DUT (0: as many as flows)", kind=int, minimum=0),
+        Param("sessions", 0, "sessions installed in the DUT (0: as many as flows); more than 130560 are spread "
+              "over 1000 tenant VLANs (vlan on; flows walking them all: 1000 x U with U coprime to 1000, e.g. "
+              "1001000)", kind=int, minimum=0),
         Param("udp_csum", False, "outer UDP checksum on encapsulation (off: zero, TS 29.281)", kind=bool),
         Param("vlan", False, "802.1Q-tag both sides (S5 VLAN, one SGi VLAN per tenant)", kind=bool),
     )
@@ -94,7 +102,7 @@ class PgwuDataplane(Dataplane):
 
     def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
         assert isinstance(traffic, PgwuTraffic)
-        return emit(frame, dataclasses.replace(traffic.config, s5_ifindex=1, sgi_ifindex=2), traffic.plan)
+        return emit(frame, _on_testbed_ports(traffic.config), traffic.plan)
 
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
         assert isinstance(traffic, PgwuTraffic)
@@ -122,6 +130,12 @@ class PgwuDataplane(Dataplane):
                          description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),
                                       "direction": traffic.direction})
         return spec, dut
+
+
+@functools.lru_cache(maxsize=64)
+def _on_testbed_ports(config: PgwuConfig) -> PgwuConfig:
+    """``config`` with the ports ``load(traffic, 1, 2)`` gives (cached: the fuzz tests call emit a million times)."""
+    return dataclasses.replace(config, s5_ifindex=1, sgi_ifindex=2)
 
 
 def _keys(plan: SessionPlan, seed: int) -> np.ndarray:

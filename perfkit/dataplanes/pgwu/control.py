@@ -4,7 +4,8 @@ read its counters.
 Addressing plan (all inside the RFC 2544 benchmarking range 198.18.0.0/15):
 
 - UE addresses: 198.18.0.0 upwards, ``UE_POOL`` of them per tenant; a tenant is an SGi VLAN, so
-  more sessions than ``UE_POOL`` need several tenants (seed 001 ran 1000 tenants, 1M bearers);
+  more sessions than ``UE_POOL`` need several tenants (seed 001 ran 1000 tenants, 1M bearers:
+  ``SessionPlan`` spreads them over ``SEED_TENANTS`` tenants, see there for the layout);
 - SGW addresses: 198.19.254.1 .. 198.19.254.100 (100 SGWs, as in seed 001);
 - testbed ports and our own GTP-U / SGi addresses: 198.19.255.0/24 (``perfkit.testbed.topology``):
   S5/S1-U is the DUT's port ``a``, SGi its port ``b``.
@@ -12,6 +13,8 @@ Addressing plan (all inside the RFC 2544 benchmarking range 198.18.0.0/15):
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,7 @@ from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_byt
 from perfkit.libbpf import BpfObject, Map, Program
 from perfkit.paths import BUILD_DIR
 from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
+
 UE_BASE = ip2int("198.18.0.0")
 #: UE addresses per tenant: 198.18.0.0 .. 198.19.253.255.
 UE_POOL = 2 * 65536 - 512
@@ -34,6 +38,10 @@ SGW_COUNT = 100
 UL_TEID_BASE = 0x10000000
 DL_TEID_BASE = 0x20000000
 TENANT_VLAN_BASE = 100
+#: Tenants (SGi VLANs) that more sessions than one tenant's ``UE_POOL`` are spread over: seed 001's.
+SEED_TENANTS = 1000
+#: With several tenants a TEID is base + tenant << 16 + UE index: the UE index is its low 16 bits.
+TEID_UE_BITS = 16
 #: Default capacity of each session map; 1M sessions (seed 001) fit.
 DEFAULT_MAX_SESSIONS = 1 << 20
 
@@ -56,13 +64,28 @@ class Session:
 class SessionPlan:
     """``count`` sessions laid out deterministically over ``tenants`` tenants (SGi VLANs).
 
-    Session i belongs to tenant ``i % tenants`` and gets UE address number ``i // tenants`` of that
-    tenant, so UE addresses repeat across tenants, as in a multi-APN PGW.
+    Session i is UE number ``u = i mod U`` of tenant ``t = i mod T``, where T is ``tenant_count``
+    and U ``ue_count``, the smallest number of UE addresses per tenant >= count / T that is coprime
+    to T. By the Chinese remainder theorem, i = 0 .. U*T - 1 gives every (u, t) pair exactly once,
+    so UE addresses repeat across tenants, as in a multi-APN PGW, and a traffic generator can walk
+    every session with two counters stepping together, one wrapping at U and one at T, writing
+    each header field from one of them (``PgwuTraffic.field_engine``):
+
+    - UE address ``UE_BASE + u``; SGi VLAN ``TENANT_VLAN_BASE + t`` (tagged plans, else untagged);
+    - TEIDs ``UL_TEID_BASE + (t << 16) + u`` (uplink) and ``DL_TEID_BASE + (t << 16) + u``
+      (downlink): two 16-bit halves, tenant and UE, so u < 65536 with several tenants;
+    - SGW ``SGW_BASE + i mod SGW_COUNT`` (only in the DUT's table).
+
+    With one tenant (up to ``UE_POOL`` sessions) this is session i = UE i, TEID base + i: the
+    layout perfkit always had. Beyond, ``SEED_TENANTS`` tenants: 1000 tenants x 1001 UEs =
+    1,001,000 sessions is seed 001's "1M bearers over 1000 tenant VLANs". A count that is not
+    U*T (``full``) fills the grid in index order; flows can then not walk it all
+    (``PgwuTraffic`` refuses and names the nearest full counts).
     """
 
     count: int = 1
     tenants: int = 0
-    """0 picks the fewest tenants that give every session a unique (UE address, tenant)."""
+    """0: one tenant up to ``UE_POOL`` sessions, else ``SEED_TENANTS``."""
     tagged: bool = False
     """Whether tenants are VLAN-tagged on the SGi side (needed for more than one tenant)."""
 
@@ -71,40 +94,110 @@ class SessionPlan:
             raise ConfigError("sessions", self.count, "an integer >= 1")
         if self.count > DEFAULT_MAX_SESSIONS * 4:
             raise ConfigError("sessions", self.count, f"1 .. {DEFAULT_MAX_SESSIONS * 4}")
-        if self.tenant_count > 1 and not self.tagged:
+        if self.tenants < 0:
+            raise ConfigError("tenants", self.tenants, "0 (automatic) or an integer >= 1")
+        tenants = self.tenant_count
+        if tenants > 1 and not self.tagged:
+            if self.tenants:
+                raise ConfigError("tenants", self.tenants, "1 when untagged (tenants are SGi VLANs: use --vlan)")
             raise ConfigError("sessions", self.count,
                               f"at most {UE_POOL} untagged (more need tenant VLANs: use --vlan)")
-        if self.tenant_count > 4094 - TENANT_VLAN_BASE:
-            raise ConfigError("tenants", self.tenant_count, f"1 .. {4094 - TENANT_VLAN_BASE}")
+        if tenants > 4094 - TENANT_VLAN_BASE:
+            raise ConfigError("tenants", tenants, f"1 .. {4094 - TENANT_VLAN_BASE}")
+        if tenants > self.count:
+            raise ConfigError("tenants", tenants, f"1 .. sessions ({self.count})")
+        ues = self.ue_count
+        if tenants == 1 and ues > UE_POOL:
+            raise ConfigError("sessions", self.count, f"at most {UE_POOL} per tenant")
+        if tenants > 1 and ues > 1 << TEID_UE_BITS:
+            raise ConfigError("sessions", self.count,
+                              f"at most {1 << TEID_UE_BITS} UE addresses per tenant over {tenants} tenants "
+                              f"(the UE index is the TEID's low {TEID_UE_BITS} bits)")
 
     @property
     def tenant_count(self) -> int:
-        return self.tenants or -(-self.count // UE_POOL)
+        """T: the tenants (SGi VLANs) sessions are spread over."""
+        return self.tenants or (1 if self.count <= UE_POOL else SEED_TENANTS)
+
+    @functools.cached_property
+    def ue_count(self) -> int:
+        """U: UE addresses per tenant, coprime to ``tenant_count``."""
+        return ue_count(self.count, self.tenant_count)
+
+    @property
+    def full(self) -> bool:
+        """Whether the sessions are every (UE, tenant) pair: then flows can walk them all."""
+        return self.count == self.ue_count * self.tenant_count
+
+    def full_counts_near(self) -> list[int]:
+        """The full session counts (U*T, same tenants) next to ``count``: below, if any, and above."""
+        tenants = self.tenant_count
+        below = self.count // tenants
+        while below > 1 and math.gcd(below, tenants) != 1:
+            below -= 1
+        out = []
+        for ues in (below, ue_count(self.count, tenants)):
+            try:
+                plan = SessionPlan(ues * tenants, self.tenants, self.tagged)
+            except ConfigError:
+                continue
+            if plan.full and plan.tenant_count == tenants and plan.count not in out:
+                out.append(plan.count)
+        return out
+
+    def index(self, ue: int, tenant: int) -> int | None:
+        """The session of UE number ``ue`` in tenant number ``tenant``, or None."""
+        ues, tenants = self.ue_count, self.tenant_count
+        if not (0 <= ue < ues and 0 <= tenant < tenants):
+            return None
+        i = ue + ues * ((tenant - ue) * _inverse(ues, tenants) % tenants) if tenants > 1 else ue
+        return i if i < self.count else None
 
     def session(self, i: int) -> Session:
-        tenant, ue_index = i % self.tenant_count, i // self.tenant_count
-        if ue_index >= UE_POOL:
-            raise ConfigError("sessions", self.count, f"at most {UE_POOL} per tenant")
-        return Session(ul_teid=UL_TEID_BASE + i, dl_teid=DL_TEID_BASE + i,
-                       ue_addr=int2ip(UE_BASE + ue_index), sgw_addr=int2ip(SGW_BASE + i % SGW_COUNT),
+        if not 0 <= i < self.count:
+            raise IndexError(f"session {i} of {self.count}")
+        ue, tenant = i % self.ue_count, i % self.tenant_count
+        key = (tenant << TEID_UE_BITS) + ue
+        return Session(ul_teid=UL_TEID_BASE + key, dl_teid=DL_TEID_BASE + key,
+                       ue_addr=int2ip(UE_BASE + ue), sgw_addr=int2ip(SGW_BASE + i % SGW_COUNT),
                        tenant_vlan=(TENANT_VLAN_BASE + tenant) if self.tagged else 0)
 
     def __iter__(self) -> Iterator[Session]:
         return (self.session(i) for i in range(self.count))
 
+    def _by_teid(self, key: int) -> Session | None:
+        if key < 0:
+            return None
+        ue, tenant = (key, 0) if self.tenant_count == 1 else (key & ((1 << TEID_UE_BITS) - 1), key >> TEID_UE_BITS)
+        i = self.index(ue, tenant)
+        return None if i is None else self.session(i)
+
     def by_ul_teid(self, teid: int) -> Session | None:
         """The session whose uplink TEID is ``teid`` (arithmetic, no table)."""
-        i = teid - UL_TEID_BASE
-        return self.session(i) if 0 <= i < self.count else None
+        return self._by_teid(teid - UL_TEID_BASE)
+
+    def by_dl_teid(self, teid: int) -> Session | None:
+        """The session whose downlink TEID (the SGW's) is ``teid``."""
+        return self._by_teid(teid - DL_TEID_BASE)
 
     def by_dl_key(self, ue_addr: str, vlan: int) -> Session | None:
         """The session of UE ``ue_addr`` in the tenant of SGi VLAN ``vlan`` (0 = untagged)."""
         tenant = vlan - TENANT_VLAN_BASE if self.tagged else (0 if vlan == 0 else -1)
-        ue_index = ip2int(ue_addr) - UE_BASE
-        if not (0 <= tenant < self.tenant_count and 0 <= ue_index < UE_POOL):
-            return None
-        i = ue_index * self.tenant_count + tenant
-        return self.session(i) if i < self.count else None
+        i = self.index(ip2int(ue_addr) - UE_BASE, tenant)
+        return None if i is None else self.session(i)
+
+
+def ue_count(count: int, tenants: int) -> int:
+    """The fewest UE addresses per tenant, coprime to ``tenants``, that hold ``count`` sessions."""
+    ues = -(-count // tenants)
+    while math.gcd(ues, tenants) != 1:
+        ues += 1
+    return ues
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse(ues: int, tenants: int) -> int:
+    return pow(ues, -1, tenants)
 
 
 @dataclass(frozen=True)
@@ -145,12 +238,10 @@ def session_columns(sessions: SessionPlan | list[Session]) -> dict[str, np.ndarr
     """Sessions as columns of host-order integers (vectorised for a plan: 1M in milliseconds)."""
     if isinstance(sessions, SessionPlan):
         i = np.arange(sessions.count, dtype=np.int64)
-        tenants = sessions.tenant_count
-        tenant, ue_index = i % tenants, i // tenants
-        if ue_index.max() >= UE_POOL:
-            raise ConfigError("sessions", sessions.count, f"at most {UE_POOL} per tenant")
+        ue, tenant = i % sessions.ue_count, i % sessions.tenant_count
+        key = (tenant << TEID_UE_BITS) + ue
         vlan = (TENANT_VLAN_BASE + tenant) if sessions.tagged else np.zeros_like(i)
-        return {"ul_teid": UL_TEID_BASE + i, "dl_teid": DL_TEID_BASE + i, "ue_addr": UE_BASE + ue_index,
+        return {"ul_teid": UL_TEID_BASE + key, "dl_teid": DL_TEID_BASE + key, "ue_addr": UE_BASE + ue,
                 "sgw_addr": SGW_BASE + i % SGW_COUNT, "tenant_vlan": vlan}
     return {"ul_teid": np.array([s.ul_teid for s in sessions], dtype=np.int64),
             "dl_teid": np.array([s.dl_teid for s in sessions], dtype=np.int64),

@@ -6,13 +6,15 @@ use it to check captured packets (``check_output``).
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
+import socket
 import struct
 from typing import Iterable
 
 from perfkit.checksum import csum as _csum
 from perfkit.dataplane import Emitted
-from perfkit.dataplanes.pgwu.control import TENANT_VLAN_BASE, PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.control import PgwuConfig, Session, SessionPlan
 
 ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
 GTPU_PORT = 2152
@@ -36,9 +38,17 @@ class _Sessions:
 
 
 def _ip(b: bytes) -> str:
-    return str(ipaddress.IPv4Address(b))
+    if len(b) != 4:
+        raise ValueError(f"an IPv4 address is 4 bytes, not {len(b)}")
+    return socket.inet_ntoa(b)
 
 
+@functools.lru_cache(maxsize=1024)
+def _packed(addr: str) -> bytes:
+    return ipaddress.IPv4Address(addr).packed
+
+
+@functools.lru_cache(maxsize=64)
 def _mac(m: str) -> bytes:
     return bytes(int(x, 16) for x in m.split(":"))
 
@@ -77,9 +87,7 @@ def _emit(f: bytes, cfg: PgwuConfig, sess: _Sessions) -> Emitted:
     if ver_ihl >> 4 != 4 or ver_ihl & 0xF < 5:
         return drop("drop_bad_header")
     ihl = (ver_ihl & 0xF) * 4
-    if len(f) < off + ihl:
-        return drop("drop_truncated")
-    if tot_len < ihl:
+    if tot_len < ihl:  # before the length check: a header longer than its packet is bad, cut or not
         return drop("drop_bad_header")
     if off + tot_len > len(f):
         return drop("drop_truncated")
@@ -160,8 +168,8 @@ def _downlink(f: bytes, off: int, tos: int, tot_len: int, daddr: str, vlan: int,
     if cfg.s5_mtu and tot_len + 36 > cfg.s5_mtu:
         return Emitted("XDP_DROP", "drop_too_big")
     inner = f[off:off + tot_len]
-    src = ipaddress.IPv4Address(cfg.gtpu_addr).packed
-    dst = ipaddress.IPv4Address(s.sgw_addr).packed
+    src = _packed(cfg.gtpu_addr)
+    dst = _packed(s.sgw_addr)
     ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, tot_len + 36, 0, 0, 64, 17, 0, src, dst))
     struct.pack_into("!H", ip, 10, _csum(bytes(ip)))
     udp_len = tot_len + 16
@@ -200,7 +208,7 @@ def check_output(frame: bytes, direction: str, cfg: PgwuConfig,
             teid = struct.unpack_from("!I", outer, 32)[0]
             inner = outer[36:]
             ue = _ip(inner[16:20]) if len(inner) >= 20 else "?"
-            s = next((c for c in _candidates(idx, ue) if c.dl_teid == teid), None)
+            s = _by_dl_teid(idx, ue, teid)
             if s is None:
                 return f"TEID {teid:#x} is not the session TEID of UE {ue}"
             dl_in = _l2(cfg.sgi_src_mac, cfg.sgi_dst_mac, s.tenant_vlan) + inner
@@ -221,11 +229,12 @@ def _strip_l2(frame: bytes) -> tuple[bytes, int]:
     return frame[14:], 0
 
 
-def _candidates(idx: _Sessions, ue: str) -> list[Session]:
+def _by_dl_teid(idx: _Sessions, ue: str, teid: int) -> Session | None:
+    """The session of UE ``ue`` whose downlink TEID is ``teid`` (a plan: arithmetic, whatever its tenants)."""
     if idx.plan is None:
-        return [s for (addr, _), s in idx.dl.items() if addr == ue]
-    vlans = [TENANT_VLAN_BASE + t for t in range(idx.plan.tenant_count)] if idx.plan.tagged else [0]
-    return [s for v in vlans if (s := idx.by_ue(ue, v)) is not None]
+        return next((s for (addr, _), s in idx.dl.items() if addr == ue and s.dl_teid == teid), None)
+    s = idx.plan.by_dl_teid(teid)
+    return s if s is not None and s.ue_addr == ue else None
 
 
 def _ipv4_udp_gtp(src: str, dst: str, teid: int, inner: bytes) -> bytes:

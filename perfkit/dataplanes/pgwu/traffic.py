@@ -6,6 +6,11 @@ Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag:
 - UL: ``Ether / [Dot1Q s5_vlan] / IP(sgw -> gtpu_addr) / UDP(2152, 2152, chksum=0) /
   GTP_U_Header(teid) / IP(ue -> server) / UDP|TCP / signature / padding``;
 - DL: ``Ether / [Dot1Q tenant] / IP(server -> ue) / UDP|TCP / signature / padding``.
+
+Flow f is session f of the plan (``SessionPlan``: UE ``f mod U`` of tenant ``f mod T``), with inner
+source port ``SPORT_BASE + UE index`` (16 bits). With several tenants the generator walks the
+sessions with two variables, the UE index (wrapping at U) and the tenant (wrapping at T), that
+step together: U and T are coprime, so flows 0 .. U*T-1 meet every session once.
 """
 from __future__ import annotations
 
@@ -19,9 +24,11 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
 from perfkit.dataplane import Traffic
-from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
+from perfkit.fieldengine import (FLOW_OPS, SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask,
+                                 flow_engine)
+from perfkit.netaddr import ip2int
 from perfkit.units import FCS_LEN
 
 SERVER_ADDR = "198.19.255.130"
@@ -55,6 +62,16 @@ class PgwuTraffic(Traffic):
             raise ConfigError("inner_l4", self.inner_l4, INNER_L4)
         if self.flows < 1 or self.flows > self.plan.count:
             raise ConfigError("flows", self.flows, f"1 .. sessions ({self.plan.count})")
+        tenants = self.plan.tenant_count
+        if tenants > 1 and self.flows > 1:  # the generator walks the whole (UE, tenant) grid or one flow
+            if self.flows != self.plan.count:
+                raise ConfigError("flows", self.flows, f"1 or every session ({self.plan.count}) when sessions "
+                                  f"span several tenants ({tenants} SGi VLANs)")
+            if not self.plan.full:
+                near = " or ".join(str(n) for n in self.plan.full_counts_near())
+                raise ConfigError("sessions", self.plan.count,
+                                  f"{tenants} tenants x U UE addresses, U coprime to {tenants}, when flows walk "
+                                  f"every session of several tenants ({near})")
         if self.frame_size < self.min_frame_size:
             raise ConfigError("frame_size", self.frame_size,
                               f">= {self.min_frame_size} bytes for inner {self.inner_l4.upper()} with signature")
@@ -95,7 +112,7 @@ class PgwuTraffic(Traffic):
         """The user packet of ``flow`` (inner IPv4), padded to the frame size, with a signature."""
         s = self.session(flow)
         src, dst = (s.ue_addr, SERVER_ADDR) if self.direction == "ul" else (SERVER_ADDR, s.ue_addr)
-        sport = 10000 + flow % 50000
+        sport = (SPORT_BASE + ip2int(s.ue_addr) - UE_BASE) & 0xFFFF  # as the field engine writes it
         l4 = (UDP(sport=sport, dport=5001, chksum=0) if self.inner_l4 == "udp"
               else TCP(sport=sport, dport=80, flags="A", seq=1, ack=1, window=65535))
         hdr = IP(src=src, dst=dst, id=0, flags="DF", ttl=64) / l4
@@ -142,8 +159,11 @@ class PgwuTraffic(Traffic):
         """The variation that walks the ``flows`` flows: flow i is ``packet(i)`` (uplink: but for the
         outer source address, which stays flow 0's SGW; the PGW-U does not look at it).
 
-        One variable (the flow number) is written into every field that names the flow: the TEID
-        and UE source address uplink, the UE destination address downlink, and the source port.
+        One tenant: one variable, the flow number (= the UE index), is written into every field that
+        names the flow: the TEID and UE source address uplink, the UE destination address downlink,
+        and the source port. Several tenants (flows = every session): two variables step together,
+        the UE index u (0 .. U-1) and the tenant t (0 .. T-1); u gives the UE address, the source port
+        and the TEID's low half, t the TEID's high half (uplink) or the tenant's VLAN id (downlink).
         The inner IPv4 checksum (and TCP's, which covers the addresses) are fixed up.
         """
         off = self.offsets()
@@ -151,17 +171,33 @@ class PgwuTraffic(Traffic):
         csums = [ip + 10] + ([l4 + 16] if self.inner_l4 == "tcp" else [])
         # checksum i covers these byte ranges (TCP: pseudo-header addresses and the segment)
         covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, len(self.packet(0)))]] if self.inner_l4 == "tcp" else [])
-        writes: list[tuple[str, int, int, int]] = []
-        if self.flows > 1:
-            if self.plan.tenant_count > 1:
-                raise ConfigError("flows", self.flows, "1 when sessions span several tenants "
-                                  f"(more than {self.plan.count // self.plan.tenant_count} sessions)")
-            if self.direction == "ul":
-                writes += [("gtp.teid", off["gtp"] + 4, 4, UL_TEID_BASE), ("inner.src", ip + 12, 4, UE_BASE)]
-            else:
-                writes += [("inner.dst", ip + 16, 4, UE_BASE)]
-            writes.append(("inner.sport", l4, 2, SPORT_BASE))
-        return flow_engine(writes, self.flows, csums, covers, off["signature"], flow_op, l3_offset=ip, l4_offset=l4)
+        if self.flows == 1 or self.plan.tenant_count == 1:
+            writes: list[tuple[str, int, int, int]] = []
+            if self.flows > 1:
+                if self.direction == "ul":
+                    writes += [("gtp.teid", off["gtp"] + 4, 4, UL_TEID_BASE), ("inner.src", ip + 12, 4, UE_BASE)]
+                else:
+                    writes += [("inner.dst", ip + 16, 4, UE_BASE)]
+                writes.append(("inner.sport", l4, 2, SPORT_BASE))
+            return flow_engine(writes, self.flows, csums, covers, off["signature"], flow_op, l3_offset=ip, l4_offset=l4)
+        if flow_op not in FLOW_OPS:
+            raise ConfigError("flow_op", flow_op, FLOW_OPS)
+        if not (self.flows == self.plan.count and self.plan.full):  # __post_init__ refuses it
+            raise ConfigError("flows", self.flows, f"1 or every session ({self.plan.count})")
+        ue, tenant = 0, 1  # the variables
+        low = (1 << TEID_UE_BITS) - 1
+        if self.direction == "ul":
+            teid = off["gtp"] + 4
+            grid = [("gtp.teid[tenant]", teid, 2, tenant, UL_TEID_BASE >> TEID_UE_BITS),
+                    ("gtp.teid[ue]", teid + 2, 2, ue, UL_TEID_BASE & low), ("inner.src", ip + 12, 4, ue, UE_BASE)]
+        else:
+            tci = struct.unpack_from("!H", self.packet(0), 14)[0]  # tenant 0's tag: its PCP and DEI bits stay
+            grid = [("inner.dst", ip + 16, 4, ue, UE_BASE), ("sgi.vlan", 14, 2, tenant, tci)]
+        grid.append(("inner.sport", l4, 2, ue, SPORT_BASE))
+        variables = (FlowVar(flow_op, 0, self.plan.ue_count - 1), FlowVar(flow_op, 0, self.plan.tenant_count - 1))
+        fws = tuple(FieldWrite(n, o, sz, var, add, csum_mask(covers, o, sz)) for n, o, sz, var, add in grid)
+        return FieldEngine(variables, fws, tuple(csums), off["signature"],
+                           csum_mask(covers, off["signature"], SIGNATURE.size), l3_offset=ip, l4_offset=l4)
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""

@@ -1,0 +1,92 @@
+"""Who owns a testbed or a metrics stack: a process (pid and start time) and the run it works for.
+
+``perfkit clean`` removes only what no live process owns (or, with ``--run RUN_ID``, what that run
+owns), so a ``make test`` beside a ``make run`` does not destroy the run's testbed, and a run killed
+by SIGKILL leaves nothing that a later ``perfkit clean`` cannot find.
+
+An owner record is ``{"pid", "start_ticks", "run_id", "command"}``; it is *alive* while a process
+with that pid and that start time (``/proc/<pid>/stat``, so a recycled pid never counts) exists and
+is not a zombie. Records of testbeds live in ``$PERFKIT_STATE_DIR/testbeds/<testbed_id>.json``
+(default ``/run/perfkit``); the metrics stack keeps its owners in its ``state.json``.
+
+``set_run(run_id)``: the campaign runner names the run this process works for; everything set up
+afterwards records it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+STATE_DIR = Path(os.environ.get("PERFKIT_STATE_DIR", "/run/perfkit"))
+
+_run_id: str | None = None
+
+
+def set_run(run_id: str | None) -> None:
+    """The run this process works for (None: none)."""
+    global _run_id
+    _run_id = run_id
+
+
+def current_run() -> str | None:
+    return _run_id
+
+
+def proc_start(pid: int) -> int | None:
+    """Start time [clock ticks after boot] of a live, non-zombie process; None if there is none."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    rest = text[text.rfind(")") + 2:].split()
+    if rest[0] in ("Z", "X"):
+        return None
+    return int(rest[19])
+
+
+def me() -> dict[str, Any]:
+    """An owner record for this process (and the run it works for)."""
+    pid = os.getpid()
+    return {"pid": pid, "start_ticks": proc_start(pid), "run_id": _run_id,
+            "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv[:4]))}
+
+
+def alive(owner: Mapping[str, Any] | None) -> bool:
+    """The owner's process still runs (same pid and start time)."""
+    if not owner or not owner.get("pid") or owner.get("start_ticks") is None:
+        return False
+    return proc_start(int(owner["pid"])) == owner["start_ticks"]
+
+
+def same(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    return bool(a and b) and a.get("pid") == b.get("pid") and a.get("start_ticks") == b.get("start_ticks")
+
+
+def describe(owner: Mapping[str, Any] | None) -> str:
+    if not owner:
+        return "no owner"
+    run = f", run {owner['run_id']}" if owner.get("run_id") else ""
+    return f"pid {owner.get('pid')} ({owner.get('command') or '?'}{run})"
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a small record atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(data, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A record, or None if it is missing or unreadable (a torn record owns nothing)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
