@@ -123,6 +123,9 @@ _DELETE = object()
     ({"methods__1__params__speed": 3}, "campaign.methods[1].params.speed: 3 is not allowed; allowed: a parameter of "
                                        "NdrPdr"),
     ({"methods__0__params__max_rate": "fast"}, "campaign.methods[0].params.max_rate: 'fast' is not allowed"),
+    ({"perf": ["max"]}, "campaign.perf: ['max'] is not allowed; allowed: true, false or a list of method labels: "
+                        "maxrate, ndr"),
+    ({"generator__backend": "sim", "perf": True}, "campaign.perf: True is not allowed; allowed: false: perf records"),
     ({"methods__1__label": "maxrate"}, "campaign.methods[1].label: 'maxrate' is not allowed; allowed: a label no "
                                        "other method has"),
     ({"methods": []}, "campaign.methods: [] is not allowed; allowed: a non-empty list"),
@@ -157,8 +160,8 @@ def test_auto_dut_cores_per_machine_and_backend():
     assert len(flagged) == 2 * 5 * 2 * 2 and all(flagged)
     with pytest.raises(ConfigError, match="campaign.dut_cores: 'auto' is not allowed; allowed: a list of core "
                                           "counts for the trex generator"):
-        parse_campaign(_mutate(generator__backend="trex"), cpus=4)
-    assert parse_campaign(_mutate(generator__backend="trex", dut_cores=[8, 16]), cpus=2).dut_cores == (8, 16)
+        parse_campaign(_mutate(generator__backend="trex", perf=False), cpus=4)
+    assert parse_campaign(_mutate(generator__backend="trex", perf=False, dut_cores=[8, 16]), cpus=2).dut_cores == (8, 16)
 
 
 def test_expansion_order_ids_and_repeats():
@@ -191,7 +194,7 @@ def test_jumbo_mtu_goes_to_generators_that_take_it():
         def __init__(self, scenario, mtu=1500):
             pass
 
-    c = parse_campaign(_mutate(generator__backend="trex", generator__jumbo_mtu=9000, generator__options={}, dut_cores=[1],
+    c = parse_campaign(_mutate(generator__backend="trex", perf=False, generator__jumbo_mtu=9000, generator__options={}, dut_cores=[1],
                                frame_sizes=[1424, 3024]), cpus=2)
     by_size = {s.frame_size: generator_options(c, s, TakesMtu) for s in c.scenarios()}
     assert by_size[3024] == {"mtu": 9000}
@@ -200,7 +203,7 @@ def test_jumbo_mtu_goes_to_generators_that_take_it():
                           cpus=2)                                           # default: the generator decides
     assert auto.generator.jumbo_mtu is None
     assert all(generator_options(auto, s, TakesMtu) == {} for s in auto.scenarios())
-    sim = parse_campaign(_mutate(generator={"backend": "sim"}), cpus=2)
+    sim = parse_campaign(_mutate(generator={"backend": "sim"}, perf=False), cpus=2)
     assert "mtu" not in generator_options(sim, sim.scenarios()[-1], SimGenerator)
 
 

@@ -77,6 +77,8 @@ def test_pages_say_what_they_show(report):
     for spec in PAGES:
         assert f'href="{spec.name}.html"' in index
     assert runs.current in index and runs.baseline in index
+    # the host check each campaign on the testbed starts with, and what limited each figure
+    assert "host check" in index and "stalls/min" in index and "What limited each figure" in index
     cpu = (rdir / "cpu_regression.html").read_text()
     assert "CPU source:" in cpu and "multivariate" in cpu and "Gbit/s" in cpu
     cmp = (rdir / "compare.html").read_text()

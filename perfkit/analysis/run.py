@@ -129,7 +129,9 @@ def run_summary(run: RunData) -> pd.DataFrame:
              ("units", f"{m.get('units_done', '')} of {m.get('units_total', '')} done"),
              ("trials", len(run.trials)),
              ("wall time", f"{m.get('wall_seconds', 0):.0f} s (estimated {m.get('estimate', {}).get('total_seconds', 0):.0f} s)"),
-             ("metrics", m.get("metrics", {}).get("note", "")), ("resumed", len(m.get("resumes", [])))]
+             ("metrics", m.get("metrics", {}).get("note", "")), ("resumed", len(m.get("resumes", []))),
+             ("host check", (m.get("host_check") or {}).get("summary")
+              or (m.get("host_check") or {}).get("error", "not run"))]
     for name, digest in m.get("bpf_objects", {}).items():
         facts.append((f"sha256 {name}", digest[:16] + "..."))
     return pd.DataFrame(facts, columns=["fact", "value"]).astype({"value": str})

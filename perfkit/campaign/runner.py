@@ -54,6 +54,7 @@ from perfkit.campaign.units import Estimate, Unit, estimate, expand
 from perfkit import owners
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, PerfkitError, StoreError
+from perfkit.generators.base import Generator
 from perfkit.store import DEFAULT_ROOT, RunStore
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult
@@ -165,9 +166,13 @@ class ReplayMeasurer:
     """Serves a unit's recorded trials while the search asks for them, then measures live."""
 
     def __init__(self, live: LazyGenerator, recorded: list[TrialResult],
-                 on_diverge: Callable[[list[TrialResult]], None]):
+                 on_diverge: Callable[[list[TrialResult]], None], perf_dir: Path | None = None):
         self.live = live
         self.scenario = live.scenario
+        #: Where ``perf record``'s folded stacks of live trials go (None: no perf).
+        self.perf_dir = perf_dir
+        #: Retries of disturbed trials (``Generator.disturbed_retries``), as the generator option says.
+        self.disturbed_retries = live.options.get("disturbed_retries", Generator.disturbed_retries)
         self.pending = list(recorded)
         self.on_diverge = on_diverge
         self.replayed: set[str] = set()
@@ -182,7 +187,15 @@ class ReplayMeasurer:
                 rec.notes = [n for n in rec.notes if not n.startswith("generator offered ")]
                 return rec
             self.finish()
-        return self.live.measure(rate_pps, duration, packets)
+        if self.perf_dir is None:
+            return self.live.measure(rate_pps, duration, packets)
+        from perfkit import perf
+
+        with perf.PerfRecorder(self.live._live().dut_cores) as rec:
+            trial = self.live.measure(rate_pps, duration, packets)
+        assert rec.profile is not None
+        perf.write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
+        return trial
 
     def finish(self) -> None:
         """Give up the recorded trials not asked for (they are superseded)."""
@@ -207,10 +220,30 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
     if not isinstance(campaign, Campaign):
         campaign = load_campaign(campaign)
     cls = preflight(campaign)
-    store = RunStore.create(run_id, root, _new_metadata(campaign, host_facts()))
+    facts = host_facts()
+    if campaign.generator.backend == "xdp":  # the host's stalls decide what zero loss can mean here
+        facts["host_check"] = _host_check(say)
+    store = RunStore.create(run_id, root, _new_metadata(campaign, facts))
     store.lock()
     return _execute(store, campaign, cls, resumed=False, metrics=metrics, progress=progress,
                     on_trial=on_trial, say=say)
+
+
+#: Seconds ``perfkit host check`` measures at the start of every campaign on the local testbed.
+HOST_CHECK_SECONDS = 5.0
+
+
+def _host_check(say: Callable[[str], None]) -> dict[str, Any]:
+    """``perfkit host check`` before any traffic, for the run's metadata and the report's index."""
+    from perfkit.host import check_host
+
+    try:
+        hc = check_host(HOST_CHECK_SECONDS)
+    except PerfkitError as err:
+        say(f"host check: {err}")
+        return {"error": str(err)}
+    say(hc.summary())
+    return hc.to_dict()
 
 
 def _new_metadata(campaign: Campaign, facts: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +453,8 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
                 for unit in group:
                     bar.set_postfix_str(unit.id)
                     _run_unit(unit, gen, store, journal, state.attempts.get(unit.id, 0) + 1,
-                              recorded.get(unit.id, []), ms, out, on_trial, progress, say)
+                              recorded.get(unit.id, []), ms, out, on_trial, progress, say,
+                              perf_dir=store.path if unit.method.label in campaign.perf else None)
                     bar.update(1)
             finally:
                 gen.close()
@@ -455,14 +489,15 @@ def _guarded(action: Callable[[], None], what: str, say: Callable[[str], None]) 
 
 def _run_unit(unit: Unit, gen: LazyGenerator, store: RunStore, journal: Journal, attempt: int,
               recorded: list[TrialResult], ms: MetricsSession, out: RunOutcome,
-              hook: Callable[[TrialResult], None] | None, progress: bool, say: Callable[[str], None]) -> None:
+              hook: Callable[[TrialResult], None] | None, progress: bool, say: Callable[[str], None],
+              perf_dir: Path | None = None) -> None:
     from perfkit.search import run_method
 
     def diverged(rest: list[TrialResult]) -> None:
         journal.append("superseded", unit=unit.id, trial_ids=[t.trial_id for t in rest])
         out.trials_superseded += len(rest)
 
-    replay = ReplayMeasurer(gen, recorded, diverged)
+    replay = ReplayMeasurer(gen, recorded, diverged, perf_dir)
 
     def on_trial(trial: TrialResult) -> None:
         if trial.trial_id in replay.replayed:

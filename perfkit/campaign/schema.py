@@ -59,7 +59,7 @@ from perfkit.units import FCS_LEN, LINE_RATES
 
 #: The keys a campaign file may have at the top level.
 TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
-            "repeats", "generator", "methods", "metrics")
+            "repeats", "generator", "methods", "metrics", "perf")
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds")
 METHOD_KEYS = ("method", "label", "params")
 METRICS_KEYS = ("enabled", "start_local", "stack_dir", "config", "prometheus_url", "pushgateway_url")
@@ -163,6 +163,9 @@ class Campaign:
     metrics: MetricsSpec
     line_rate: str = "10GbE"
     repeats: int = 1
+    perf: tuple[str, ...] = ()
+    """Labels of the methods whose trials ``perf record`` the DUT cores (``perf: true``: every
+    method; the folded stacks go to ``<run>/perf/<trial_id>.folded``)."""
     dut_cores_spec: Any = "auto"
     """``dut_cores`` as written."""
     text: str = ""
@@ -226,11 +229,26 @@ def parse_campaign(text: str, source: str = "<string>", cpus: int | None = None)
         line_rate=_choice("campaign.line_rate", raw.get("line_rate", "10GbE"), LINE_RATES),
         repeats=_int("campaign.repeats", raw.get("repeats", 1), 1, 100),
         text=text, source=source)
+    campaign = dataclasses.replace(campaign, perf=_perf(raw.get("perf", False), campaign))
     try:
         campaign.scenarios()  # the dataplane checks every combination (and frame sizes against it)
     except ConfigError as err:
         raise ConfigError(f"campaign.{err.field}", err.value, err.allowed) from None
     return campaign
+
+
+def _perf(raw: Any, campaign: Campaign) -> tuple[str, ...]:
+    """``perf:`` -- false, true (every method) or a list of method labels."""
+    labels = [m.label for m in campaign.methods]
+    if raw is False:
+        return ()
+    if campaign.generator.backend != "xdp":
+        raise ConfigError("campaign.perf", raw, "false: perf records the DUT cores of the local testbed (generator xdp)")
+    if raw is True:
+        return tuple(labels)
+    if isinstance(raw, list) and raw and all(isinstance(x, str) and x in labels for x in raw):
+        return tuple(raw)
+    raise ConfigError("campaign.perf", raw, f"true, false or a list of method labels: {', '.join(labels)}")
 
 
 def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:

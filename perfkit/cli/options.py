@@ -136,7 +136,7 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
         p = dataplanes.get(owners[0]).param(name)
         choices = f" {{{','.join(str(c) for c in p.choices)}}}" if p.choices else (" {on,off}" if p.kind is bool else "")
         d.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", default=None, metavar=name.upper(),
-                       help=f"{', '.join(owners)}: {p.help}{choices} (default {_show(p.default)})")
+                       help=f"{', '.join(owners)}: {p.help}{choices} (default {_show(p.default)})".replace("%", "%%"))
 
 
 def _show(value: Any) -> str:
