@@ -12,6 +12,7 @@ import dataclasses
 import sys
 from typing import Any, Callable
 
+from perfkit.cli._signals import stop_on_signals
 from perfkit.cli.options import (add_json, add_scenario, add_trial, emit, generator_options, integer, scenario_from_args,
                                  seconds)
 from perfkit.errors import ConfigError, SearchError
@@ -219,10 +220,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     params = args.build(args, scenario)
     if args.disturbed_retries is not None and args.disturbed_retries < 0:
         raise ConfigError("disturbed_retries", args.disturbed_retries, "an integer >= 0")
-    with create(args.generator, scenario, **generator_options(args)) as gen:
-        if args.disturbed_retries is not None:
-            gen.disturbed_retries = args.disturbed_retries
-        result = run_method(args.method, gen, params, progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        with create(args.generator, scenario, **generator_options(args)) as gen, stop_on_signals():
+            if args.disturbed_retries is not None:
+                gen.disturbed_retries = args.disturbed_retries
+            result = run_method(args.method, gen, params, progress=not args.no_progress and sys.stderr.isatty())
+    except KeyboardInterrupt:
+        print("perfkit: search stopped; the testbed is down and nothing was stored (a search outside a "
+              "campaign keeps no trials: run it in a campaign to resume one)", file=sys.stderr)
+        return 130
     d = result.to_dict()
     d.update(scenario=dataclasses.asdict(scenario), scenario_key=scenario.key, generator=args.generator)
     emit(d, args.json, human)
