@@ -24,7 +24,7 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
 
-.PHONY: help setup apt venv bpf tools test run bench report clean distclean cleanup-net
+.PHONY: help setup apt venv bpf tools trex-venv test run bench report clean distclean cleanup-net
 
 help:
 	@echo "make run    - set up, run the default campaign on the local testbed, write the HTML report"
@@ -34,7 +34,7 @@ help:
 	@echo "make cleanup-net - remove the perfkit namespaces, links, XDP attachments, pins and servers no live process owns"
 	@echo "make clean  - remove build/ (distclean also .venv)"
 
-setup: apt venv bpf tools
+setup: apt venv bpf tools trex-venv
 
 # tools: inferno (flame graphs of `perfkit trial --perf` and the report's perf page), a Rust crate
 # built once into build/tools with the CLI only (about 1.5 min on 2 cores). Without cargo it is
@@ -47,6 +47,19 @@ $(INFERNO):
 		$$cargo install inferno --version $(INFERNO_VERSION) --locked --no-default-features --features cli \
 			--root build/tools --quiet; \
 	else echo "warning: no cargo: inferno (flame graphs) not installed; install Rust, then make tools"; fi
+
+# trex-venv: TRex's Python client (TRex v3.04, PyPI lbr-trex-client) in an environment of its own,
+# run by perfkit/trexlib/worker.py: importing it swaps scapy for its bundled 2.4.3, so it cannot
+# share .venv. --no-deps: the package bundles what it needs (scapy, pyzmq-ctypes, jsonrpclib ...).
+TREX_CLIENT_VERSION := 3.4.0
+TREX_VENV := build/trex-venv
+
+trex-venv: $(TREX_VENV)/.installed-$(TREX_CLIENT_VERSION)
+
+$(TREX_VENV)/.installed-$(TREX_CLIENT_VERSION): | $(VENV)/.installed
+	@[ -x $(TREX_VENV)/bin/python ] || "$$(realpath $(PY))" -m venv $(TREX_VENV)
+	$(TREX_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps lbr-trex-client==$(TREX_CLIENT_VERSION)
+	@rm -f $(TREX_VENV)/.installed-* && touch $@
 
 # apt: install only what is missing, so a second run does nothing and needs no network.
 apt:
