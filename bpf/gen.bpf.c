@@ -107,6 +107,161 @@ static __always_inline int csum_apply(void *data, void *data_end, __u16 off, __u
 	return 0;
 }
 
+/* --- TRex's field engine (gen_config.vm_*), with TRex's semantics: src/stx/stl/trex_stl_stream_vm.h
+ * in trex-core (inc_mod/dec_mod, StreamDPOpClientsLimit, StreamDPOpPktWrMask). Compiled in, the
+ * sizes, offsets and operations are constants: each operation becomes a few instructions. */
+
+/* A size-byte integer at p, big- or little-endian. */
+static __always_inline __u64 vm_load(__u8 *p, __u8 size, int big)
+{
+	__u64 v = 0;
+
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (i < size)
+			v |= (__u64)p[i] << (8 * (big ? size - 1 - i : i));
+	return v;
+}
+
+static __always_inline void vm_store(__u8 *p, __u8 size, int big, __u64 v)
+{
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (i < size)
+			p[i] = v >> (8 * (big ? size - 1 - i : i));
+}
+
+/* TRex's inc_mod(): past max, the rest of the step counts from min ("restart consumes also 1") */
+static __always_inline __u64 vm_inc(__u64 min, __u64 max, __u64 cur, __u64 step, int *wrapped)
+{
+	__u64 left = max - cur;
+
+	*wrapped = step > left;
+	return step <= left ? cur + step : min + (step - left - 1);
+}
+
+/* TRex's dec_mod() */
+static __always_inline __u64 vm_dec(__u64 min, __u64 max, __u64 cur, __u64 step)
+{
+	__u64 left = cur - min;
+
+	return step <= left ? cur - step : max - (step - left - 1);
+}
+
+/* The next value of variable i, kept at the variable's width as TRex keeps it in its size. */
+static __always_inline void vm_update(GEN_CFG struct gen_vm_var *v, struct gen_state *st, int i)
+{
+	__u64 width = v->size >= 8 ? ~0ULL : (1ULL << (8 * v->size)) - 1;
+	__u64 val = st->vm_val[i];
+	int wrapped = 0;
+
+	if (v->op == GEN_VM_INC) {
+		val = vm_inc(v->min, v->max, val, v->step, &wrapped);
+	} else if (v->op == GEN_VM_DEC) {
+		val = vm_dec(v->min, v->max, val, v->step);
+	} else if (v->op == GEN_VM_RANDOM) {
+		__u64 range = v->max - v->min + 1; /* 0: the full 64-bit range */
+		__u64 r = ((__u64)rng_next(&st->rng) << 32) | rng_next(&st->rng);
+
+		val = range ? v->min + r % range : r;
+	} else { /* GEN_VM_TUPLE: StreamDPOpClientsLimit::run() on one core (IP step 1, port step 0) */
+		__u16 port = st->vm_port[i];
+
+		val = vm_inc(v->min, v->max, val, 1, &wrapped);
+		if (wrapped)
+			port = vm_inc(v->port_min, v->port_max, port, 1, &wrapped);
+		if (v->limit && ++st->vm_flow[i] > v->limit) {
+			st->vm_flow[i] = 1;
+			val = v->min;
+			port = v->port_min;
+		}
+		st->vm_port[i] = port;
+	}
+	st->vm_val[i] = val & width;
+}
+
+/* Run the operations in the profile's order; -1 if the frame is too short (plain build only). */
+static __always_inline int vm_run(void *data, void *data_end, struct gen_state *st)
+{
+	if (!st->vm_ready) {
+#pragma unroll
+		for (int i = 0; i < GEN_VM_MAX_VARS; i++) {
+			if (i >= gen_cfg.vm_nvars)
+				break;
+			st->vm_val[i] = gen_cfg.vm_vars[i].prev;
+			st->vm_port[i] = gen_cfg.vm_vars[i].prev_port;
+			st->vm_flow[i] = 0;
+		}
+		st->vm_ready = 1;
+	}
+#pragma unroll
+	for (int k = 0; k < GEN_VM_MAX_OPS; k++) {
+		GEN_CFG struct gen_vm_op *op = &gen_cfg.vm_ops[k];
+		int i = op->var & (GEN_VM_MAX_VARS - 1);
+		int big = op->flags & GEN_VM_BIG_ENDIAN;
+		__u8 *p = data + (op->offset & (GEN_TEMPLATE_MAX - 1));
+		__u64 v;
+
+		if (k >= gen_cfg.vm_nops)
+			break;
+		if (op->kind == GEN_VM_OP_UPDATE) {
+			vm_update(&gen_cfg.vm_vars[i], st, i);
+			continue;
+		}
+		if (OUT_OF_BOUNDS(p + 8))
+			return -1;
+		v = op->flags & GEN_VM_PORT ? st->vm_port[i] : st->vm_val[i];
+		if (op->kind == GEN_VM_OP_WRITE) {
+			vm_store(p, op->size, big, v + op->add);
+		} else { /* StreamDPOpPktWrMask::wr(): 32-bit arithmetic */
+			__u32 val = (__u32)v + (__u32)op->add;
+			__u32 old = vm_load(p, op->size, big);
+
+			if (op->shift > 0)
+				val <<= op->shift & 31;
+			else if (op->shift < 0)
+				val >>= (-op->shift) & 31;
+			vm_store(p, op->size, big, (old & ~op->mask) | (val & op->mask));
+		}
+	}
+	return 0;
+}
+
+/* The profile's checksums, RFC 1624 over the words that may have changed (after the signature). */
+static __always_inline int vm_csums(void *data, void *data_end)
+{
+#pragma unroll
+	for (int c = 0; c < GEN_VM_MAX_CSUMS; c++) {
+		GEN_CFG struct gen_vm_csum *cs = &gen_cfg.vm_csums[c];
+		__u32 acc = cs->old;
+		__u16 *f;
+
+		if (c >= gen_cfg.vm_ncsums)
+			break;
+#pragma unroll
+		for (int r = 0; r < GEN_VM_CSUM_RANGES; r++) {
+			if (r >= cs->nranges)
+				break;
+#pragma unroll
+			for (int w = 0; w < GEN_TEMPLATE_MAX; w += 2) {
+				__u16 *q = data + ((cs->lo[r] + w) & (GEN_TEMPLATE_MAX - 2));
+
+				if (cs->lo[r] + w >= cs->hi[r])
+					break;
+				if (OUT_OF_BOUNDS(q + 1))
+					return -1;
+				acc += *q;
+			}
+		}
+		f = data + (cs->off & (GEN_TEMPLATE_MAX - 2));
+		if (csum_apply(data, data_end, cs->off, acc))
+			return -1;
+		if ((cs->flags & GEN_VM_CSUM_UDP) && !*f)
+			*f = 0xffff;
+	}
+	return 0;
+}
+
 /* Bytes of the frame the program touches (compiled in, a constant: clang folds the loops). */
 static __always_inline __u32 gen_end(void)
 {
@@ -120,6 +275,19 @@ static __always_inline __u32 gen_end(void)
 	for (int c = 0; c < GEN_MAX_CSUMS; c++)
 		if (gen_cfg.csum_off[c] + 2U > end)
 			end = gen_cfg.csum_off[c] + 2U;
+	for (int k = 0; k < GEN_VM_MAX_OPS; k++)
+		if (GEN_COMPILED_IN && k < gen_cfg.vm_nops && gen_cfg.vm_ops[k].kind != GEN_VM_OP_UPDATE &&
+		    gen_cfg.vm_ops[k].offset + gen_cfg.vm_ops[k].size > end)
+			end = gen_cfg.vm_ops[k].offset + gen_cfg.vm_ops[k].size;
+	for (int c = 0; c < GEN_VM_MAX_CSUMS; c++) {
+		if (!GEN_COMPILED_IN || c >= gen_cfg.vm_ncsums)
+			continue;
+		if (gen_cfg.vm_csums[c].off + 2U > end)
+			end = gen_cfg.vm_csums[c].off + 2U;
+		for (int r = 0; r < GEN_VM_CSUM_RANGES; r++)
+			if (r < gen_cfg.vm_csums[c].nranges && gen_cfg.vm_csums[c].hi[r] > end)
+				end = gen_cfg.vm_csums[c].hi[r];
+	}
 	return end;
 }
 
@@ -181,6 +349,10 @@ int xdp_gen(struct xdp_md *ctx)
 		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0], &st->rng);
 	if (gen_cfg.nvars > 1)
 		var1 = var_next(&gen_cfg.vars[1], &st->var_pos[1], &st->rng);
+
+	/* the VM only compiled in: in the plain build its unrolled loops would stay, as branches */
+	if (GEN_COMPILED_IN && gen_cfg.vm_nops && vm_run(data, data_end, st))
+		return XDP_ABORTED;
 
 #pragma unroll
 	for (int w = 0; w < GEN_MAX_WRITES; w++) {
@@ -245,6 +417,8 @@ int xdp_gen(struct xdp_md *ctx)
 	if (acc1 && gen_cfg.csum_off[1] && csum_apply(data, data_end, gen_cfg.csum_off[1], acc1))
 		return XDP_ABORTED;
 	if (acc2 && gen_cfg.csum_off[2] && csum_apply(data, data_end, gen_cfg.csum_off[2], acc2))
+		return XDP_ABORTED;
+	if (GEN_COMPILED_IN && gen_cfg.vm_ncsums && vm_csums(data, data_end))
 		return XDP_ABORTED;
 
 	st->tx_packets++;

@@ -76,11 +76,50 @@ class gen_write(Struct):
                 ("pad", u8 * 3)]
 
 
+GEN_VM_MAX_VARS, GEN_VM_MAX_OPS, GEN_VM_MAX_CSUMS, GEN_VM_CSUM_RANGES = 8, 16, 4, 6
+GEN_VM_BIG_ENDIAN, GEN_VM_PORT, GEN_VM_CSUM_UDP = 1, 2, 1
+
+
+class GenVmVarOp(enum.IntEnum):
+    """enum gen_vm_var_op: how a TRex VM variable changes from packet to packet."""
+
+    GEN_VM_INC = 0
+    GEN_VM_DEC = 1
+    GEN_VM_RANDOM = 2
+    GEN_VM_TUPLE = 3
+
+
+class GenVmOpKind(enum.IntEnum):
+    """enum gen_vm_op_kind: one operation of a TRex VM program."""
+
+    GEN_VM_OP_UPDATE = 1
+    GEN_VM_OP_WRITE = 2
+    GEN_VM_OP_WRITE_MASK = 3
+
+
+class gen_vm_var(Struct):
+    _fields_ = [("min", u64), ("max", u64), ("step", u64), ("prev", u64), ("limit", u32), ("port_min", u16),
+                ("port_max", u16), ("prev_port", u16), ("op", u8), ("size", u8), ("pad", u32)]
+
+
+class gen_vm_op(Struct):
+    _fields_ = [("add", u64), ("mask", u32), ("offset", u16), ("kind", u8), ("var", u8), ("size", u8), ("flags", u8),
+                ("shift", ctypes.c_int8), ("pad", u8 * 5)]
+
+
+class gen_vm_csum(Struct):
+    _fields_ = [("old", u32), ("off", u16), ("flags", u8), ("nranges", u8), ("lo", u16 * GEN_VM_CSUM_RANGES),
+                ("hi", u16 * GEN_VM_CSUM_RANGES)]
+
+
 class gen_config(Struct):
     _fields_ = [("tmpl", u64 * (GEN_TEMPLATE_MAX // 8)), ("frame_len", u32), ("pad0", u32),
                 ("restore_len", u16), ("sig_off", u16), ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8),
                 ("pad", u8), ("sig_csum_old", u32), ("csum_off", u16 * GEN_MAX_CSUMS), ("pad2", u16),
-                ("vars", gen_var * GEN_MAX_VARS), ("writes", gen_write * GEN_MAX_WRITES)]
+                ("vars", gen_var * GEN_MAX_VARS), ("writes", gen_write * GEN_MAX_WRITES),
+                ("vm_nvars", u8), ("vm_nops", u8), ("vm_ncsums", u8), ("vm_pad", u8 * 5),
+                ("vm_vars", gen_vm_var * GEN_VM_MAX_VARS), ("vm_ops", gen_vm_op * GEN_VM_MAX_OPS),
+                ("vm_csums", gen_vm_csum * GEN_VM_MAX_CSUMS)]
 
 
 GEN_MAX_STREAMS = 64
@@ -91,7 +130,9 @@ class gen_state(Struct):
     _fields_ = [("tx_packets", u64), ("tx_bytes", u64), ("rng", u64), ("epoch", u64), ("start_ns", u64),
                 ("due", u64), ("interval", u64), ("stop_after", u64), ("quota", u64), ("last_ns", u64), ("last_ts", u32),
                 ("ts_count", u32), ("stream_base", u16), ("stream_mask", u16),
-                ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS)]
+                ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS), ("vm_val", u64 * GEN_VM_MAX_VARS),
+                ("vm_flow", u32 * GEN_VM_MAX_VARS), ("vm_port", u16 * GEN_VM_MAX_VARS), ("vm_ready", u32),
+                ("vm_pad", u32)]
 
 
 class signature(Struct):
@@ -159,11 +200,11 @@ class stall_event(Struct):
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
-                                  gen_write, gen_config, gen_state, signature, sink_config, sink_stream,
+                                  gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_config, gen_state, signature, sink_config, sink_stream,
                                   sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
                                   stall_event)
 }
 #: Every mirrored enum, by C name.
-ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "steer_key": SteerKey, "stall_kind": StallKind}
+ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "steer_key": SteerKey, "stall_kind": StallKind}
 #: The headers mirrored here (the layout tests compile them).
 HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h")

@@ -41,6 +41,76 @@ struct gen_write {
 	__u8 pad[3];
 };
 
+/* TRex's field engine (a TRex STL profile's VM, perfkit/stlprofile.py), with TRex's semantics: the
+ * operations run in the profile's order (a variable's update, then the writes that follow it), so
+ * a write placed before its variable's update writes the previous value, as in TRex. Built-in
+ * profiles leave it empty: compiled in, every part of it folds away. */
+#define GEN_VM_MAX_VARS 8
+#define GEN_VM_MAX_OPS 16
+#define GEN_VM_MAX_CSUMS 4
+#define GEN_VM_CSUM_RANGES 6
+
+enum gen_vm_var_op {
+	GEN_VM_INC = 0,		/* TRex inc_mod(): past max, min + the rest of the step */
+	GEN_VM_DEC,		/* TRex dec_mod() */
+	GEN_VM_RANDOM,
+	GEN_VM_TUPLE,		/* tuple_flow_var: the IP moves fastest, the port on its wrap */
+};
+
+/* A flow variable (STLVmFlowVar) or tuple variable (STLVmTupleGen: IP in val, port aside). */
+struct gen_vm_var {
+	__u64 min;
+	__u64 max;		/* inclusive */
+	__u64 step;		/* TRex keeps step % (max - min + 1) */
+	__u64 prev;		/* the value before the first packet's update (TRex peek_prev()) */
+	__u32 limit;		/* tuple: flows before the walk restarts at (min, port_min); 0 = none */
+	__u16 port_min;		/* tuple */
+	__u16 port_max;		/* tuple */
+	__u16 prev_port;	/* tuple: the port before the first packet's update */
+	__u8 op;		/* enum gen_vm_var_op */
+	__u8 size;		/* 1, 2, 4 or 8 bytes: values wrap at this width */
+	__u32 pad;
+};
+
+enum gen_vm_op_kind {
+	GEN_VM_OP_UPDATE = 1,	/* next value of vars[var] */
+	GEN_VM_OP_WRITE,	/* STLVmWrFlowVar */
+	GEN_VM_OP_WRITE_MASK,	/* STLVmWrMaskFlowVar */
+};
+
+#define GEN_VM_BIG_ENDIAN 1	/* op flags: write big-endian */
+#define GEN_VM_PORT 2		/* op flags: the source is the tuple variable's port */
+
+/* One operation. WRITE: (value + add) as size bytes at offset. WRITE_MASK (TRex's RMW): v =
+ * (u32)value + add, shifted left by shift (right if negative); the size bytes at offset become
+ * (old & ~mask) | (v & mask). */
+struct gen_vm_op {
+	__u64 add;
+	__u32 mask;
+	__u16 offset;
+	__u8 kind;		/* enum gen_vm_op_kind */
+	__u8 var;		/* index into vm_vars */
+	__u8 size;		/* bytes written (1, 2, 4, 8); mask: bytes read and written */
+	__u8 flags;		/* GEN_VM_BIG_ENDIAN, GEN_VM_PORT */
+	__s8 shift;
+	__u8 pad[5];
+};
+
+#define GEN_VM_CSUM_UDP 1	/* a computed 0 goes out as 0xffff (RFC 768) */
+
+/* A checksum the profile asks for (fix_checksum_ipv4, fix_checksum_hw, fix_checksum_icmpv6),
+ * kept right incrementally (RFC 1624): the template carries it right for the template, and the
+ * 16-bit words a write or the signature may change ([lo, hi), even) are summed against
+ * old = sum of ~w over those words in the template. */
+struct gen_vm_csum {
+	__u32 old;
+	__u16 off;		/* the checksum field */
+	__u8 flags;		/* GEN_VM_CSUM_UDP */
+	__u8 nranges;
+	__u16 lo[GEN_VM_CSUM_RANGES];
+	__u16 hi[GEN_VM_CSUM_RANGES];
+};
+
 /* The generator's configuration for one traffic profile: compiled into the program as constants
  * (see gen.bpf.c). The port it sends on is set separately, at load. */
 struct gen_config {
@@ -58,6 +128,13 @@ struct gen_config {
 	__u16 pad2;
 	struct gen_var vars[GEN_MAX_VARS];
 	struct gen_write writes[GEN_MAX_WRITES];
+	__u8 vm_nvars;
+	__u8 vm_nops;
+	__u8 vm_ncsums;		/* applied in order: a checksum covering another comes after it */
+	__u8 vm_pad[5];
+	struct gen_vm_var vm_vars[GEN_VM_MAX_VARS];
+	struct gen_vm_op vm_ops[GEN_VM_MAX_OPS];
+	struct gen_vm_csum vm_csums[GEN_VM_MAX_CSUMS];
 };
 
 /* Streams: each generator thread owns 2^k consecutive stream ids (sequence spaces) and puts flow
@@ -94,6 +171,11 @@ struct gen_state {
 	__u16 stream_mask;	/* 2^k - 1: flow number bits that select the stream */
 	__u32 var_pos[GEN_MAX_VARS];	/* inc/dec position of each variable */
 	__u32 seq[GEN_MAX_STREAMS];	/* next sequence number per stream of this thread */
+	__u64 vm_val[GEN_VM_MAX_VARS];	/* TRex VM: each variable's value (tuple: its IP) */
+	__u32 vm_flow[GEN_VM_MAX_VARS];	/* tuple: flows since the walk (re)started */
+	__u16 vm_port[GEN_VM_MAX_VARS];	/* tuple: its port */
+	__u32 vm_ready;		/* 0: the values are still to be set from vm_vars[].prev */
+	__u32 vm_pad;
 };
 
 /* 12 bytes opening the innermost L4 payload, little-endian. */

@@ -1,0 +1,290 @@
+"""A TRex STL stream compiled into perfkit's XDP generator (``bpf/gen.bpf.c``, its ``vm_*`` part),
+and ``show``: the frames that generator program sends, produced by the real program through
+BPF_PROG_TEST_RUN without a testbed.
+
+The generator restores the template's first bytes for every packet, runs the profile's VM in its
+order (``perfkit.stlvm`` says what each instruction does, after trex-core), writes perfkit's
+signature where the profile leaves room (``signature_room``), then brings each checksum the profile
+fixes up to date incrementally (RFC 1624): the template carries it right for the template, and the
+program sums only the 16-bit words a write or the signature may change. That equals TRex's full
+recomputation as long as no write after a fix-up touches what it covers (refused otherwise).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfkit.errors import ConfigError
+from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
+from perfkit.layouts import (GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES, GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS,
+                             GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT, GenVmOpKind, GenVmVarOp, gen_config,
+                             gen_state)
+from perfkit.libbpf import num_possible_cpus
+from perfkit.stlprofile import Instr, StlStream
+from perfkit.stlvm import Checksum, checksums, initial, step_of
+from perfkit.testbed.bpfbuild import specialised
+
+_OPS = {"inc": GenVmVarOp.GEN_VM_INC, "dec": GenVmVarOp.GEN_VM_DEC, "random": GenVmVarOp.GEN_VM_RANDOM,
+        "tuple": GenVmVarOp.GEN_VM_TUPLE}
+_KINDS = {"update": GenVmOpKind.GEN_VM_OP_UPDATE, "write": GenVmOpKind.GEN_VM_OP_WRITE,
+          "write_mask": GenVmOpKind.GEN_VM_OP_WRITE_MASK}
+Ranges = list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One stream ready for the generator."""
+
+    config: gen_config
+    frame: bytes
+    """The frame handed to BPF_PROG_TEST_RUN (its first bytes are restored from the template)."""
+    sig_offset: int
+    """Where the signature goes; 0: the profile leaves no room (counts come from the sink's totals)."""
+    why_unsigned: str = ""
+    """Why there is no signature, for the trial's notes."""
+
+
+def compile_stream(stream: StlStream, signature: bool = True) -> Compiled:
+    """The generator's configuration for ``stream`` (refusals name the instruction)."""
+    frame = bytes(stream.frame)
+    restore = min(GEN_TEMPLATE_MAX, len(frame)) // 8 * 8
+    writes = [(ins.offset, ins.offset + ins.size) for ins in stream.program if ins.kind in ("write", "write_mask")]
+    for ins in stream.program:
+        if ins.kind in ("write", "write_mask") and ins.offset + ins.size > restore:
+            raise ConfigError(f"{stream.name} {ins.kind} pkt_offset", ins.offset,
+                              f"writes inside the first {restore} bytes (the template the generator restores)")
+    sig, why = signature_room(frame, writes) if signature else (0, "not asked for")
+    dirty = writes + ([(sig, sig + SIGNATURE.size)] if sig else [])
+    cfg = gen_config(frame_len=len(frame), restore_len=restore)
+    cfg.sig_off = sig
+    tmpl = bytearray(frame[:GEN_TEMPLATE_MAX].ljust(GEN_TEMPLATE_MAX, b"\0"))
+    csums = _checksums(stream, frame, tmpl, dirty, restore, sig)
+    ctypes.memmove(cfg.tmpl, bytes(tmpl), GEN_TEMPLATE_MAX)
+    _vars(stream, cfg)
+    _ops(stream, cfg)
+    for i, (c, ranges, udp) in enumerate(csums):
+        cc = cfg.vm_csums[i]
+        cc.off, cc.flags, cc.nranges = c.field, GEN_VM_CSUM_UDP if udp else 0, len(ranges)
+        for r, (lo, hi) in enumerate(ranges):
+            cc.lo[r], cc.hi[r] = lo, hi
+        cc.old = sum(~w & 0xFFFF for lo, hi in ranges for w in struct.unpack_from(f"={(hi - lo) // 2}H", tmpl, lo))
+    cfg.vm_ncsums = len(csums)
+    return Compiled(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why)
+
+
+def signature_room(frame: bytes, writes: Ranges) -> tuple[int, str]:
+    """(offset, "") of perfkit's signature, or (0, why not): the innermost UDP or TCP payload of an
+    IPv4 frame (through a VLAN tag, IPIP and GTP-U, as the sink looks), at least 12 bytes long,
+    inside the first GEN_TEMPLATE_MAX bytes and not written by the profile's VM."""
+    found = innermost_l4(frame)
+    if found is None:
+        return 0, "the frame has no IPv4 UDP or TCP payload the sink can find"
+    off = found[2]
+    end = off + SIGNATURE.size
+    if end > len(frame) or end > GEN_TEMPLATE_MAX:
+        return 0, f"the L4 payload at byte {off} leaves no {SIGNATURE.size} bytes within the first {GEN_TEMPLATE_MAX}"
+    if any(lo < end and off < hi for lo, hi in writes):
+        return 0, f"the profile's VM writes into the L4 payload's first {SIGNATURE.size} bytes"
+    return off, ""
+
+
+def innermost_l4(frame: bytes) -> tuple[int, int, int] | None:
+    """(L4 header offset, protocol, payload offset) of the innermost UDP or TCP header, parsed as
+    ``bpf/sink.bpf.c`` parses: one VLAN tag, IPv4, then IPIP or GTP-U (with its optional fields and
+    extension headers); None for anything else."""
+    if len(frame) < 14:
+        return None
+    ethertype, pos = struct.unpack_from("!H", frame, 12)[0], 14
+    if ethertype in (0x8100, 0x88A8) and len(frame) >= 18:
+        ethertype, pos = struct.unpack_from("!H", frame, 16)[0], 18
+    if ethertype != 0x0800:
+        return None
+    for _ in range(3):  # the outer IPv4 header, then IPIP's or GTP-U's inner one
+        if len(frame) < pos + 20 or frame[pos] >> 4 != 4:
+            return None
+        proto, l4 = frame[pos + 9], pos + (frame[pos] & 0xF) * 4
+        if proto == 4:
+            pos = l4
+            continue
+        if proto == 17 and len(frame) >= l4 + 16 and struct.unpack_from("!H", frame, l4 + 2)[0] == 2152:
+            pos = _gtpu_payload(frame, l4 + 8)
+            if pos is None:
+                return None
+            continue
+        if proto == 17 and len(frame) >= l4 + 8:
+            return l4, 17, l4 + 8
+        if proto == 6 and len(frame) >= l4 + 20:
+            return l4, 6, l4 + (frame[l4 + 12] >> 4) * 4
+        return None
+    return None
+
+
+def _gtpu_payload(frame: bytes, gtp: int) -> int | None:
+    """Offset of a G-PDU's inner packet: 8 bytes, 4 more with any of E/S/PN, then the extension
+    headers (each gives its length in 4-byte units and the next one's type in its last byte)."""
+    flags = frame[gtp]
+    length = 8 + (4 if flags & 0x07 else 0)
+    nxt = frame[gtp + 11] if flags & 0x04 and len(frame) > gtp + 11 else 0
+    while nxt:
+        if len(frame) <= gtp + length or not frame[gtp + length]:
+            return None
+        length += frame[gtp + length] * 4
+        nxt = frame[gtp + length - 1]
+    return gtp + length
+
+
+def _checksums(stream: StlStream, frame: bytes, tmpl: bytearray, dirty: Ranges, restore: int,
+               sig: int) -> list[tuple[Checksum, Ranges, bool]]:
+    """The checksums to keep right, in the order to apply them, each with the word ranges that may
+    change; the template's copies are set right for the template."""
+    fixes: dict[int, Checksum] = {}
+    for k, ins in enumerate(stream.program):
+        if ins.kind not in ("csum_ipv4", "csum_hw", "csum_icmpv6"):
+            continue
+        for c in checksums(ins, frame):
+            _check_after(stream, k, ins, c)
+            fixes[c.field] = c
+    keep = list(fixes.values())
+    extra = _signature_checksum(frame, sig, fixes) if sig else None
+    order = _inner_first(keep)
+    for c in order:  # the template right for itself: TRex recomputes each one fully
+        tmpl[c.field:c.field + 2] = b"\0\0"
+        tmpl[c.field:c.field + 2] = struct.pack("!H", c.value(tmpl[:len(frame)] + frame[GEN_TEMPLATE_MAX:]))
+    out: list[tuple[Checksum, Ranges, bool]] = []
+    changing: set[int] = set()
+    for c in order:
+        ranges = _words(dirty + [(f, f + 2) for f in changing], c.covers)
+        for w in dirty:
+            if w[0] < c.field + 2 and c.field < w[1] and not (sig and w == (sig, sig + SIGNATURE.size)):
+                raise ConfigError(f"{stream.name} checksum at byte {c.field}", "written by the VM",
+                                  "writes beside the checksums the profile fixes, not into them")
+        if ranges:
+            out.append((c, _fit(stream, c, ranges, restore), c.udp))
+            changing.add(c.field)
+    if extra is not None:
+        out.append((extra, list(extra.covers), extra.udp))
+    if len(out) > GEN_VM_MAX_CSUMS:
+        raise ConfigError(f"{stream.name} checksums", len(out), f"<= {GEN_VM_MAX_CSUMS} that change per packet")
+    return out
+
+
+def _check_after(stream: StlStream, k: int, ins: Instr, c: Checksum) -> None:
+    """TRex fixes a checksum where the instruction stands: a later write into what it covers would
+    go out unfixed there, which this generator does not reproduce."""
+    for later in stream.program[k + 1:]:
+        if later.kind in ("write", "write_mask") and any(
+                later.offset < hi and lo < later.offset + later.size for lo, hi in c.covers):
+            raise ConfigError(f"{stream.name} {ins.kind} before a write", f"write at byte {later.offset}",
+                              "checksum fix-ups after the writes they cover")
+
+
+def _signature_checksum(frame: bytes, sig: int, fixes: dict[int, Checksum]) -> Checksum | None:
+    """The innermost L4 checksum, when the template carries one the profile does not fix: kept as
+    the template has it, but for the signature's bytes (which must not break it)."""
+    l4, proto, _ = innermost_l4(frame) or (0, 0, 0)
+    field = l4 + (6 if proto == 17 else 16)
+    if not proto or field in fixes or (proto == 17 and frame[field:field + 2] == b"\0\0"):
+        return None  # fixed by the profile, or no UDP checksum at all
+    return Checksum(field, ((sig & ~1, (sig + SIGNATURE.size + 1) & ~1),), udp=proto == 17)
+
+
+def _inner_first(cs: list[Checksum]) -> list[Checksum]:
+    """Checksums ordered so that one covering another's field comes after it."""
+    out: list[Checksum] = []
+    pending = list(cs)
+    while pending:
+        ready = [c for c in pending if not any(o is not c and any(lo <= o.field < hi for lo, hi in c.covers)
+                                              for o in pending)]
+        if not ready:
+            raise ConfigError("checksums", [c.field for c in pending], "checksums that do not cover each other")
+        out += ready
+        pending = [c for c in pending if c not in ready]
+    return out
+
+
+def _words(dirty: Ranges, covers: tuple[tuple[int, int], ...]) -> Ranges:
+    """The even-aligned 16-bit words of ``dirty`` inside ``covers``, merged into ranges."""
+    words = sorted({w for lo, hi in dirty for w in range(lo & ~1, hi, 2)
+                    if any(clo <= w and w + 2 <= chi for clo, chi in covers)})
+    out: Ranges = []
+    for w in words:
+        if out and out[-1][1] == w:
+            out[-1] = (out[-1][0], w + 2)
+        else:
+            out.append((w, w + 2))
+    return out
+
+
+def _fit(stream: StlStream, c: Checksum, ranges: Ranges, restore: int) -> Ranges:
+    if any(lo % 2 for lo, _ in c.covers):
+        raise ConfigError(f"{stream.name} checksum at byte {c.field}", "at an odd offset", "headers at even offsets")
+    if len(ranges) > GEN_VM_CSUM_RANGES or ranges[-1][1] > restore or c.field + 2 > restore:
+        raise ConfigError(f"{stream.name} checksum at byte {c.field}", f"{len(ranges)} changing word ranges up to byte "
+                          f"{ranges[-1][1]}", f"<= {GEN_VM_CSUM_RANGES} ranges within the first {restore} bytes")
+    return ranges
+
+
+def _vars(stream: StlStream, cfg: gen_config) -> None:
+    if len(stream.vars) > GEN_VM_MAX_VARS:
+        raise ConfigError(f"{stream.name} variables", len(stream.vars), f"<= {GEN_VM_MAX_VARS}")
+    cfg.vm_nvars = len(stream.vars)
+    for i, v in enumerate(stream.vars):
+        cv = cfg.vm_vars[i]
+        prev, port = initial(v)
+        cv.min, cv.max, cv.prev, cv.op, cv.size = v.min, v.max, prev, _OPS[v.op], v.size
+        cv.step = 1 if v.op == "tuple" else step_of(v)
+        cv.port_min, cv.port_max, cv.prev_port, cv.limit = v.port_min, v.port_max, port, v.limit
+
+
+def _ops(stream: StlStream, cfg: gen_config) -> None:
+    ops = [ins for ins in stream.program if ins.kind in _KINDS]
+    if len(ops) > GEN_VM_MAX_OPS:
+        raise ConfigError(f"{stream.name} VM instructions", len(ops), f"<= {GEN_VM_MAX_OPS} variables and writes")
+    cfg.vm_nops = len(ops)
+    for k, ins in enumerate(ops):
+        co = cfg.vm_ops[k]
+        co.kind, co.var = _KINDS[ins.kind], ins.var
+        if ins.kind == "update":
+            continue
+        co.offset, co.size, co.add = ins.offset, ins.size, ins.add & 0xFFFFFFFFFFFFFFFF
+        co.flags = (GEN_VM_BIG_ENDIAN if ins.big_endian else 0) | (GEN_VM_PORT if ins.port else 0)
+        co.mask, co.shift = ins.mask, ins.shift
+
+
+def compile_object(compiled: Compiled) -> Path:
+    """The generator object for a compiled stream (built once per configuration, cached)."""
+    return specialised("gen", "GEN_CONFIG", compiled.config)
+
+
+def show(compiled: Compiled, count: int) -> list[bytes]:
+    """The first ``count`` frames the generator program builds, run through BPF_PROG_TEST_RUN on one
+    CPU (the program keeps its state per CPU)."""
+    from perfkit.testbed.livegen import load_generator
+
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    try:
+        with load_generator(compile_object(compiled), 1) as obj:
+            state = gen_state(rng=int.from_bytes(os.urandom(8), "little") | 1)
+            obj.map("gen_state").update(struct.pack("=I", 0), bytes(state) * num_possible_cpus())
+            prog, out = obj.program("xdp_gen"), []
+            for _ in range(count):
+                res = prog.test_run(compiled.frame)
+                if res.verdict != "XDP_REDIRECT":
+                    raise ConfigError("generator", res.verdict, "XDP_REDIRECT (the program refused the frame)")
+                out.append(res.data_out)
+            return out
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+def blank_signature(frame: bytes, sig_offset: int) -> bytes:
+    """``frame`` with its signature's sequence number and time zeroed (stream kept), for comparisons."""
+    if not sig_offset:
+        return frame
+    magic, stream, _, _ = SIGNATURE.unpack_from(frame, sig_offset)
+    assert magic == SIGNATURE_MAGIC
+    return frame[:sig_offset] + SIGNATURE.pack(magic, stream, 0, 0) + frame[sig_offset + SIGNATURE.size:]
