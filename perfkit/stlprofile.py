@@ -128,7 +128,10 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, direc
     """Load the profile at ``path`` with TRex's own library (in its worker process) and check it."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError("--trex-profile", str(path), "an existing TRex STL profile (.py, .yaml or .pcap)")
+        raise ConfigError("--trex-profile", str(path), "an existing TRex STL profile (.py)")
+    if p.suffix.lower() != ".py":
+        raise ConfigError("--trex-profile", str(path), "a Python STL profile (.py); pcap and YAML profiles (bursts "
+                          "chained by next streams) are not supported by the local generator")
     try:
         from perfkit.trexlib.client import load_profile
     except ImportError as err:  # the TRex worker is part of perfkit; without it no profile loads
@@ -136,6 +139,13 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, direc
     words = check_tunables(tunables)
     streams = load_profile(str(p), [",".join(words)] if words else [], port_id=port_id, direction=direction)
     return parse(streams, f"{p}" + (f" -t {','.join(words)}" if words else ""))
+
+
+def port_of(ingress: str) -> dict[str, int]:
+    """TRex's ``port_id`` and ``direction`` for traffic entering the DUT's port ``ingress``: TRex port
+    0 faces the DUT's first port (``a``), and TRex passes profiles ``direction = port % 2``."""
+    port = 0 if ingress == "a" else 1
+    return {"port_id": port, "direction": port}
 
 
 def check_tunables(values: Sequence[str] | None) -> list[str]:
@@ -164,17 +174,17 @@ def parse(streams: list[dict[str, Any]], source: str = "profile") -> StlProfile:
 def _stream(i: int, s: dict[str, Any]) -> StlStream:
     name = s.get("name") or f"stream {i}"
     where = f"stream {i}" + (f" ({s['name']})" if s.get("name") else "")
+    if s.get("next") or s.get("next_stream_id", -1) not in (-1, None):
+        raise ConfigError(f"{where} next", s.get("next") or s.get("next_stream_id"),
+                          "none (next-stream chains are not supported by the local generator)")
+    if not s.get("self_start", True):
+        raise ConfigError(f"{where} self_start", False, "true (streams started by others are not supported)")
     mode = s.get("mode", {})
     if mode.get("type") != "continuous":
         raise ConfigError(f"{where} mode", mode.get("type"), f"{SUPPORTED_MODES} (the local generator sends "
                           "continuous streams; bursts need TRex)")
     if float(s.get("isg", 0) or 0) != 0:
         raise ConfigError(f"{where} isg", s["isg"], "0 (inter-stream gaps are not supported by the local generator)")
-    if s.get("next") or s.get("next_stream_id", -1) not in (-1, None):
-        raise ConfigError(f"{where} next", s.get("next") or s.get("next_stream_id"),
-                          "none (next-stream chains are not supported by the local generator)")
-    if not s.get("self_start", True):
-        raise ConfigError(f"{where} self_start", False, "true (streams started by others are not supported)")
     if s.get("start_paused"):
         raise ConfigError(f"{where} start_paused", True, "false")
     stats = s.get("flow_stats", {}) or {}

@@ -5,12 +5,16 @@ import argparse
 import os
 from pathlib import Path
 
-from perfkit import perf
+from perfkit import perf, stlprofile
 from perfkit.cli.options import (add_json, add_scenario, add_trial, check_trial, emit, generator_options, integer,
                                  scenario_from_args)
 from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.stlprofile import StlProfile
+from perfkit.testbed import stlgen
+from perfkit.units import FCS_LEN
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,15 +24,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trial(p)
     add_json(p)
     add_perf(p)
+    add_trex_profile(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_trial(args)
     scenario = scenario_from_args(args)
-    rate_pps = Rate.parse(args.rate, args.line_rate).pps(scenario.wire_frame_size) if args.rate else None
+    options = generator_options(args)
+    wire = scenario.wire_frame_size
+    if args.trex_profile:
+        profile = load_trex_profile(args, scenario)
+        options["trex_profile"] = profile
+        wire = len(profile.streams[0].frame) + FCS_LEN
+    rate_pps = Rate.parse(args.rate, args.line_rate).pps(wire) if args.rate else None
     perf_dir = check_perf(args)
-    with create(args.generator, scenario, **generator_options(args)) as gen:
+    with create(args.generator, scenario, **options) as gen:
         if perf_dir is None:
             result = gen.measure(rate_pps, args.duration, args.packets)
             out = result.to_dict()
@@ -39,6 +50,26 @@ def run(args: argparse.Namespace) -> int:
             out["perf"] = perf.save_trial_profile(rec.profile, perf_dir, result.trial_id, scenario.key)
     emit(out, args.json, _human)
     return 0
+
+
+# -- --trex-profile (a TRex STL profile as the traffic: perfkit.stlprofile) ---------------------------------
+def add_trex_profile(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("TRex STL profile (xdp generator)")
+    g.add_argument("--trex-profile", default=None, metavar="PATH",
+                   help="send this TRex STL profile's streams instead of the dataplane's traffic (loaded by TRex's "
+                        "own library; the scenario still configures the DUT; TRex port 0 faces the DUT's first port)")
+    g.add_argument("-t", dest="tunables", action="append", default=[], metavar="KEY=VALUE",
+                   help="a tunable of the profile, as TRex's console takes it (repeat, or KEY=VALUE,KEY=VALUE)")
+
+
+def load_trex_profile(args: argparse.Namespace, scenario: Scenario) -> StlProfile:
+    """The profile of ``--trex-profile``, refused before any testbed comes up if it cannot be sent."""
+    if args.generator != "xdp":
+        raise ConfigError("--trex-profile", args.trex_profile, "only with --generator xdp (a lab TRex takes the "
+                          "profile on its own console)")
+    profile = stlprofile.load(args.trex_profile, args.tunables, **stlprofile.port_of(scenario.traffic().ingress))
+    stlgen.for_testbed(profile)  # refusals (modes, instructions, sizes) before the testbed
+    return profile
 
 
 # -- --perf (perf attribution of the DUT cores: perfkit.perf) ---------------------------------------------

@@ -30,6 +30,9 @@ from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
 from perfkit.testbed.dut import Dut
+from perfkit import stlprofile
+from perfkit.stlprofile import StlProfile
+from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
@@ -117,17 +120,26 @@ class XdpGenerator(Generator):
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
-                 trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries):
+                 trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
+                 trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None):
         super().__init__(scenario)
         if isinstance(disturbed_retries, bool) or not isinstance(disturbed_retries, int) or disturbed_retries < 0:
             raise ConfigError("disturbed_retries", disturbed_retries, "an integer >= 0")
         self.disturbed_retries = disturbed_retries
         self.profile = profile or scenario.traffic()
+        # a TRex STL profile replaces the traffic; the scenario still configures the DUT
+        if trex_profile is not None and not isinstance(trex_profile, StlProfile):
+            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], **stlprofile.port_of(self.profile.ingress))
+        self.trex_profile = trex_profile
+        self.stl = stlgen.for_testbed(trex_profile) if trex_profile else None
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
         self.capture_path = Path(capture) if capture else None
         self.capture_count = max(capture_count, 1)
         check_frame_size(scenario, self.profile)  # before the testbed: a size veth cannot carry is refused
-        self.testbed = Testbed(testbed_id=testbed_id, mtu=mtu or needed_mtu(self.profile))
+        if self.stl:
+            stlgen.check_size(self.stl, live_frame_max(), xdp_max_mtu())
+        self.testbed = Testbed(testbed_id=testbed_id, mtu=mtu or max(needed_mtu(self.profile),
+                                                                      len(self.stl.frame) - 14 if self.stl else 0))
         self.dut: Dut | None = None
         self.sink: Sink | None = None
         self.gen: LiveGenerator | None = None
@@ -147,7 +159,7 @@ class XdpGenerator(Generator):
             self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
             self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
             self.gen = LiveGenerator(self.profile, self.tx, self.testbed.anchor, self.tester_cores,
-                                     batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator)
+                                     batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl)
             # keep this process's own threads off the DUT cores
             os.sched_setaffinity(0, set(self.tester_cores))
         except BaseException:
@@ -212,7 +224,8 @@ class XdpGenerator(Generator):
         result = TrialResult.for_scenario(
             self.scenario, wire_frame_size=self.gen.wire_frame_size, dut_cores=len(self.dut_cores), generator=self.name, duration=duration, intended_pps=float(rate_pps or 0.0),
             intended_packets=sent.intended if rate_pps or packets else tx_packets,
-            tx_packets=tx_packets, rx_packets=rep.packets, tx_bytes=tx_bytes, rx_bytes=rep.bytes,
+            tx_packets=tx_packets, rx_packets=rep.unsigned if self._unsigned else rep.packets, tx_bytes=tx_bytes,
+            rx_bytes=rep.frame_bytes if self._unsigned else rep.bytes,
             elapsed=sent.elapsed, start_time=sent.start, end_time=end, latency_ns=rep.latency_ns(), ipdv_ns=rep.ipdv_ns(),
             reordered=rep.reordered, duplicates=rep.duplicates, mismatched_packets=len(mismatches),
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
@@ -224,7 +237,9 @@ class XdpGenerator(Generator):
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
         result.disturbance = stalls.disturbance(result, RING_FRAMES, self.dut_cores, self.tester_cores)
         result.disturbed = bool(result.disturbance)
-        result.notes.extend(self._notes(result, rep.unsigned, mismatches, len(caps)))
+        result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
+        if self.stl and self.trex_profile:
+            result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
         return result
 
     def _drain(self) -> None:
@@ -238,6 +253,11 @@ class XdpGenerator(Generator):
             elif time.monotonic() - quiet_since >= DRAIN_QUIET:
                 return
             time.sleep(0.005)
+
+    @property
+    def _unsigned(self) -> bool:
+        """A TRex profile that leaves no room for the signature: the sink counts frames, not streams."""
+        return bool(self.stl and not self.stl.sig_offset)
 
     def _notes(self, r: TrialResult, unsigned: int, mismatches: list[str], captured: int) -> list[str]:
         notes = []

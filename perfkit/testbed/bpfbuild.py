@@ -35,6 +35,8 @@ def c_initializer(value: object) -> str:
                                for name, *_ in value._fields_) + "}"
     if isinstance(value, ctypes.Array):
         return "{" + ", ".join(c_initializer(v) for v in value) + "}"
+    if int(value) < 0:  # a signed field (ULL would wrap and trip -Wconstant-conversion)
+        return f"({int(value)}LL)"
     return f"{int(value):#x}ULL"
 
 

@@ -39,6 +39,7 @@ from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
 from perfkit.dataplane import Traffic
 from perfkit.fieldengine import SIGNATURE, FieldEngine
 from perfkit.paths import BUILD_DIR
+from perfkit.testbed.stlgen import Compiled
 from perfkit.testbed.topology import Port, anchor_peer
 from perfkit.units import FCS_LEN
 
@@ -142,17 +143,22 @@ class LiveGenerator:
     """The generator program for one traffic profile, sending from ``tx`` on ``cores``."""
 
     def __init__(self, profile: Traffic, tx: Port, anchor: Port, cores: list[int], batch_size: int | None = None,
-                 flow_op: str = "inc", trivial: bool = False):
+                 flow_op: str = "inc", trivial: bool = False, stl: Compiled | None = None):
+        """``stl``: send a TRex STL stream (``perfkit.testbed.stlgen``) instead of ``profile``'s frames."""
         if not cores:
             raise ConfigError("tester_cores", cores, "at least one CPU")
         if batch_size is not None and not 1 <= batch_size <= UNPACED_BATCH:
             raise ConfigError("batch_size", batch_size, f"1 .. {UNPACED_BATCH}, or None (automatic)")
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
-        self.frame = profile.packet(0)
+        self.frame = stl.frame if stl else profile.packet(0)
+        self.flows = 1 if stl else profile.flows
         self.tx_ifindex = tx.ifindex
         self.anchor_ifindexes = (anchor.ifindex, netns.ifindex(anchor.ns, anchor_peer(anchor)))
         name = "gen_trivial" if trivial else "gen"
-        path = BUILD_DIR / "gen_trivial.o" if trivial else compile_generator(profile, flow_op)
+        if trivial:
+            path = BUILD_DIR / "gen_trivial.o"
+        else:
+            path = specialised("gen", "GEN_CONFIG", stl.config) if stl else compile_generator(profile, flow_op)
         self.obj = load_generator(path, self.tx_ifindex)
         self.program = self.obj.program(f"xdp_{name}")
         with netns.inside(anchor.ns):
@@ -177,7 +183,7 @@ class LiveGenerator:
         interval = round(1e9 * n / rate_pps * FP_ONE) if rate_pps else 0
         vals = b""
         for cpu in range(num_possible_cpus()):
-            base, mask = stream_plan(self.cores, cpu, self.profile.flows)
+            base, mask = stream_plan(self.cores, cpu, self.flows)
             mine = cpu in self.cores
             vals += bytes(gen_state(stream_base=base, stream_mask=mask, rng=int.from_bytes(os.urandom(8), "little") | 1,
                                     interval=interval if mine else 0, stop_after=stop_after if mine else 0,

@@ -23,7 +23,7 @@ from perfkit.layouts import (GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RA
                              GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT, GenVmOpKind, GenVmVarOp, gen_config,
                              gen_state)
 from perfkit.libbpf import num_possible_cpus
-from perfkit.stlprofile import Instr, StlStream
+from perfkit.stlprofile import Instr, StlProfile, StlStream
 from perfkit.stlvm import Checksum, checksums, initial, step_of
 from perfkit.testbed.bpfbuild import specialised
 
@@ -288,3 +288,27 @@ def blank_signature(frame: bytes, sig_offset: int) -> bytes:
     magic, stream, _, _ = SIGNATURE.unpack_from(frame, sig_offset)
     assert magic == SIGNATURE_MAGIC
     return frame[:sig_offset] + SIGNATURE.pack(magic, stream, 0, 0) + frame[sig_offset + SIGNATURE.size:]
+
+
+def for_testbed(profile: StlProfile) -> Compiled:
+    """The stream the local generator sends for ``profile``, with perfkit's signature where it fits."""
+    if len(profile.streams) > 1:
+        raise ConfigError("TRex profile streams", len(profile.streams),
+                          "1 continuous stream on the local generator (several streams: not supported yet)")
+    return compile_stream(profile.streams[0], signature=True)
+
+
+def counting_note(profile: StlProfile, compiled: Compiled) -> str:
+    """What the trial's counts rest on, for its notes."""
+    what = f"traffic: TRex profile {profile.source}, {len(compiled.frame) + 4}-byte frames"
+    if compiled.sig_offset:
+        return f"{what}; perfkit's signature at byte {compiled.sig_offset} (per-stream counts, sequence, latency)"
+    return (f"{what}; no signature ({compiled.why_unsigned}): received = frames the sink counted on the tester "
+            "ports (no sequence or latency figures)")
+
+
+def check_size(compiled: Compiled, frame_max: int, mtu_max: int) -> None:
+    """Refuse a frame the testbed cannot carry (``perfkit.generators.xdp.check_frame_size``'s limits)."""
+    if len(compiled.frame) > frame_max or len(compiled.frame) - 14 > mtu_max:
+        raise ConfigError("TRex profile frame size", len(compiled.frame) + 4,
+                          f"<= {min(frame_max, mtu_max + 14) + 4} bytes on the xdp testbed (one page per frame)")

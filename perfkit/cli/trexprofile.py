@@ -1,0 +1,64 @@
+"""``perfkit trex-profile show``: the first frames perfkit's XDP generator sends for a TRex STL
+profile, built by the real generator program (BPF_PROG_TEST_RUN), without a testbed -- to diff
+against TRex's own simulator (``stl-sim``)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from perfkit import stlprofile
+from perfkit.cli.options import add_json, check_writable, emit, integer
+from perfkit.errors import ConfigError
+from perfkit.testbed import stlgen
+from perfkit.testbed.sink import Capture, write_pcap
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trex-profile", help="TRex STL profiles on the local generator", description=__doc__)
+    cmds = p.add_subparsers(dest="trex_profile_command", required=True, metavar="COMMAND")
+    show = cmds.add_parser("show", help="the first frames the local generator sends for a profile",
+                           description=__doc__)
+    show.add_argument("path", metavar="PATH", help="the TRex STL profile (.py, .yaml, .pcap)")
+    show.add_argument("-t", dest="tunables", action="append", default=[], metavar="KEY=VALUE",
+                      help="a tunable of the profile, as TRex's console takes it (repeat, or KEY=VALUE,KEY=VALUE)")
+    show.add_argument("--port", type=integer(0, 255, "a TRex port number"), default=0,
+                      help="the TRex port the profile is loaded for (TRex passes direction = port %% 2; default 0)")
+    show.add_argument("--count", type=integer(1, 1_000_000, "a frame count"), default=16,
+                      help="frames to build (default 16)")
+    show.add_argument("--pcap", default=None, metavar="FILE", help="write the frames to this pcap file")
+    show.add_argument("--no-signature", action="store_true",
+                      help="leave perfkit's signature out: the frames exactly as TRex sends them")
+    add_json(show)
+    show.set_defaults(func=run_show)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    if args.pcap:
+        check_writable("--pcap", args.pcap)
+    profile = stlprofile.load(args.path, args.tunables, port_id=args.port, direction=args.port % 2)
+    if len(profile.streams) > 1:
+        stlgen.for_testbed(profile)  # the same refusal as a trial's
+    compiled = stlgen.compile_stream(profile.streams[0], signature=not args.no_signature)
+    frames = stlgen.show(compiled, args.count)
+    if args.pcap:
+        write_pcap(args.pcap, [Capture(i * 1000, len(f), f) for i, f in enumerate(frames)])
+    out: dict[str, Any] = {
+        "profile": profile.source, "stream": profile.streams[0].name, "frame_size": len(compiled.frame) + 4,
+        "signature_offset": compiled.sig_offset or None,
+        "signature": "yes" if compiled.sig_offset else f"no: {compiled.why_unsigned}",
+        "pcap": args.pcap, "frames": [f.hex() for f in frames]}
+    emit(out, args.json, _human)
+    return 0
+
+
+def _human(d: dict) -> str:
+    lines = [f"{d['profile']}: stream {d['stream']}, {d['frame_size']}-byte frames (FCS included), "
+             f"signature {d['signature']}" + (f" at byte {d['signature_offset']}" if d["signature_offset"] else "")]
+    for i, f in enumerate(d["frames"]):
+        lines.append(f"{i:6d}  {f}")
+    if d["pcap"]:
+        lines.append(f"wrote {len(d['frames'])} frames to {d['pcap']}")
+    return "\n".join(lines)
+
+
+__all__ = ["register", "ConfigError"]

@@ -1,0 +1,321 @@
+"""TRex STL profiles on perfkit's XDP generator: real TRex library (``STLProfile.load_py`` in its own
+environment through ``perfkit.trexlib``), real generator program (BPF_PROG_TEST_RUN), real scapy.
+
+TRex's simulator binary (bp-sim-64) does not ship with the PyPI client, so the frames are checked
+against TRex's semantics as trex-core implements them (``src/stx/stl/trex_stl_stream_vm.h``:
+``inc_mod``/``dec_mod``, ``StreamVmInstructionFlowMan::peek_prev``, ``StreamDPOpClientsLimit::run``,
+``StreamDPOpPktWrMask::wr``; see ``perfkit/stlvm.py``), with the expected values written out by hand
+here, and against perfkit's Python model of them for whole frames.
+"""
+from __future__ import annotations
+
+import ipaddress
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
+from scapy.layers.l2 import Ether
+
+from perfkit import stlprofile, stlvm
+from perfkit.scenario import Scenario
+from perfkit.testbed import stlgen
+from tests.conftest import ROOT
+
+IP_A, IP_B = "198.18.0.1", "198.19.0.1"
+BASE = f'Ether()/IP(src="{IP_A}", dst="{IP_B}")/UDP(sport=1025, dport=12)/(b"x" * 40)'
+# offsets in BASE: IP at 14 (tos 15, src 26, dst 30), UDP at 34 (sport 34, dport 36, csum 40), payload 42
+
+
+def write_profile(tmp_path: Path, vm: str, base: str = BASE, streams: str | None = None, name: str = "p.py") -> Path:
+    """A profile file with one continuous stream of ``base`` and the VM instructions ``vm``."""
+    streams = streams or "[STLStream(packet=STLPktBuilder(pkt=base, vm=STLScVmRaw(vm)), mode=STLTXCont(pps=10))]"
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(f"""\
+        from trex.stl.api import *
+        class P:
+            def get_streams(self, direction=0, **kw):
+                base = {base}
+                vm = [{vm}]
+                return {streams}
+        def register():
+            return P()
+        """))
+    return path
+
+
+def load(path: Path, tunables: list[str] | None = None) -> stlprofile.StlStream:
+    return stlprofile.load(path, tunables or []).streams[0]
+
+
+def bpf_frames(stream: stlprofile.StlStream, n: int, signature: bool = False) -> list[bytes]:
+    """The first ``n`` frames of the real generator program."""
+    return stlgen.show(stlgen.compile_stream(stream, signature=signature), n)
+
+
+def field(frames: list[bytes], off: int, size: int) -> list[int]:
+    return [int.from_bytes(f[off:off + size], "big") for f in frames]
+
+
+# -- TRex's semantics, value by value ---------------------------------------------------------------
+def test_inc_starts_at_init_and_wraps_as_trex(tmp_path):
+    """The first packet carries init_value (TRex stores peek_prev() = init - step); past max the rest
+    of the step counts from min and the restart consumes one: 19 + 3 -> 11 in [10, 20]."""
+    s = load(write_profile(tmp_path, 'STLVmFlowVar(name="a", min_value=10, max_value=20, size=2, op="inc", step=3),'
+                                     'STLVmWrFlowVar(fv_name="a", pkt_offset="UDP.sport")'))
+    want = [10, 13, 16, 19, 11, 14, 17, 20, 12, 15, 18, 10, 13]
+    assert field(bpf_frames(s, len(want)), 34, 2) == want
+    assert field(stlvm.frames(s, len(want)), 34, 2) == want
+
+
+def test_init_value_and_dec_wrap(tmp_path):
+    """An explicit init_value starts the walk there; dec past min restarts at max (minus the rest)."""
+    s = load(write_profile(tmp_path, 'STLVmFlowVar(name="a", min_value=10, max_value=14, init_value=12, size=1, op="inc"),'
+                                     'STLVmWrFlowVar(fv_name="a", pkt_offset="IP.tos"),'
+                                     'STLVmFlowVar(name="b", min_value=5, max_value=9, size=4, op="dec", step=2),'
+                                     'STLVmWrFlowVar(fv_name="b", pkt_offset="IP.dst")'))
+    frames = bpf_frames(s, 8)
+    assert field(frames, 15, 1) == [12, 13, 14, 10, 11, 12, 13, 14]
+    assert field(frames, 30, 4) == [9, 7, 5, 8, 6, 9, 7, 5]  # default init for dec: max; 5 - 2 -> 8
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 8])
+def test_sizes_wrap_at_their_width(tmp_path, size):
+    """A variable of each size, its top values and the wrap, written big-endian with add_val
+    truncated to the variable's size (StreamDPOpPktWr8..64)."""
+    top = (1 << (8 * size)) - 1
+    vm = (f'STLVmFlowVar(name="a", min_value={top - 2}, max_value={top}, size={size}, op="inc"),'
+          f'STLVmWrFlowVar(fv_name="a", pkt_offset=50, add_val=1),'
+          f'STLVmWrFlowVar(fv_name="a", pkt_offset=60, is_big=False)')
+    frames = bpf_frames(load(write_profile(tmp_path, vm)), 5)
+    assert field(frames, 50, size) == [(v + 1) & top for v in (top - 2, top - 1, top, top - 2, top - 1)]
+    assert [int.from_bytes(f[60:60 + size], "little") for f in frames] == [top - 2, top - 1, top, top - 2, top - 1]
+
+
+def test_offset_fixup_and_add_val(tmp_path):
+    """offset_fixup moves the write (the JSON carries pkt_offset + offset_fixup); add_val is signed."""
+    path = write_profile(tmp_path, 'STLVmFlowVar(name="a", min_value=100, max_value=102, size=2, op="inc"),'
+                                   'STLVmWrFlowVar(fv_name="a", pkt_offset="UDP.sport", offset_fixup=8, add_val=-2)')
+    s = load(path)
+    assert s.program[1].offset == 42 and s.program[1].add == -2
+    frames = bpf_frames(s, 4)
+    assert field(frames, 42, 2) == [98, 99, 100, 98]
+    assert field(frames, 34, 2) == [1025] * 4  # the field named by pkt_offset is left alone
+
+
+def test_tuple_ip_moves_fastest_and_limit_restarts(tmp_path):
+    """StreamDPOpClientsLimit: the IP advances every packet, the port when the IP wraps; after
+    limit_flows packets the walk restarts at (ip_min, port_min)."""
+    vm = ('STLVmTupleGen(name="t", ip_min="198.18.0.1", ip_max="198.18.0.3", port_min=1025, port_max=1026,'
+          ' limit_flows={}),'
+          'STLVmWrFlowVar(fv_name="t.ip", pkt_offset="IP.src"), STLVmWrFlowVar(fv_name="t.port", pkt_offset="UDP.sport")')
+    base = int(ipaddress.IPv4Address("198.18.0.1"))
+    unlimited = bpf_frames(load(write_profile(tmp_path, vm.format(0), name="u.py")), 8)
+    assert [(i - base, p) for i, p in zip(field(unlimited, 26, 4), field(unlimited, 34, 2))] == \
+        [(0, 1025), (1, 1025), (2, 1025), (0, 1026), (1, 1026), (2, 1026), (0, 1025), (1, 1025)]
+    limited = bpf_frames(load(write_profile(tmp_path, vm.format(5), name="l.py")), 7)
+    assert [(i - base, p) for i, p in zip(field(limited, 26, 4), field(limited, 34, 2))] == \
+        [(0, 1025), (1, 1025), (2, 1025), (0, 1026), (1, 1026), (0, 1025), (1, 1025)]
+
+
+def test_mask_write_with_shift(tmp_path):
+    """write_mask_flow_var: ((var + add) << shift) & mask over the old bits outside the mask."""
+    base = f'Ether()/IP(src="{IP_A}", dst="{IP_B}", tos=0x03)/UDP(sport=1025, dport=12)/(b"x" * 40)'
+    vm = ('STLVmFlowVar(name="a", min_value=0, max_value=70, size=1, op="inc", step=7),'
+          'STLVmWrMaskFlowVar(fv_name="a", pkt_offset="IP.tos", pkt_cast_size=1, mask=0xfc, shift=2, add_value=1),'
+          'STLVmWrMaskFlowVar(fv_name="a", pkt_offset="UDP.dport", pkt_cast_size=2, mask=0x0ff0, shift=-1)')
+    frames = bpf_frames(load(write_profile(tmp_path, vm, base=base)), 12)
+    vals = [0, 7, 14, 21, 28, 35, 42, 49, 56, 63, 70, 6]  # 70 + 7 wraps to 0 + (7 - 0 - 1)
+    assert field(frames, 15, 1) == [(((v + 1) << 2) & 0xFC) | 0x03 for v in vals]
+    assert field(frames, 36, 2) == [((v >> 1) & 0x0FF0) | (12 & ~0x0FF0) for v in vals]
+
+
+# -- whole frames: the generator program against the model ------------------------------------------
+WRITES = (
+    'STLVmFlowVar(name="a", min_value=10, max_value=20, size=2, op="inc", step=3),'
+    'STLVmWrFlowVar(fv_name="a", pkt_offset="UDP.sport", offset_fixup=20, add_val=-2),'
+    'STLVmTupleGen(ip_min="198.18.0.1", ip_max="198.18.0.3", port_min=1025, port_max=1027, name="t", limit_flows=5),'
+    'STLVmWrFlowVar(fv_name="t.ip", pkt_offset="IP.src"),'
+    'STLVmWrFlowVar(fv_name="t.port", pkt_offset="UDP.dport"),'
+    'STLVmFlowVar(name="b", min_value=5, max_value=9, size=1, op="dec", step=2),'
+    'STLVmWrMaskFlowVar(fv_name="b", pkt_offset="IP.tos", pkt_cast_size=1, mask=0xfc, shift=2, add_value=1),'
+    'STLVmFlowVar(name="c", min_value=2**64 - 5, max_value=2**64 - 1, size=8, op="dec", step=3),'
+    'STLVmWrFlowVar(fv_name="c", pkt_offset=60),')
+FIXES = ('STLVmFixIpv4(offset="IP"),'
+         'STLVmFixChecksumHw(l3_offset="IP", l4_offset="UDP", l4_type=CTRexVmInsFixHwCs.L4_TYPE_UDP)')
+DETERMINISTIC = WRITES + FIXES
+
+
+def test_frames_byte_identical_to_trex_semantics(tmp_path):
+    """Every byte of 64 frames, in order: the generator program equals the model of TRex's engine,
+    and the checksums are right (scapy recomputes them)."""
+    s = load(write_profile(tmp_path, DETERMINISTIC))
+    got, want = bpf_frames(s, 64), stlvm.frames(s, 64)
+    assert got == want
+    assert len(set(got)) > 10
+    for f in got:
+        assert_checksums(f)
+
+
+def assert_checksums(frame: bytes) -> None:
+    """Scapy recomputes the IPv4, UDP, TCP and ICMPv6 checksums: they must equal the frame's."""
+    p = Ether(frame)
+    for layer in (IP, UDP, TCP, ICMPv6EchoRequest):
+        if layer in p and (layer is not UDP or p[UDP].chksum):
+            sent = p[layer].chksum if layer is not ICMPv6EchoRequest else p[layer].cksum
+            q = p.copy()
+            if layer is ICMPv6EchoRequest:
+                del q[layer].cksum
+            else:
+                del q[layer].chksum
+            again = Ether(bytes(q))
+            assert sent == (again[layer].cksum if layer is ICMPv6EchoRequest else again[layer].chksum), layer.__name__
+
+
+def test_write_after_checksum_fix_refused(tmp_path):
+    """TRex fixes a checksum where its instruction stands; a later write into what it covers is
+    refused (the generator keeps checksums right after every write)."""
+    vm = FIXES + ',STLVmFlowVar(name="r", min_value=0, max_value=9, size=4),STLVmWrFlowVar(fv_name="r", pkt_offset=70)'
+    with pytest.raises(stlprofile.ConfigError, match="before a write"):
+        stlgen.compile_stream(load(write_profile(tmp_path, vm)))
+
+
+def test_signature_keeps_checksums_right(tmp_path):
+    """With perfkit's signature in the payload (and random values), every checksum the profile
+    fixes is still right; outside the signature the frames are TRex's."""
+    vm = (WRITES + 'STLVmFlowVar(name="r", min_value=0, max_value=2**32 - 1, size=4, op="random"),'
+          'STLVmWrFlowVar(fv_name="r", pkt_offset=70),' + FIXES)
+    s = load(write_profile(tmp_path, vm))
+    comp = stlgen.compile_stream(s, signature=True)
+    assert comp.sig_offset == 42
+    frames = stlgen.show(comp, 32)
+    seqs = [struct.unpack_from("<HHII", f, 42)[2] for f in frames]
+    assert seqs == list(range(32))
+    for f in frames:
+        assert_checksums(f)
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp6", "icmp6"])
+def test_l4_checksum_fixups(tmp_path, proto):
+    """fix_checksum_hw for TCP over IPv4 and UDP over IPv6, fix_checksum_icmpv6: right in every frame."""
+    base, fix, write = {
+        "tcp": (f'Ether()/IP(src="{IP_A}", dst="{IP_B}")/TCP(sport=1025, dport=80)/(b"x" * 30)',
+                'STLVmFixChecksumHw(l3_offset="IP", l4_offset="TCP", l4_type=CTRexVmInsFixHwCs.L4_TYPE_TCP)', '"IP.src"'),
+        "udp6": ('Ether()/IPv6(src="2001:2::1", dst="2001:2::2")/UDP(sport=1025, dport=12)/(b"x" * 30)',
+                 'STLVmFixChecksumHw(l3_offset="IPv6", l4_offset="UDP", l4_type=CTRexVmInsFixHwCs.L4_TYPE_UDP)', '34'),
+        "icmp6": ('Ether()/IPv6(src="2001:2::1", dst="2001:2::2")/ICMPv6EchoRequest(data=b"x" * 30)',
+                  'STLVmFixIcmpv6(l3_offset=14, l4_offset=54)', '34'),
+    }[proto]
+    vm = (f'STLVmFlowVar(name="a", min_value=1, max_value=1000, size=4, op="inc", step=97),'
+          f'STLVmWrFlowVar(fv_name="a", pkt_offset={write}), {fix}')
+    s = load(write_profile(tmp_path, vm, base=base))
+    frames = bpf_frames(s, 24)
+    assert frames == stlvm.frames(s, 24)
+    assert len(set(frames)) == 24
+    for f in frames:
+        assert_checksums(f)
+
+
+# -- perfkit's PGW-U profile in TRex's environment ---------------------------------------------------
+@pytest.mark.parametrize("direction", ["ul", "dl"])
+@pytest.mark.parametrize("flows", [1, 1000])
+def test_pgwu_profile_equals_perfkit_templates(direction, flows):
+    """trex_profiles/pgwu.py, loaded by the real STLProfile.load_py (without perfkit), sends for flow i
+    the bytes of PgwuTraffic.packet(i), in order: TRex's engine (model) and the generator program."""
+    tun = [f"dir={direction},flows={flows},frame_size=128"]
+    s = load(ROOT / "trex_profiles" / "pgwu.py", tun)
+    traffic = Scenario("pgwu", frame_size=128, flows=flows, params={"direction": direction}).traffic()
+    want = [traffic.packet(i) for i in range(flows)]
+    assert stlvm.frames(s, flows) == want
+    comp = stlgen.compile_stream(s, signature=True)
+    assert comp.sig_offset == traffic.offsets()["signature"]
+    got = stlgen.show(comp, min(flows, 300))
+    assert [stlgen.blank_signature(f, comp.sig_offset) for f in got] == want[:300]
+
+
+def test_pgwu_profile_tenants_and_vlan():
+    """Sessions over 1000 tenant VLANs (1,001,000 sessions, flows walk them all): the first frames."""
+    tun = ["dir=dl,flows=1001000,sessions=1001000,vlan=1,frame_size=96"]
+    s = load(ROOT / "trex_profiles" / "pgwu.py", tun)
+    traffic = Scenario("pgwu", frame_size=96, flows=1001000,
+                       params={"direction": "dl", "sessions": 1001000, "vlan": True}).traffic()
+    idx = [0, 1, 2, 999, 1000, 1001, 2002]
+    frames = stlvm.frames(s, max(idx) + 1)
+    assert [frames[i] for i in idx] == [traffic.packet(i) for i in idx]
+
+
+# -- refusals through the real CLI -------------------------------------------------------------------
+REFUSED = {
+    "single_burst": ("mode", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXSingleBurst(total_pkts=10))]"),
+    "multi_burst": ("mode", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXMultiBurst(pkts_per_burst=3, count=2))]"),
+    "isg": ("isg", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont(), isg=10)]"),
+    "next": ("next", "[STLStream(name='a', packet=STLPktBuilder(pkt=base), mode=STLTXSingleBurst(), next='b'),"
+                     " STLStream(name='b', packet=STLPktBuilder(pkt=base), mode=STLTXCont(), self_start=False)]"),
+    "self_start": ("self_start", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont(), self_start=False)]"),
+    "flow_stats": ("flow_stats", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont(),"
+                                 " flow_stats=STLFlowStats(pg_id=1))]"),
+    "latency": ("flow_stats", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont(),"
+                              " flow_stats=STLFlowLatencyStats(pg_id=1))]"),
+    "trim_pkt_size": ("trim_pkt_size", "[STLStream(packet=STLPktBuilder(pkt=base, vm=[STLVmFlowVar(name='l',"
+                      " min_value=60, max_value=80, size=2), STLVmTrimPktSize('l')]), mode=STLTXCont())]"),
+    "rand_limit": ("flow_var_rand_limit", "[STLStream(packet=STLPktBuilder(pkt=base, vm=[STLVmFlowVarRepeatableRandom("
+                   "name='r', size=2, limit=5, seed=1, min_value=0, max_value=9)]), mode=STLTXCont())]"),
+    "next_var": ("next_var", "[STLStream(packet=STLPktBuilder(pkt=base, vm=[STLVmFlowVar(name='a', max_value=3,"
+                 " next_var='b'), STLVmFlowVar(name='b', max_value=3)]), mode=STLTXCont())]"),
+    "value_list": ("value_list", "[STLStream(packet=STLPktBuilder(pkt=base, vm=[STLVmFlowVar(name='a',"
+                   " value_list=[1, 5, 9], size=1)]), mode=STLTXCont())]"),
+    "cache": ("cache", "[STLStream(packet=STLPktBuilder(pkt=base, vm=STLScVmRaw([STLVmFlowVar(name='a')],"
+              " cache_size=10)), mode=STLTXCont())]"),
+    "several_streams": ("streams", "[STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont()),"
+                                   " STLStream(packet=STLPktBuilder(pkt=base), mode=STLTXCont(pps=5))]"),
+}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfkit", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_in_one_line(tmp_path, case):
+    """Each mode or instruction the local generator does not send: exit 2, one line naming it."""
+    word, streams = REFUSED[case]
+    path = write_profile(tmp_path, "", streams=streams)
+    r = run_cli("trex-profile", "show", str(path), "--count", "1")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert word in lines[0] and "allowed" in lines[0], lines[0]
+
+
+def test_pcap_profile_refused(tmp_path):
+    """A pcap as profile (TRex makes bursts chained by next): refused in one line."""
+    from scapy.utils import wrpcap
+
+    pcap = tmp_path / "p.pcap"
+    wrpcap(str(pcap), [Ether() / IP(src=IP_A, dst=IP_B) / UDP() / (b"x" * 30)] * 3)
+    r = run_cli("trex-profile", "show", str(pcap))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "pcap" in r.stderr and "allowed" in r.stderr
+
+
+def test_trial_refuses_before_the_testbed(tmp_path):
+    """perfkit trial --trex-profile with a burst: exit 2, one line, and no testbed came up."""
+    path = write_profile(tmp_path, "", streams=REFUSED["single_burst"][1])
+    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", str(path), "--rate", "1kpps", "--duration", "0.1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "single_burst" in r.stderr
+
+
+def test_show_writes_pcap(tmp_path):
+    """perfkit trex-profile show --pcap: the frames of the generator program, TRex's without signature."""
+    from scapy.utils import rdpcap
+
+    path = write_profile(tmp_path, DETERMINISTIC)
+    out = tmp_path / "o.pcap"
+    r = run_cli("trex-profile", "show", str(path), "--count", "20", "--pcap", str(out), "--no-signature")
+    assert r.returncode == 0, r.stderr
+    assert [bytes(p) for p in rdpcap(str(out))] == stlvm.frames(load(path), 20)
