@@ -1,104 +1,167 @@
-"""The TRex backend without TRex: perfkit's field engine -> STLVm translation, the client call
-sequence, TRex stats -> TrialResult, and the console profile, against the fakes in fake_trex.py."""
+"""The TRex backend against TRex's real client library (lbr-trex-client 3.4.0 = TRex v3.04's
+Python client, in ``build/trex-venv``, run by perfkit's TRex worker).
+
+Everything that needs no server uses the real library only: TRex's ``STLStream``/``STLPktBuilder``/
+``STLVm*`` classes check and encode perfkit's streams, and the tests read the JSON a TRex server
+would receive. Where a server is needed, TRex's real ``STLClient`` talks JSON-RPC over ZMQ to
+``FakeTRexRpcServer`` (tests/fake_trex_rpc_server.py), which stands in for a TRex server that cannot
+run here; the tests check what it received and what perfkit made of its counters.
+"""
 from __future__ import annotations
 
-import importlib.util
+import base64
+import json
+import os
+import signal
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from scapy.layers.l2 import Ether
-from scapy.packet import Padding
 from scapy.utils import rdpcap
 
-from perfkit.errors import ConfigError, PerfkitError
-from perfkit.generators import create
-from perfkit.generators.trex import (ENV_SERVER, GLOBAL_COUNTERS_NOTE, TRexGenerator, build_streams, latency_ns,
-                                     split_load, stats_to_result, vm_instructions)
 from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, SessionPlan
 from perfkit.dataplanes.pgwu.model import emit
-from perfkit.dataplanes.pgwu.traffic import SPORT_BASE
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
-from perfkit.fieldengine import FieldEngine
+from perfkit.dataplanes.pgwu.traffic import SPORT_BASE, PgwuTraffic
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.fieldengine import FieldEngine, FieldWrite, FlowVar
+from perfkit.generators import create
+from perfkit.generators.trex import (ENV_SERVER, GLOBAL_COUNTERS_NOTE, TRexGenerator, build_streams, latency_ns,
+                                     split_load, stats_to_result, streams_json, vm_instructions)
 from perfkit.scenario import Scenario
-from tests.fake_trex import (FakeTRexClient, STLScVmRaw, STLTXCont, STLTXSingleBurst, STLVmFixChecksumHw, apply_vm,
-                             fake_stl)
+from perfkit.trexlib import client as trexlib
+from perfkit.trexlib.client import TRexWorker, WorkerError, load_profile
+from tests.fake_trex_rpc_server import FakeTRexRpcServer
 
 ROOT = Path(__file__).resolve().parent.parent
-STL = fake_stl()
+#: TRex's CTRexVmInsFixHwCs constants as the server receives them (``l4_type``).
+L4_TYPE_UDP, L4_TYPE_TCP = 11, 13
+#: TRex's stream ``flags``: bit 0 source MAC from the packet, bits 1-2 destination MAC mode (1: packet).
+FLAGS_PACKET_MACS, FLAGS_PORT_MACS = 3, 0
+GATEWAYS = {"198.18.0.1": "02:00:00:00:0a:01", "198.19.0.1": "02:00:00:00:0b:01"}
 
 
-def kinds(vm: STLScVmRaw) -> list[tuple[str, dict]]:
-    return [(type(c).__name__, c.kw) for c in vm.commands]
+@pytest.fixture(scope="module")
+def worker():
+    """One TRex worker for the tests that only build streams (TRex's import takes about a second)."""
+    with TRexWorker() as w:
+        yield w
 
 
-def data_stream(profile: PgwuTraffic, rate: float = 1e6, **kw):
-    return build_streams(STL, profile, rate, **kw)[0]
+def data_json(worker, profile, rate: float = 1e6, **kw) -> dict:
+    return streams_json(build_streams(profile, rate, **kw), worker)[0]
 
 
-# -- field engine -> STLVm ------------------------------------------------------------------------
-def test_uplink_multiflow_translation_offsets_sizes_adds():
+def instructions(stream: dict) -> list[dict]:
+    return stream["vm"]["instructions"]
+
+
+# -- perfkit's field engine -> TRex's STLVm program (the JSON TRex receives) -------------------------
+def test_uplink_multiflow_program_as_trex_encodes_it(worker):
     """Untagged UL: Ether 14 + IP 20 + UDP 8 + GTP 8 -> TEID at 46, inner IPv4 at 50, inner UDP at 70."""
-    vm = data_stream(PgwuTraffic(direction="ul", flows=8, plan=SessionPlan(count=8))).kw["packet"].kw["vm"]
-    assert kinds(vm) == [
-        ("STLVmFlowVar", {"name": "flow0", "init_value": None, "min_value": 0, "max_value": 7, "size": 4, "step": 1,
-                          "op": "inc"}),
-        ("STLVmWrFlowVar", {"fv_name": "flow0", "pkt_offset": 46, "offset_fixup": 0, "add_val": UL_TEID_BASE,
-                            "is_big": True}),
-        ("STLVmWrFlowVar", {"fv_name": "flow0", "pkt_offset": 62, "offset_fixup": 0, "add_val": UE_BASE,
-                            "is_big": True}),
-        ("STLVmWrMaskFlowVar", {"fv_name": "flow0", "pkt_offset": 70, "pkt_cast_size": 2, "mask": 0xFFFF, "shift": 0,
-                                "add_value": SPORT_BASE, "offset_fixup": 0, "is_big": True}),
-        ("STLVmFixIpv4", {"offset": 50}),
+    stream = data_json(worker, PgwuTraffic(direction="ul", flows=8, plan=SessionPlan(count=8)))
+    assert instructions(stream) == [
+        {"type": "flow_var", "name": "flow0", "size": 4, "op": "inc", "next_var": None, "split_to_cores": True,
+         "init_value": 0, "min_value": 0, "max_value": 7, "step": 1},
+        {"type": "write_flow_var", "name": "flow0", "pkt_offset": 46, "add_value": UL_TEID_BASE, "is_big_endian": True},
+        {"type": "write_flow_var", "name": "flow0", "pkt_offset": 62, "add_value": UE_BASE, "is_big_endian": True},
+        {"type": "write_mask_flow_var", "name": "flow0", "pkt_offset": 70, "pkt_cast_size": 2, "mask": 0xFFFF,
+         "shift": 0, "add_value": SPORT_BASE, "is_big_endian": True},
+        {"type": "fix_checksum_ipv4", "pkt_offset": 50},
     ]
 
 
-def test_downlink_multiflow_translation_tagged():
+def test_downlink_tagged_random_program(worker):
     """DL with a tenant tag: Ether 14 + 802.1Q 4 -> inner IPv4 at 18, dst at 34, sport at 38."""
     profile = PgwuTraffic(direction="dl", flows=16, plan=SessionPlan(count=16, tagged=True), vlan=True)
-    vm = data_stream(profile, flow_op="random").kw["packet"].kw["vm"]
-    assert [(n, k.get("pkt_offset", k.get("offset")), k.get("add_val", k.get("add_value"))) for n, k in kinds(vm)] == [
-        ("STLVmFlowVar", None, None), ("STLVmWrFlowVar", 34, UE_BASE), ("STLVmWrMaskFlowVar", 38, SPORT_BASE),
-        ("STLVmFixIpv4", 18, None)]
-    assert vm.commands[0].kw["op"] == "random" and vm.commands[0].kw["max_value"] == 15
+    stream = data_json(worker, profile, flow_op="random")
+    got = [(i["type"], i.get("pkt_offset"), i.get("add_value")) for i in instructions(stream)]
+    assert got == [("flow_var", None, None), ("write_flow_var", 34, UE_BASE),
+                   ("write_mask_flow_var", 38, SPORT_BASE), ("fix_checksum_ipv4", 18, None)]
+    assert instructions(stream)[0]["op"] == "random" and instructions(stream)[0]["max_value"] == 15
+    assert stream["random_seed"] == 0x5EED
+
+
+def _field(frame: bytes, offset: int, size: int) -> int:
+    return int.from_bytes(frame[offset:offset + size], "big")
 
 
 @pytest.mark.parametrize("direction,vlan,l4", [("ul", False, "udp"), ("ul", True, "udp"), ("dl", False, "udp"),
                                                 ("ul", False, "tcp"), ("dl", True, "tcp")])
-def test_translated_program_sends_every_flow_of_the_profile(direction, vlan, l4):
-    """Run the STLVm program like TRex does: variable value i must give profile.packet(i) (uplink: from the
-    GTP header on, the outer source stays flow 0's SGW by design), checksums included."""
+def test_program_writes_what_every_flow_of_the_profile_differs_by(worker, direction, vlan, l4):
+    """Read TRex's encoding with TRex's documented semantics (a write puts ``value + add_value`` big-endian
+    into ``size`` bytes at ``pkt_offset``; checksum fixes rewrite only checksums): for flow i every
+    written field of ``profile.packet(i)`` holds i + add_value, and every byte in which packet(i)
+    differs from packet(0) is written or a fixed checksum (uplink: from the GTP header on; the outer
+    source stays flow 0's SGW by design)."""
     flows = 12
     profile = PgwuTraffic(direction=direction, flows=flows, plan=SessionPlan(count=flows, tagged=vlan), vlan=vlan,
-                             inner_l4=l4, frame_size=128)
-    builder = data_stream(profile).kw["packet"]
+                          inner_l4=l4, frame_size=128)
+    stream = data_json(worker, profile)
+    sent = base64.b64decode(stream["packet"]["binary"])
+    assert sent == profile.packet(0)
+    var = {i["name"]: i for i in instructions(stream) if i["type"] == "flow_var"}
+    writes = [(i["pkt_offset"], var[i["name"]]["size"] if i["type"] == "write_flow_var" else i["pkt_cast_size"],
+               i["add_value"]) for i in instructions(stream) if i["type"].startswith("write")]
+    fixes = [i for i in instructions(stream) if i["type"].startswith("fix")]
+    csum_bytes: set[int] = set()
+    for fix in fixes:
+        l3 = fix.get("pkt_offset", fix.get("l2_len"))
+        csum_bytes |= {l3 + 10, l3 + 11}
+        if fix["type"] == "fix_checksum_hw":
+            at = fix["l2_len"] + fix["l3_len"] + (16 if fix["l4_type"] == L4_TYPE_TCP else 6)
+            csum_bytes |= {at, at + 1}
     start = profile.offsets()["gtp"] if direction == "ul" else 0
+    written = {b for off, size, _ in writes for b in range(off, off + size)}
     for i in range(flows):
-        sent = apply_vm(builder.kw["pkt_buffer"], builder.kw["vm"], i)
-        assert sent[start:] == profile.packet(i)[start:], f"flow {i}"
+        frame = profile.packet(i)
+        for off, size, add in writes:
+            assert _field(frame, off, size) == (i + add) % (1 << 8 * size), f"flow {i} at {off}"
+        differs = {b for b in range(start, len(frame)) if frame[b] != sent[b]}
+        assert differs <= written | csum_bytes, f"flow {i}: bytes {sorted(differs - written - csum_bytes)}"
 
 
-def test_tcp_checksum_fixed_in_hardware_with_inner_offsets():
+def test_tcp_checksum_fixed_in_hardware_with_inner_offsets(worker):
     profile = PgwuTraffic(direction="ul", flows=4, plan=SessionPlan(count=4), inner_l4="tcp", frame_size=128)
-    fix = data_stream(profile).kw["packet"].kw["vm"].commands[-1]
-    assert isinstance(fix, STLVmFixChecksumHw)
-    assert fix.kw == {"l3_offset": 50, "l4_offset": 70, "l4_type": 13}
+    fixes = [i for i in instructions(data_json(worker, profile)) if i["type"].startswith("fix")]
+    # one instruction: TRex's hardware fix-up does the IPv4 header and TCP (inner IPv4 at 50, TCP at 70)
+    assert fixes == [{"type": "fix_checksum_hw", "l2_len": 50, "l3_len": 20, "l4_type": L4_TYPE_TCP}]
 
 
-def test_single_flow_has_no_program_and_frame_is_padded_to_size():
-    profile = PgwuTraffic(direction="ul", frame_size=64)
-    builder = data_stream(profile).kw["packet"]
-    assert builder.kw["vm"] is None and builder.kw["pkt"] is None
-    assert len(builder.kw["pkt_buffer"]) == profile.wire_frame_size - 4 == 96
-    # TRex's builder drops a trailing scapy Padding layer (remove_fcs): the IP lengths must cover the frame
-    assert not Ether(builder.kw["pkt_buffer"]).haslayer(Padding)
+def test_udp_checksum_is_fixed_as_udp_at_l4_plus_6(worker):
+    """A UDP checksum (at l4 + 6, not TCP's l4 + 16) gets TRex's UDP hardware fix-up."""
+    profile = PgwuTraffic(direction="dl", flows=4, plan=SessionPlan(count=4))
+    frame = profile.packet(0)
+    ip, l4 = 14, 34
+    assert frame[ip + 9] == 17
+    engine = FieldEngine((FlowVar("inc", 0, 3),), (FieldWrite("udp.sport", l4, 2, 0, 7, 0b11),), (ip + 10, l4 + 6),
+                         0, 0, l3_offset=ip, l4_offset=l4)
+    program = vm_instructions(engine, frame)
+    assert program[-1] == {"type": "STLVmFixChecksumHw", "args": {"l3_offset": ip, "l4_offset": l4, "l4_type": "udp"}}
+    from perfkit.trexlib.client import build_streams_json
+    spec = {"name": "u", "frame": base64.b64encode(frame).decode(), "mode": {"type": "continuous", "pps": 10.0},
+            "vm": program}
+    (stream,) = build_streams_json([spec], worker=worker)
+    assert instructions(stream)[-1] == {"type": "fix_checksum_hw", "l2_len": ip, "l3_len": l4 - ip,
+                                        "l4_type": L4_TYPE_UDP}
 
 
 def test_unknown_checksum_offset_is_a_config_error():
-    engine = PgwuTraffic(direction="dl", flows=2, plan=SessionPlan(count=2)).field_engine()
-    with pytest.raises(ConfigError, match="checksum offset: 99"):
-        vm_instructions(STL, FieldEngine(engine.vars, engine.writes, (99,), 0, 0, l3_offset=14, l4_offset=34))
+    profile = PgwuTraffic(direction="dl", flows=2, plan=SessionPlan(count=2))
+    engine = profile.field_engine()
+    bad = FieldEngine(engine.vars, engine.writes, (99,), 0, 0, l3_offset=14, l4_offset=34)
+    with pytest.raises(ConfigError, match=r"checksum offset: 99 is not allowed; allowed: the IPv4 header checksum "
+                                          r"\(24\) or the L4 checksum \(40\)"):
+        vm_instructions(bad, profile.packet(0))
+
+
+def test_single_flow_has_no_program_and_frame_is_padded_to_size(worker):
+    profile = PgwuTraffic(direction="ul", frame_size=64)
+    stream = data_json(worker, profile)
+    assert instructions(stream) == []
+    assert len(base64.b64decode(stream["packet"]["binary"])) == profile.wire_frame_size - 4 == 96
 
 
 # -- streams and load split -----------------------------------------------------------------------
@@ -113,16 +176,29 @@ def test_split_load_keeps_the_total_rate_and_count():
     assert split_load(1e6, None, 0).latency_pps == 0
 
 
-def test_streams_modes_latency_and_macs():
+def test_streams_modes_latency_split_and_mac_flags(worker):
     profile = PgwuTraffic(direction="dl", flows=4, plan=SessionPlan(count=4))
-    data, lat = build_streams(STL, profile, 1e6, latency_pg_id=7)
-    assert isinstance(data.kw["mode"], STLTXCont) and data.kw["mode"].kw == {"pps": 999_000.0}
-    assert lat.kw["mode"].kw == {"pps": 1000.0} and lat.kw["flow_stats"].kw["pg_id"] == 7
-    assert lat.kw["packet"].kw["vm"] is None and lat.kw["packet"].kw["pkt_buffer"] == profile.packet(0)
-    assert data.kw["mac_src_override_by_pkt"] is True and data.kw["mac_dst_override_mode"] == STL.STLStreamDstMAC_PKT
-    (burst,) = build_streams(STL, profile, 1e5, 12345, packet_macs=False)
-    assert isinstance(burst.kw["mode"], STLTXSingleBurst) and burst.kw["mode"].kw == {"total_pkts": 12345, "pps": 1e5}
-    assert burst.kw["mac_src_override_by_pkt"] is False and burst.kw["mac_dst_override_mode"] == 0
+    data, lat = streams_json(build_streams(profile, 1e6, latency_pg_id=7), worker)
+    assert data["mode"] == {"type": "continuous", "rate": {"type": "pps", "value": 999_000.0}}
+    assert lat["mode"] == {"type": "continuous", "rate": {"type": "pps", "value": 1000.0}}
+    assert data["flow_stats"] == {"enabled": False}
+    assert lat["flow_stats"] == {"enabled": True, "stream_id": 7, "rule_type": "latency", "vxlan": False,
+                                 "ieee_1588": False}
+    assert lat["vm"]["instructions"] == [] and base64.b64decode(lat["packet"]["binary"]) == profile.packet(0)
+    assert data["flags"] == lat["flags"] == FLAGS_PACKET_MACS
+    (burst,) = streams_json(build_streams(profile, 1e5, 12345, packet_macs=False), worker)
+    assert burst["mode"] == {"type": "single_burst", "total_pkts": 12345, "rate": {"type": "pps", "value": 1e5}}
+    assert burst["flags"] == FLAGS_PORT_MACS
+
+
+def test_trex_refuses_what_it_refuses(worker):
+    """TRex's own checks run on perfkit's specs: a bad instruction is TRex's error, one line."""
+    frame = base64.b64encode(bytes(60)).decode()
+    bad = {"name": "x", "frame": frame, "mode": {"type": "continuous", "pps": 1.0},
+           "vm": [{"type": "STLVmFlowVar", "args": {"name": "v", "size": 3}}]}
+    with pytest.raises(PerfkitError) as err:
+        worker.call("build_streams", streams=[bad])
+    assert "\n" not in str(err.value) and "size" in str(err.value)
 
 
 # -- stats -> TrialResult -------------------------------------------------------------------------
@@ -164,74 +240,110 @@ def test_latency_without_samples_is_empty():
     assert latency_ns({"total_min": 0, "total_max": 0, "histogram": {}}) == {}
 
 
-# -- the generator and the client call sequence ---------------------------------------------------
+# -- a trial: TRexGenerator -> worker -> TRex's STLClient -> FakeTRexRpcServer ----------------------
 def dut_for(profile: PgwuTraffic):
     return lambda frame: emit(frame, profile.config, profile.plan).out
 
 
-def make(scenario: Scenario, client: FakeTRexClient | None = None, **options) -> tuple[TRexGenerator, FakeTRexClient]:
-    profile = scenario.traffic()
-    fake = client or FakeTRexClient(dut=dut_for(profile))
-
-    def factory(server):
-        fake.server = server
-        return fake
-
-    return TRexGenerator(scenario, client_factory=factory, stl=STL, server="trex-lab", **options), fake
+def generator(server: FakeTRexRpcServer, scenario: Scenario, **options) -> TRexGenerator:
+    return TRexGenerator(scenario, server="127.0.0.1", sync_port=server.sync_port, async_port=server.async_port,
+                         **options)
 
 
-def test_call_sequence_and_result_uplink():
+def fake_server(scenario: Scenario, **kw) -> FakeTRexRpcServer:
+    return FakeTRexRpcServer(dut=dut_for(scenario.traffic()), gateways=GATEWAYS, **kw)
+
+
+def test_trial_uplink_counts_what_the_server_reports_and_sends_the_built_streams(worker):
     sc = Scenario(frame_size=64, flows=100, params={"direction": "ul"})
-    gen, fake = make(sc, FakeTRexClient(dut=dut_for(sc.traffic()), capacity_pps=800_000))
-    with gen:
-        r = gen.measure(1e6, 2.0)
-    assert fake.call_names == ["connect", "reset", "add_streams", "clear_stats", "start", "wait_on_traffic",
-                               "get_stats", "disconnect"]
-    calls = dict(fake.calls)
-    assert calls["reset"]["ports"] == [0, 1] and calls["add_streams"]["ports"] == [0]
-    assert calls["start"] == {"ports": [0], "mult": "1", "force": True, "duration": 2.0}
-    assert calls["wait_on_traffic"]["ports"] == [0] and calls["wait_on_traffic"]["timeout"] >= 2
-    assert fake.server == "trex-lab"
-    assert (r.intended_packets, r.tx_packets, r.rx_packets) == (2_000_000, 2_000_000, 1_600_000)
+    with fake_server(sc, capacity_pps=800_000) as srv:
+        with generator(srv, sc) as gen:
+            r = gen.measure(1e6, 2.0)
+        names = srv.method_names
+        (start,) = srv.calls("start_traffic")
+        assert start["port_id"] == 0 and start["duration"] == 2.0 and start["force"] is True
+        assert start["mul"]["type"] == "raw" and start["mul"]["value"] == 1.0
+        assert {p["port_id"] for p in srv.calls("acquire")} == {0, 1}
+        assert names.index("acquire") < names.index("add_stream") < names.index("start_traffic")
+        assert names[-2:] == ["release", "release"]  # close() released both ports
+        (sent,) = srv.streams_of(0)
+        assert srv.streams_of(1) == []
+    assert sent.pop("next_stream_id") == -1  # the client adds the (absent) chain when it sends
+    assert sent == streams_json(build_streams(sc.traffic(), 1e6), worker)[0]
+    assert (r.generator, r.intended_packets, r.tx_packets, r.rx_packets) == ("trex", 2_000_000, 2_000_000, 1_600_000)
     assert r.loss_ratio == pytest.approx(0.2)
     assert (r.wire_frame_size, r.rx_frame_size) == (100, 64)  # decapsulated: 36 bytes less, FCS counted
+    assert "trex" not in sys.modules and "lbr_trex_client" not in sys.modules  # TRex stayed in the worker
 
 
-def test_downlink_uses_port_1_and_burst_mode():
-    gen, fake = make(Scenario(frame_size=128, params={"direction": "dl"}))
-    with gen:
-        r = gen.measure(1e5, 1.0, packets=1000)
-    start = dict(fake.calls)["start"]
-    assert start["ports"] == [1] and start["duration"] == -1
-    (stream,) = dict(fake.calls)["add_streams"]["streams"]
-    assert stream.kw["mode"].kw == {"total_pkts": 1000, "pps": 1e5}
+def test_downlink_uses_port_1_and_a_single_burst():
+    sc = Scenario(frame_size=128, params={"direction": "dl"})
+    with fake_server(sc) as srv:
+        with generator(srv, sc) as gen:
+            r = gen.measure(1e5, 1.0, packets=1000)
+        (start,) = srv.calls("start_traffic")
+        (stream,) = srv.streams_of(1)
+    assert start["port_id"] == 1 and start["duration"] == -1
+    assert stream["mode"] == {"type": "single_burst", "total_pkts": 1000, "rate": {"type": "pps", "value": 1e5}}
     assert (r.tx_packets, r.rx_packets, r.rx_frame_size) == (1000, 1000, 128 + 36)
 
 
-def test_l3_mode_in_service_mode_and_port_macs():
-    gen, fake = make(Scenario(), l3={0: ("10.0.0.2", "10.0.0.1"), 1: ("10.1.0.2", "10.1.0.1")}, l2=None)
-    with gen:
-        gen.measure(1e4, 1.0)
-    names = fake.call_names
-    assert names[names.index("reset") + 1:names.index("add_streams")] == [
-        "set_service_mode", "set_l3_mode", "set_l3_mode", "set_service_mode"]
-    assert [kw["enabled"] for n, kw in fake.calls if n == "set_service_mode"] == [True, False]
-    (stream,) = dict(fake.calls)["add_streams"]["streams"]
-    assert stream.kw["mac_src_override_by_pkt"] is False and stream.kw["mac_dst_override_mode"] == 0
+def test_l3_mode_resolves_the_gateways_by_arp_and_sends_port_macs():
+    sc = Scenario()
+    with fake_server(sc) as srv:
+        with generator(srv, sc, l3={0: ("198.18.0.2", "198.18.0.1"), 1: ("198.19.0.2", "198.19.0.1")}) as gen:
+            gen.measure(1e4, 1.0)
+        resolved = {p["port_id"]: p.get("resolved_mac") for p in srv.calls("set_l3") if p.get("resolved_mac")}
+        (stream,) = srv.streams_of(0)
+    # TRex's ARP service sent requests (push_pkts) and read the replies from a capture, in service mode
+    assert resolved == {0: GATEWAYS["198.18.0.1"], 1: GATEWAYS["198.19.0.1"]}
+    assert service_mode_around(srv, "set_l3") and service_mode_around(srv, "push_pkts")
+    assert stream["flags"] == FLAGS_PORT_MACS
+
+
+def service_mode_around(srv: FakeTRexRpcServer, method: str) -> bool:
+    """Every ``method`` call came while its port was in service mode, and service mode ended before
+    the streams were added."""
+    mode: dict[int, bool] = {}
+    seen = False
+    for name, params in srv.requests:
+        if name == "service":
+            mode[params["port_id"]] = params["enabled"]
+        elif name == method:
+            seen = True
+            if not mode.get(params["port_id"]):
+                return False
+        elif name == "add_stream" and any(mode.values()):
+            return False
+    return seen
+
+
+def test_l3_mode_without_an_answer_is_one_line():
+    sc = Scenario()
+    with fake_server(sc) as srv:
+        with generator(srv, sc, l3={0: ("198.18.0.2", "198.18.0.99")}) as gen:
+            with pytest.raises(PerfkitError, match=r"^TRex: Could not resolve following ports: \[0\]$"):
+                gen.measure(1e4, 1.0)
 
 
 def test_l2_mode_sets_destination_macs():
-    gen, fake = make(Scenario(), l2={0: "aa:bb:cc:00:00:01"})
-    with gen:
-        gen.measure(1e4, 1.0)
-    assert ("set_l2_mode", {"port": 0, "dst_mac": "aa:bb:cc:00:00:01"}) in fake.calls
+    sc = Scenario()
+    with fake_server(sc) as srv:
+        with generator(srv, sc, l2={0: "02:00:00:00:0c:01"}) as gen:
+            gen.measure(1e4, 1.0)
+        assert [(p["port_id"], p["dst_mac"]) for p in srv.calls("set_l2")] == [(0, "02:00:00:00:0c:01")]
+        assert service_mode_around(srv, "set_l2")  # TRex refuses L2 mode outside service mode
+        assert srv.streams_of(0)[0]["flags"] == FLAGS_PORT_MACS
 
 
 def test_latency_stream_gives_percentiles_in_ns():
-    gen, fake = make(Scenario(flows=10, params={"direction": "ul"}), latency_pg_id=5)
-    with gen:
-        r = gen.measure(1e6, 1.0)
-    assert len(dict(fake.calls)["add_streams"]["streams"]) == 2
+    sc = Scenario(flows=10, params={"direction": "ul"})
+    with fake_server(sc) as srv:
+        with generator(srv, sc, latency_pg_id=5) as gen:
+            r = gen.measure(1e6, 1.0)
+        data, lat = srv.streams_of(0)
+    assert lat["flow_stats"]["stream_id"] == 5 and lat["flow_stats"]["rule_type"] == "latency"
+    assert data["mode"]["rate"]["value"] + lat["mode"]["rate"]["value"] == 1e6
     assert r.tx_packets == 1_000_000  # data 999 000 + latency 1 000: the rate asked for, no more
     assert r.latency_ns["p50"] == pytest.approx(20_000) and r.latency_ns["max"] == pytest.approx(150_000)
 
@@ -239,137 +351,247 @@ def test_latency_stream_gives_percentiles_in_ns():
 @pytest.mark.parametrize("direction", ["ul", "dl"])
 def test_capture_is_saved_and_checked_with_the_model(tmp_path, direction):
     sc = Scenario(flows=20, params={"direction": direction})
-    gen, fake = make(sc, capture=tmp_path / "rx.pcap", capture_count=8)
-    with gen:
-        r = gen.measure(1e5, 1.0)
+    with fake_server(sc) as srv:
+        with generator(srv, sc, capture=tmp_path / "rx.pcap", capture_count=8) as gen:
+            r = gen.measure(1e5, 1.0)
+        (cap,) = [p for p in srv.calls("capture") if p["command"] == "start" and p["filter"] == "ip or (vlan and ip)"]
+        names = srv.method_names
     assert r.mismatched_packets == 0
     assert len(rdpcap(str(tmp_path / "rx.pcap"))) == 8
-    names = fake.call_names
-    assert names.index("start_capture") < names.index("start") < names.index("stop_capture")
-    assert dict(fake.calls)["start_capture"]["bpf_filter"] == "ip or (vlan and ip)"
+    assert cap["rx"] == [1 if direction == "ul" else 0] and cap["limit"] == 8
+    assert names.index("start_traffic") < len(names) - 1 - names[::-1].index("capture")
 
 
 def test_capture_mismatch_is_counted_and_noted(tmp_path):
     sc = Scenario(flows=4, params={"direction": "ul"})
-    client = FakeTRexClient(dut=dut_for(sc.traffic()), corrupt_capture=True)
-    gen, _ = make(sc, client, capture=tmp_path / "rx.pcap", capture_count=4)
-    with gen:
-        r = gen.measure(1e4, 1.0)
+    with fake_server(sc, corrupt_capture=True) as srv:
+        with generator(srv, sc, capture=tmp_path / "rx.pcap", capture_count=4) as gen:
+            r = gen.measure(1e4, 1.0)
     assert r.mismatched_packets == 1
     assert any("1 of 4 captured packets are not what the PGW-U should emit" in n for n in r.notes)
 
 
-def test_disconnects_on_close_after_an_exception():
-    gen, fake = make(Scenario(), FakeTRexClient(fail_on="wait_on_traffic"))
-    with pytest.raises(RuntimeError, match="wait_on_traffic failed"):
-        with gen:
-            gen.measure(1e4, 1.0)
-    assert fake.call_names[-1] == "disconnect"
+def test_server_error_is_one_line_and_close_still_releases_the_ports():
+    sc = Scenario()
+    with fake_server(sc, fail_on="start_traffic") as srv:
+        gen = generator(srv, sc)
+        with pytest.raises(PerfkitError) as err:
+            with gen:
+                gen.measure(1e4, 1.0)
+        assert str(err.value).startswith("TRex: ") and "start_traffic failed" in str(err.value)
+        assert "\n" not in str(err.value)
+        assert srv.method_names[-2:] == ["release", "release"]
     gen.close()  # idempotent
-    assert fake.call_names.count("disconnect") == 1
     with pytest.raises(PerfkitError, match="closed"):
         gen.measure(1e4, 1.0)
 
 
-def test_disconnects_when_connect_fails():
-    fake = FakeTRexClient(fail_on="connect")
-    with pytest.raises(RuntimeError):
-        make(Scenario(), fake)
-    assert fake.call_names == ["connect", "disconnect"]
+def test_no_server_listening_is_one_line():
+    sc = Scenario()
+    with FakeTRexRpcServer() as srv:
+        port = srv.sync_port
+    with pytest.raises(PerfkitError) as err:
+        TRexGenerator(sc, server="127.0.0.1", sync_port=port, async_port=port + 1)
+    assert str(err.value).startswith("TRex: ") and "\n" not in str(err.value)
 
 
 def test_create_by_name():
-    gen = create("trex", Scenario(params={"direction": "dl"}), client_factory=lambda server: FakeTRexClient(), stl=STL,
-                 server="x")
-    with gen:
-        assert isinstance(gen, TRexGenerator) and gen.name == "trex"
-        assert gen.measure(1e3, 1.0).generator == "trex"
+    sc = Scenario(params={"direction": "dl"})
+    with fake_server(sc) as srv:
+        with create("trex", sc, server="127.0.0.1", sync_port=srv.sync_port, async_port=srv.async_port) as gen:
+            assert isinstance(gen, TRexGenerator) and gen.name == "trex"
+            assert gen.measure(1e3, 1.0).generator == "trex"
+
+
+# -- the worker process ------------------------------------------------------------------------------
+def test_worker_dies_with_perfkit_and_releases_the_ports(tmp_path):
+    """SIGKILL of the process that runs TRexGenerator: its worker gets SIGTERM (PR_SET_PDEATHSIG),
+    disconnects (the server sees both ports released) and exits."""
+    sc_code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from perfkit.generators.trex import TRexGenerator
+        from perfkit.scenario import Scenario
+        gen = TRexGenerator(Scenario(), server="127.0.0.1", sync_port=int(sys.argv[1]), async_port=int(sys.argv[2]))
+        gen._client("reset", ports=gen.ports)
+        print(gen._worker.proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    with FakeTRexRpcServer() as srv:
+        proc = subprocess.Popen([sys.executable, "-c", sc_code, str(srv.sync_port), str(srv.async_port)],
+                                stdout=subprocess.PIPE, text=True)
+        worker_pid = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while _alive(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker_pid)
+        assert [p["port_id"] for p in srv.calls("release")] == [0, 1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_worker_that_died_is_a_one_line_error(worker):
+    with TRexWorker() as w:
+        w.proc.kill()
+        w.proc.wait()
+        with pytest.raises(WorkerError, match="the TRex worker"):
+            w.call("hello", timeout=10)
+
+
+def test_missing_trex_environment_says_make_setup(monkeypatch, tmp_path):
+    monkeypatch.delenv(trexlib.ENV_PYTHON, raising=False)
+    monkeypatch.setattr(trexlib, "DEFAULT_VENV", tmp_path / "no-venv")
+    with pytest.raises(PerfkitError, match=r"TRex client library is not installed: .*run `make setup`"):
+        trexlib.trex_python()
+    monkeypatch.setenv(trexlib.ENV_PYTHON, str(tmp_path / "python9"))
+    with pytest.raises(PerfkitError, match="PERFKIT_TREX_PYTHON=.*python9 is not an executable"):
+        TRexGenerator(Scenario(), server="127.0.0.1")
+
+
+def test_trex_home_installation_is_used_instead_of_the_pypi_client(tmp_path):
+    """A lab's TRex tree: $TREX_HOME/automation/trex_control_plane/interactive (here: the PyPI copy's)."""
+    worker_python = trexlib.trex_python()
+    site = Path(subprocess.check_output([str(worker_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        text=True).strip())
+    home = tmp_path / "trex"
+    (home / "automation" / "trex_control_plane").mkdir(parents=True)
+    (home / "automation" / "trex_control_plane" / "interactive").symlink_to(site / "lbr_trex_client" / "interactive")
+    with TRexWorker(trex_home=home) as w:
+        assert w.info["source"] == str(home / "automation" / "trex_control_plane" / "interactive")
+        assert load_profile(ROOT / "tests" / "data" / "trex_min_profile.py", ["--pps", "7"], worker=w)[0]["mode"] == \
+            {"type": "continuous", "rate": {"type": "pps", "value": 7}}
+    with pytest.raises(ConfigError, match="TREX_HOME: .*nothing.* is not allowed; allowed: a TRex installation"):
+        TRexWorker(trex_home=tmp_path / "nothing")
+
+
+# -- load_profile: TRex's STLProfile.load_py, as its console calls it -------------------------------
+PROFILES = {
+    "kw.py": """
+        from trex.stl.api import *
+        class P:
+            def get_streams(self, direction=0, port_id=0, flows=1, tunables=None, **kwargs):
+                return [STLStream(packet=STLPktBuilder(pkt_buffer=bytes(60)), mode=STLTXCont(pps=flows + 10 * direction))]
+        def register():
+            return P()
+        """,
+    "argp.py": """
+        import argparse
+        from trex.stl.api import *
+        class P:
+            def get_streams(self, tunables, **kwargs):
+                p = argparse.ArgumentParser(prog="argp.py")
+                p.add_argument("--flows", type=int, default=1)
+                print("profiles may print; the worker's answers stay clean")
+                a = p.parse_args(tunables)
+                return [STLStream(packet=STLPktBuilder(pkt_buffer=bytes(60)), mode=STLTXCont(pps=a.flows))]
+        def register():
+            return P()
+        """,
+    "syntax.py": "def register(:\n",
+    "boom.py": """
+        from trex.stl.api import *
+        class P:
+            def get_streams(self, direction=0, **kwargs):
+                return [STLStream(packet=STLPktBuilder(pkt_buffer=bytes(60)), mode=STLTXCont(pps=1 / 0))]
+        def register():
+            return P()
+        """,
+}
+
+
+@pytest.fixture()
+def profiles(tmp_path) -> Path:
+    for name, text in PROFILES.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def rates(streams: list[dict]) -> list[float]:
+    return [s["mode"]["rate"]["value"] for s in streams]
+
+
+def test_load_profile_tunables_as_the_console_passes_them(profiles, worker):
+    assert rates(load_profile(profiles / "kw.py", ["flows=9"], worker=worker)) == [9]  # -t flows=9
+    assert rates(load_profile(profiles / "kw.py", {"flows": 5}, port_id=1, direction=1, worker=worker)) == [15]
+    assert rates(load_profile(profiles / "argp.py", ["--flows", "7"], worker=worker)) == [7]  # -t --flows 7
+    assert rates(load_profile(profiles / "argp.py", worker=worker)) == [1]
+
+
+def test_load_profile_shared_worker(profiles):
+    """The module-level call spawns one worker and keeps it for the next load."""
+    assert rates(load_profile(str(profiles / "argp.py"), ["--flows", "3"])) == [3]
+    first = trexlib.shared_worker()
+    load_profile(profiles / "argp.py")
+    assert trexlib.shared_worker() is first and first.alive
+
+
+@pytest.mark.parametrize("name,tunables,error,message", [
+    ("nope.py", [], ConfigError, r"trex profile: '.*nope.py' is not allowed; allowed: an existing TRex STL profile"),
+    ("syntax.py", [], PerfkitError, r"TRex profile .*syntax.py: SyntaxError: invalid syntax \(syntax.py, line 1\)"),
+    ("boom.py", [], PerfkitError, r"TRex profile .*boom.py: ZeroDivisionError: division by zero \(at boom.py:5\)"),
+    ("argp.py", ["--nope", "1"], ConfigError,
+     r"tunables: \['--nope', '1'\] is not allowed; allowed: what argp.py accepts: .*unrecognized arguments: --nope 1"),
+    ("kw.py", ["flowz=9"], None, None),
+])
+def test_load_profile_errors_are_one_line(profiles, worker, name, tunables, error, message):
+    if error is None:  # kw.py takes **kwargs: TRex passes unknown keywords on, as its console does
+        assert rates(load_profile(profiles / name, tunables, worker=worker)) == [1]
+        return
+    with pytest.raises(error, match=message) as err:
+        load_profile(profiles / name, tunables, worker=worker)
+    assert "\n" not in str(err.value)
+
+
+def test_load_profile_bad_arguments(worker):
+    for kwargs, field in (({"port_id": -1}, "port_id"), ({"direction": 2}, "direction"), ({"tunables": "a=1"}, "tunables")):
+        with pytest.raises(ConfigError) as err:
+            load_profile(ROOT / "tests" / "data" / "trex_min_profile.py", worker=worker, **kwargs)
+        assert err.value.field == field
 
 
 # -- options and errors ---------------------------------------------------------------------------
-def test_missing_client_library_says_how_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "trex.stl.api", None)
-    with pytest.raises(PerfkitError, match=r"TRex client library is missing.*automation/trex_control_plane/"
-                                           r"interactive to PYTHONPATH"):
-        TRexGenerator(Scenario(), server="trex-lab")
-
-
 def test_server_from_environment_or_error(monkeypatch):
     monkeypatch.delenv(ENV_SERVER, raising=False)
     with pytest.raises(ConfigError, match=f"server: None is not allowed.*{ENV_SERVER}"):
-        TRexGenerator(Scenario(), stl=STL)
-    monkeypatch.setenv(ENV_SERVER, "trex-lab-7")
-    fake = FakeTRexClient()
-    gen = TRexGenerator(Scenario(), stl=STL, client_factory=lambda server: setattr(fake, "server", server) or fake)
-    gen.close()
-    assert fake.server == "trex-lab-7"
+        TRexGenerator(Scenario())
+    sc = Scenario()
+    with fake_server(sc) as srv:
+        monkeypatch.setenv(ENV_SERVER, "127.0.0.1")
+        with TRexGenerator(sc, sync_port=srv.sync_port, async_port=srv.async_port) as gen:
+            assert gen.server == "127.0.0.1"
+        assert srv.method_names[0] == "api_sync_v2"
 
 
 @pytest.mark.parametrize("options,field", [({"tx_port": -1}, "tx_port"), ({"rx_port": "1"}, "rx_port"),
                                            ({"flow_op": "zigzag"}, "flow_op"), ({"latency_pg_id": -3}, "latency_pg_id"),
-                                           ({"l2": {0: "aa:bb:cc:dd:ee:ff"}, "l3": {0: ("1.1.1.1", "1.1.1.2")}},
+                                           ({"sync_port": 0}, "sync_port"), ({"async_port": "4500"}, "async_port"),
+                                           ({"l2": {0: "02:00:00:00:00:01"}, "l3": {0: ("198.18.0.2", "198.18.0.1")}},
                                             "l2/l3 ports")])
 def test_bad_options_name_the_field(options, field):
     with pytest.raises(ConfigError) as err:
-        make(Scenario(flows=2), **options)
+        TRexGenerator(Scenario(flows=2), server="127.0.0.1", **options)
     assert err.value.field == field
 
 
 def test_bad_trial_arguments():
-    gen, _ = make(Scenario())
-    with gen:
-        for args, field in (((0, 1.0), "rate"), ((1e3, -1.0), "duration"), ((1e3, 1.0, 0), "packets")):
-            with pytest.raises(ConfigError) as err:
-                gen.measure(*args)
-            assert err.value.field == field
+    sc = Scenario()
+    with fake_server(sc) as srv:
+        with generator(srv, sc) as gen:
+            for args, field in (((0, 1.0), "rate"), ((1e3, -1.0), "duration"), ((1e3, 1.0, 0), "packets")):
+                with pytest.raises(ConfigError) as err:
+                    gen.measure(*args)
+                assert err.value.field == field
+        assert "start_traffic" not in srv.method_names
 
 
-# -- the console profile --------------------------------------------------------------------------
-@pytest.fixture()
-def profile_module(monkeypatch) -> ModuleType:
-    """trex_profiles/pgwu.py imported the way TRex does (by file), with a fake trex.stl.api."""
-    api = ModuleType("trex.stl.api")
-    api.__dict__.update(vars(fake_stl()))
-    for name, mod in (("trex", ModuleType("trex")), ("trex.stl", ModuleType("trex.stl")), ("trex.stl.api", api)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    spec = importlib.util.spec_from_file_location("pgwu_trex_profile", ROOT / "trex_profiles" / "pgwu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_profile_follows_trex_loader_rules(profile_module):
-    func = profile_module.register().get_streams
-    # TRex's STLProfile.get_module_tunables: every get_streams argument needs a default
-    assert len(func.__defaults__) == func.__code__.co_argcount - 1
-
-
-def test_profile_keyword_tunables_old_console(profile_module):
-    """``-t frame_size=128,flows=100`` (TRex passes direction = port % 2 and the values as keywords)."""
-    (stream,) = profile_module.register().get_streams(direction=0, port_id=0, frame_size=128, flows=100)
-    frame = stream.kw["packet"].kw["pkt_buffer"]
-    assert len(frame) == 128 + 36 - 4  # uplink GTP-U, no FCS
-    assert stream.kw["packet"].kw["vm"].commands[0].kw["max_value"] == 99
-    (dl,) = profile_module.register().get_streams(direction=1, port_id=1)
-    assert len(dl.kw["packet"].kw["pkt_buffer"]) == 60
-    (forced,) = profile_module.register().get_streams(direction=0, port_id=0, dir="dl")
-    assert len(forced.kw["packet"].kw["pkt_buffer"]) == 60
-
-
-def test_profile_argparse_tunables_new_console(profile_module):
-    streams = profile_module.register().get_streams(
-        direction=0, port_id=0, tunables=["--dir", "dl", "--frame-size", "256", "--flows", "50",
-                                          "--latency_pg_id", "9", "--pps", "20000"])
-    data, lat = streams
-    assert len(data.kw["packet"].kw["pkt_buffer"]) == 252
-    assert data.kw["mode"].kw["pps"] + lat.kw["mode"].kw["pps"] == 20000
-    assert lat.kw["flow_stats"].kw["pg_id"] == 9
-
-
-def test_profile_rejects_unknown_tunables_and_directions(profile_module):
-    with pytest.raises(ConfigError, match="tunable: 'rate'"):
-        profile_module.register().get_streams(rate=5)
-    with pytest.raises(ConfigError, match="dir: 'up'"):
-        profile_module.register().get_streams(dir="up")
-    with pytest.raises(SystemExit):
-        profile_module.register().get_streams(tunables=["--nope", "1"])
+def test_json_keys_back_to_numbers():
+    assert trexlib.int_keys(json.loads(json.dumps({0: {"x": 1}, "latency": {5: {"histogram": {10: 2}}}}))) == \
+        {0: {"x": 1}, "latency": {5: {"histogram": {10: 2}}}}

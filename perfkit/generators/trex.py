@@ -8,30 +8,35 @@ The data stream is perfkit's traffic profile translated 1:1 into TRex's field en
 A latency run adds a low-rate ``STLFlowLatencyStats`` stream whose rate is taken out of the data
 stream's, so the port still offers exactly the intended rate.
 
-Every name of TRex's API comes from one ``stl`` namespace (``trex.stl.api`` by default), so tests
-and TRex's own console (``trex_profiles/*.py``) build streams with the same code.
+TRex's own client library does the work, but never in this process: importing it swaps scapy for
+its bundled 2.4.3. perfkit builds plain stream specs (``StreamSpec``: frame bytes, field-engine
+instructions named by their TRex classes, mode, flow stats) and a TRex worker
+(``perfkit.trexlib``, TRex's Python) turns them into real ``STLStream`` objects and runs the
+session with TRex's real ``STLClient``.
 """
 from __future__ import annotations
 
-import importlib
+import base64
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.fieldengine import FieldEngine
 from perfkit.generators.base import Generator
 from perfkit.scenario import Scenario
+from perfkit.trexlib.client import TRexWorker, build_streams_json, int_keys
 from perfkit.trial import TrialResult
 from perfkit.units import FCS_LEN
 
 #: Environment variable naming the TRex server when no ``server`` option is given.
 ENV_SERVER = "PERFKIT_TREX_SERVER"
-STL_MODULE = "trex.stl.api"
+#: TRex's default ZMQ ports: JSON-RPC requests (sync) and the publisher (async).
+SYNC_PORT, ASYNC_PORT = 4501, 4500
 #: (tx port, rx port) by the DUT port the traffic enters (``Traffic.ingress``) when not given.
 DEFAULT_PORTS = {"a": (0, 1), "b": (1, 0)}
 LATENCY_PPS = 1000.0
@@ -44,57 +49,65 @@ CAPTURE_FILTER = "ip or (vlan and ip)"
 """BPF filter of the RX capture: only IPv4 (not ARP, LLDP), so only DUT output is checked."""
 WAIT_MARGIN = 10.0
 """Seconds ``wait_on_traffic`` may take beyond the sending time."""
+CALL_TIMEOUT = 120.0
+"""Seconds one TRex operation may take in the worker (connect, ARP resolution ...) before it is
+stopped; the client's own timeouts (3 s per RPC, ``wait_on_traffic``'s) normally fire first."""
 PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p99.9": 0.999}
 GLOBAL_COUNTERS_NOTE = ("TRex global port counters: ARP, LLDP and any other frame on the RX port count as "
                         "received (seed 000); 'received = not lost' is an approximation")
-
-
-def load_stl() -> Any:
-    """TRex's STL API module, or a PerfkitError that says how to make it importable."""
-    try:
-        return importlib.import_module(STL_MODULE)
-    except ImportError as err:
-        raise PerfkitError(
-            f"the TRex client library is missing ({STL_MODULE}: {err}); it ships with TRex: add "
-            "<trex>/automation/trex_control_plane/interactive to PYTHONPATH (e.g. export "
-            "PYTHONPATH=/opt/trex/v3.04/automation/trex_control_plane/interactive)") from err
+IP_PROTO_TCP, IP_PROTO_UDP = 6, 17
+L4_CSUM_AT = {IP_PROTO_TCP: 16, IP_PROTO_UDP: 6}
+"""Where the L4 checksum is in its header, by IPv4 protocol."""
 
 
 # -- streams ---------------------------------------------------------------------------------------
-def vm_instructions(stl: Any, engine: FieldEngine) -> list[Any]:
+def _vm(kind: str, **args: Any) -> dict[str, Any]:
+    """One field-engine instruction, named by its TRex class (the worker instantiates it)."""
+    return {"type": kind, "args": args}
+
+
+def vm_instructions(engine: FieldEngine, frame: bytes) -> list[dict[str, Any]]:
     """perfkit's field engine as TRex STLVm* instructions, offset for offset.
 
-    Variables are 4-byte ``STLVmFlowVar`` named ``flow<i>``; 4-byte writes are ``STLVmWrFlowVar``,
-    narrower ones ``STLVmWrMaskFlowVar`` (TRex writes a variable's full size otherwise). Checksums
-    that a write covers are fixed: the IPv4 header with ``STLVmFixIpv4``, TCP with
-    ``STLVmFixChecksumHw`` (``engine.l3_offset``/``l4_offset``: where those headers are in the frame).
+    Variables are 4-byte ``STLVmFlowVar`` named ``flow<i>`` (TRex steps every variable once per
+    packet, as perfkit's generator does); 4-byte writes are ``STLVmWrFlowVar``, narrower ones
+    ``STLVmWrMaskFlowVar`` (``STLVmWrFlowVar`` writes the variable's full size). Checksums a write
+    covers are fixed: the IPv4 header alone with ``STLVmFixIpv4``; an L4 checksum with
+    ``STLVmFixChecksumHw``, which fixes the IPv4 header too (TRex's docs: "use it if both L4 and L3
+    need to be fixed"), its ``l4_type`` from the frame's IPv4 protocol (TCP: checksum at l4+16,
+    UDP: l4+6).
     """
-    out: list[Any] = [stl.STLVmFlowVar(name=f"flow{i}", min_value=v.min, max_value=v.max, size=4, step=v.step,
-                                       op=v.op) for i, v in enumerate(engine.vars)]
+    out = [_vm("STLVmFlowVar", name=f"flow{i}", min_value=v.min, max_value=v.max, size=4, step=v.step, op=v.op)
+           for i, v in enumerate(engine.vars)]
     for w in engine.writes:
         if w.size == 4:
-            out.append(stl.STLVmWrFlowVar(fv_name=f"flow{w.var}", pkt_offset=w.offset, add_val=w.add, is_big=True))
+            out.append(_vm("STLVmWrFlowVar", fv_name=f"flow{w.var}", pkt_offset=w.offset, add_val=w.add,
+                           is_big=True))
         elif w.size in (1, 2):
-            out.append(stl.STLVmWrMaskFlowVar(fv_name=f"flow{w.var}", pkt_offset=w.offset, pkt_cast_size=w.size,
-                                              mask=(1 << 8 * w.size) - 1, shift=0, add_value=w.add, is_big=True))
+            out.append(_vm("STLVmWrMaskFlowVar", fv_name=f"flow{w.var}", pkt_offset=w.offset, pkt_cast_size=w.size,
+                           mask=(1 << 8 * w.size) - 1, shift=0, add_value=w.add, is_big=True))
         else:
             raise ConfigError(f"field engine write {w.name} size", w.size, (1, 2, 4))
     covered = 0
     for w in engine.writes:
         covered |= w.csum_mask
-    out += [_checksum_fix(stl, off, engine.l3_offset, engine.l4_offset) for i, off in enumerate(engine.csum_offsets)
-            if covered >> i & 1]
-    return out
+    fixed = [off for i, off in enumerate(engine.csum_offsets) if covered >> i & 1]
+    return out + _checksum_fixes(fixed, engine.l3_offset, engine.l4_offset, frame)
 
 
-def _checksum_fix(stl: Any, offset: int, inner_ip: int, inner_l4: int) -> Any:
-    if offset == inner_ip + 10:
-        return stl.STLVmFixIpv4(offset=inner_ip)
-    if offset == inner_l4 + 16:
-        return stl.STLVmFixChecksumHw(l3_offset=inner_ip, l4_offset=inner_l4,
-                                      l4_type=stl.CTRexVmInsFixHwCs.L4_TYPE_TCP)
-    raise ConfigError("checksum offset", offset,
-                      f"the inner IPv4 ({inner_ip + 10}) or inner TCP ({inner_l4 + 16}) checksum")
+def _checksum_fixes(offsets: list[int], l3: int, l4: int, frame: bytes) -> list[dict[str, Any]]:
+    if not offsets:
+        return []
+    proto = frame[l3 + 9] if 0 <= l3 < len(frame) - 9 else -1
+    l4_csum = l4 + L4_CSUM_AT[proto] if l4 >= 0 and proto in L4_CSUM_AT else None
+    allowed = f"the IPv4 header checksum ({l3 + 10})" + (f" or the L4 checksum ({l4_csum})" if l4_csum else "")
+    for off in offsets:
+        if off not in (l3 + 10, l4_csum):
+            raise ConfigError("checksum offset", off, allowed)
+    if l4_csum in offsets:
+        return [_vm("STLVmFixChecksumHw", l3_offset=l3, l4_offset=l4,
+                    l4_type="tcp" if proto == IP_PROTO_TCP else "udp")]
+    return [_vm("STLVmFixIpv4", offset=l3)]
 
 
 @dataclass(frozen=True)
@@ -121,34 +134,60 @@ def split_load(rate_pps: float, packets: int | None, latency_pps: float) -> Load
     return Load(rate_pps - lat, lat, packets - lat_packets, lat_packets)
 
 
-def _mode(stl: Any, pps: float, packets: int | None) -> Any:
-    return stl.STLTXCont(pps=pps) if packets is None else stl.STLTXSingleBurst(total_pkts=packets, pps=pps)
+def _mode(pps: float, packets: int | None) -> dict[str, Any]:
+    return ({"type": "continuous", "pps": float(pps)} if packets is None
+            else {"type": "single_burst", "pps": float(pps), "total_pkts": int(packets)})
 
 
-def build_streams(stl: Any, profile: Traffic, rate_pps: float, packets: int | None = None, *,
-                  flow_op: str = "inc", latency_pg_id: int | None = None, latency_pps: float = LATENCY_PPS,
-                  random_seed: int = RANDOM_SEED, packet_macs: bool = True) -> list[Any]:
-    """The STLStreams of one trial: the profile's flows at ``rate_pps`` (a single burst of ``packets``
+@dataclass(frozen=True)
+class StreamSpec:
+    """One TRex stream as plain data: what perfkit decides, for TRex's ``STLStream`` to check and
+    encode (``to_request`` is what the TRex worker receives)."""
+
+    name: str
+    frame: bytes
+    """Without FCS (TRex adds it)."""
+    mode: dict[str, Any]
+    """``{"type": "continuous", "pps": x}`` or ``{"type": "single_burst", "pps": x, "total_pkts": n}``."""
+    vm: tuple[dict[str, Any], ...] = ()
+    """Field-engine instructions: ``{"type": "<STLVm class>", "args": {...}}``."""
+    flow_stats: dict[str, Any] | None = None
+    """``{"type": "latency", "pg_id": n}``: an ``STLFlowLatencyStats`` stream."""
+    random_seed: int = 0
+    packet_macs: bool = True
+    """True: send the frame's MAC addresses; False: the port's (its L2/L3 mode)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_request(self) -> dict[str, Any]:
+        return {"name": self.name, "frame": base64.b64encode(self.frame).decode(), "mode": dict(self.mode),
+                "vm": [dict(i) for i in self.vm], "flow_stats": self.flow_stats, "random_seed": self.random_seed,
+                "mac_src_override_by_pkt": self.packet_macs,
+                "mac_dst_override_mode": "pkt" if self.packet_macs else "cfg", **self.extra}
+
+
+def build_streams(profile: Traffic, rate_pps: float, packets: int | None = None, *, flow_op: str = "inc",
+                  latency_pg_id: int | None = None, latency_pps: float = LATENCY_PPS,
+                  random_seed: int = RANDOM_SEED, packet_macs: bool = True) -> list[StreamSpec]:
+    """The streams of one trial: the profile's flows at ``rate_pps`` (a single burst of ``packets``
     if given), plus a latency stream of flow 0 when ``latency_pg_id`` is set.
 
     ``packet_macs``: TRex sends the profile's MAC addresses; False: the port's (its L2/L3 mode).
     """
     frame = profile.packet(0)
     frame += b"\0" * max(0, profile.wire_frame_size - FCS_LEN - len(frame))
-    vm = vm_instructions(stl, profile.field_engine(flow_op))
+    vm = tuple(vm_instructions(profile.field_engine(flow_op), frame))
     load = split_load(rate_pps, packets, latency_pps if latency_pg_id is not None else 0.0)
-    macs = ({"mac_src_override_by_pkt": True, "mac_dst_override_mode": stl.STLStreamDstMAC_PKT} if packet_macs
-            else {"mac_src_override_by_pkt": False, "mac_dst_override_mode": stl.STLStreamDstMAC_CFG_FILE})
-    # pkt_buffer, not a scapy object: importing trex swaps scapy for its bundled copy (trex/__init__.py),
-    # so a perfkit scapy Packet may fail TRex's type check; bytes never do.
-    streams = [stl.STLStream(name="perfkit-data", mode=_mode(stl, load.data_pps, load.data_packets),
-                             packet=stl.STLPktBuilder(pkt_buffer=frame, vm=stl.STLScVmRaw(vm) if vm else None),
-                             random_seed=random_seed, **macs)]
+    streams = [StreamSpec("perfkit-data", frame, _mode(load.data_pps, load.data_packets), vm,
+                          random_seed=random_seed, packet_macs=packet_macs)]
     if load.latency_pps:
-        streams.append(stl.STLStream(name="perfkit-latency", mode=_mode(stl, load.latency_pps, load.latency_packets),
-                                     packet=stl.STLPktBuilder(pkt_buffer=frame),
-                                     flow_stats=stl.STLFlowLatencyStats(pg_id=latency_pg_id), **macs))
+        streams.append(StreamSpec("perfkit-latency", frame, _mode(load.latency_pps, load.latency_packets),
+                                  flow_stats={"type": "latency", "pg_id": latency_pg_id}, packet_macs=packet_macs))
     return streams
+
+
+def streams_json(streams: list[StreamSpec], worker: TRexWorker | None = None) -> list[dict[str, Any]]:
+    """The streams as TRex's ``STLStream.to_json()`` makes them: what a TRex server receives."""
+    return build_streams_json([s.to_request() for s in streams], worker=worker)
 
 
 # -- stats -----------------------------------------------------------------------------------------
@@ -213,25 +252,29 @@ def stats_to_result(stats: dict[Any, Any], scenario: Scenario, *, wire_frame_siz
 
 # -- the generator ---------------------------------------------------------------------------------
 class TRexGenerator(Generator):
-    """A TRex STL server driven through its Python client, prepared for one scenario."""
+    """A TRex STL server driven through TRex's ``STLClient`` (in a TRex worker), prepared for one scenario."""
 
     name = "trex"
 
-    def __init__(self, scenario: Scenario, *, server: str | None = None, tx_port: int | None = None,
-                 rx_port: int | None = None, l2: dict[int, str] | None = None,
-                 l3: dict[int, tuple[str, str]] | None = None, latency_pg_id: int | None = None,
-                 latency_pps: float = LATENCY_PPS, capture: str | Path | None = None,
-                 capture_count: int = CAPTURE_COUNT, flow_op: str = "inc", random_seed: int = RANDOM_SEED,
-                 profile: Traffic | None = None, client_factory: Callable[..., Any] | None = None,
-                 stl: Any = None):
-        """``l2``: port -> destination MAC; ``l3``: port -> (source IPv4, gateway IPv4), resolved by ARP;
-        with either, frames carry the ports' MACs, else the profile's. ``capture``: pcap path of a
-        sample of RX frames, each checked against the dataplane's reference model. ``client_factory(server=...)`` makes
-        the client (default ``STLClient``); ``stl``: the API namespace (default ``trex.stl.api``)."""
+    def __init__(self, scenario: Scenario, *, server: str | None = None, sync_port: int = SYNC_PORT,
+                 async_port: int = ASYNC_PORT, tx_port: int | None = None, rx_port: int | None = None,
+                 l2: dict[int, str] | None = None, l3: dict[int, tuple[str, str]] | None = None,
+                 latency_pg_id: int | None = None, latency_pps: float = LATENCY_PPS,
+                 capture: str | Path | None = None, capture_count: int = CAPTURE_COUNT, flow_op: str = "inc",
+                 random_seed: int = RANDOM_SEED, profile: Traffic | None = None,
+                 trex_python: str | Path | None = None, trex_home: str | Path | None = None):
+        """``server``: the TRex host (default env ``PERFKIT_TREX_SERVER``), ``sync_port``/``async_port``
+        its ZMQ ports. ``l2``: port -> destination MAC; ``l3``: port -> (source IPv4, gateway IPv4),
+        resolved by ARP; with either, frames carry the ports' MACs, else the profile's. ``capture``:
+        pcap path of a sample of RX frames, each checked against the dataplane's reference model.
+        ``trex_python``/``trex_home``: the worker's Python and TRex installation (default: env
+        ``PERFKIT_TREX_PYTHON``/``TREX_HOME``, else ``build/trex-venv`` with the PyPI client)."""
         super().__init__(scenario)
+        self._worker: TRexWorker | None = None
         self.server = server or os.environ.get(ENV_SERVER) or None
-        if self.server is None and client_factory is None:
+        if self.server is None:
             raise ConfigError("server", None, f"a TRex server host (option server or env {ENV_SERVER})")
+        self.sync_port, self.async_port = _tcp_port("sync_port", sync_port), _tcp_port("async_port", async_port)
         default_tx, default_rx = DEFAULT_PORTS[scenario.traffic().ingress]
         self.tx_port, self.rx_port = _port("tx_port", tx_port, default_tx), _port("rx_port", rx_port, default_rx)
         self.l2, self.l3 = dict(l2 or {}), dict(l3 or {})
@@ -245,11 +288,9 @@ class TRexGenerator(Generator):
         self.flow_op, self.random_seed = flow_op, random_seed
         self.profile = profile or scenario.traffic()
         self.profile.field_engine(flow_op)  # validates flow_op and flows now, not at the first trial
-        self.stl = stl if stl is not None else load_stl()
-        factory = client_factory or (lambda server: self.stl.STLClient(server=server))
-        self._client: Any = factory(server=self.server)
+        self._worker = TRexWorker(trex_python, trex_home=trex_home)
         try:
-            self._client.connect()
+            self._call("connect", server=self.server, sync_port=self.sync_port, async_port=self.async_port)
         except BaseException:
             self.close()
             raise
@@ -258,6 +299,15 @@ class TRexGenerator(Generator):
     def ports(self) -> list[int]:
         return sorted({self.tx_port, self.rx_port})
 
+    def _call(self, method: str, timeout: float = CALL_TIMEOUT, **params: Any) -> Any:
+        if self._worker is None:
+            raise PerfkitError("this TRex generator is closed (disconnected): create a new one")
+        return self._worker.call(method, timeout=timeout, **params)
+
+    def _client(self, name: str, *, call_timeout: float = CALL_TIMEOUT, **kwargs: Any) -> Any:
+        """One ``STLClient`` method, run by the worker (``call_timeout``: how long the worker may take)."""
+        return self._call("call", timeout=call_timeout, name=name, kwargs=kwargs)
+
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
         if not (rate_pps > 0 and math.isfinite(rate_pps)):
             raise ConfigError("rate", rate_pps, "a positive number of packets/s")
@@ -265,22 +315,22 @@ class TRexGenerator(Generator):
             raise ConfigError("duration", duration, "a positive number of seconds")
         if packets is not None and not (isinstance(packets, int) and packets >= 1):
             raise ConfigError("packets", packets, "an integer >= 1")
-        c = self._client
-        if c is None:
+        if self._worker is None:
             raise PerfkitError("this TRex generator is closed (disconnected): create a new one")
-        c.reset(ports=self.ports)
+        self._client("reset", ports=self.ports)
         self._configure_ports()
-        c.add_streams(build_streams(self.stl, self.profile, rate_pps, packets, flow_op=self.flow_op,
-                                    latency_pg_id=self.latency_pg_id, latency_pps=self.latency_pps,
-                                    random_seed=self.random_seed, packet_macs=not (self.l2 or self.l3)),
-                      ports=[self.tx_port])
+        streams = build_streams(self.profile, rate_pps, packets, flow_op=self.flow_op,
+                                latency_pg_id=self.latency_pg_id, latency_pps=self.latency_pps,
+                                random_seed=self.random_seed, packet_macs=not (self.l2 or self.l3))
+        self._call("add_streams", streams=[s.to_request() for s in streams], ports=[self.tx_port])
         capture_id = self._start_capture()
-        c.clear_stats(ports=self.ports)
+        self._client("clear_stats", ports=self.ports)
         sending = packets / rate_pps if packets else duration
+        wait = math.ceil(sending + WAIT_MARGIN)
         start = time.time()
-        c.start(ports=[self.tx_port], mult="1", duration=-1 if packets else duration, force=True)
-        c.wait_on_traffic(ports=[self.tx_port], timeout=math.ceil(sending + WAIT_MARGIN))
-        stats = c.get_stats(ports=self.ports)
+        self._client("start", ports=[self.tx_port], mult="1", duration=-1 if packets else duration, force=True)
+        self._client("wait_on_traffic", call_timeout=wait + CALL_TIMEOUT, ports=[self.tx_port], timeout=wait)
+        stats = int_keys(self._client("get_stats", ports=self.ports))
         result = stats_to_result(stats, self.scenario, wire_frame_size=self.profile.wire_frame_size,
                                  tx_port=self.tx_port, rx_port=self.rx_port, rate_pps=rate_pps, duration=duration,
                                  packets=packets, latency_pg_id=self.latency_pg_id, start_time=start,
@@ -290,32 +340,34 @@ class TRexGenerator(Generator):
         return result
 
     def _configure_ports(self) -> None:
-        """L2 mode (static destination MAC) and L3 mode (ARP-resolved gateway, in service mode)."""
-        for port, dst_mac in self.l2.items():
-            self._client.set_l2_mode(port=port, dst_mac=dst_mac)
-        if self.l3:
-            self._client.set_service_mode(ports=list(self.l3), enabled=True)
-            try:
-                for port, (src, gw) in self.l3.items():
-                    self._client.set_l3_mode(port=port, src_ipv4=src, dst_ipv4=gw)
-            finally:
-                self._client.set_service_mode(ports=list(self.l3), enabled=False)
+        """L2 mode (static destination MAC) and L3 mode (gateway resolved by ARP): TRex configures
+        either only in service mode (``set_l2_mode`` refuses otherwise), so the ports enter it and leave it."""
+        ports = sorted({*self.l2, *self.l3})
+        if not ports:
+            return
+        self._client("set_service_mode", ports=ports, enabled=True)
+        try:
+            for port, dst_mac in self.l2.items():
+                self._client("set_l2_mode", port=port, dst_mac=dst_mac)
+            for port, (src, gw) in self.l3.items():
+                self._client("set_l3_mode", port=port, src_ipv4=src, dst_ipv4=gw)
+        finally:
+            self._client("set_service_mode", ports=ports, enabled=False)
 
     def _start_capture(self) -> int | None:
         if self.capture_path is None:
             return None
-        self._client.set_service_mode(ports=[self.rx_port], enabled=True)  # TRex captures in service mode
-        return self._client.start_capture(rx_ports=[self.rx_port], limit=self.capture_count,
-                                          bpf_filter=CAPTURE_FILTER)["id"]
+        self._client("set_service_mode", ports=[self.rx_port], enabled=True)  # TRex captures in service mode
+        return int(self._client("start_capture", rx_ports=[self.rx_port], limit=self.capture_count,
+                                bpf_filter=CAPTURE_FILTER)["id"])
 
     def _check_capture(self, capture_id: int, result: TrialResult) -> None:
         """Stop the capture, save it, check every frame with the dataplane's model (seed 001: TRex cannot
         tell whether what came back is right)."""
         assert self.capture_path is not None
-        captured: list[dict[str, Any]] = []
-        self._client.stop_capture(capture_id, output=captured)
-        self._client.set_service_mode(ports=[self.rx_port], enabled=False)
-        frames = [bytes(p["binary"]) for p in captured]
+        captured = self._call("stop_capture", capture_id=capture_id)
+        self._client("set_service_mode", ports=[self.rx_port], enabled=False)
+        frames = [base64.b64decode(p["binary"]) for p in captured]
         _write_pcap(self.capture_path, frames)
         why = [w for f in frames if (w := self.scenario.dp.check_output(self.profile, f))]
         result.mismatched_packets = len(why)
@@ -325,9 +377,23 @@ class TRexGenerator(Generator):
                                 f"first: {why[0]}")
 
     def close(self) -> None:
-        client, self._client = getattr(self, "_client", None), None
-        if client is not None:
-            client.disconnect()
+        """Disconnect from TRex (the worker releases the ports) and end the worker. Idempotent."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        try:
+            if worker.alive:
+                worker.call("disconnect", timeout=CALL_TIMEOUT)
+        except PerfkitError:
+            pass  # the worker's exit disconnects too; its log keeps the reason
+        finally:
+            worker.close()
+
+
+def _tcp_port(field: str, value: int) -> int:
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535):
+        raise ConfigError(field, value, "a TCP port number, 1 .. 65535")
+    return value
 
 
 def _port(field: str, value: int | None, default: int) -> int:

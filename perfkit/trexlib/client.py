@@ -73,6 +73,7 @@ class TRexWorker:
         self._lock = threading.Lock()
         self._next_id = 0
         self._buf = b""
+        self._keep_log = False
         self.owner_pid = os.getpid()
         # -I: no PYTHONPATH, no user site, no script directory: only the TRex environment's packages
         self.proc = subprocess.Popen([str(self.python), "-I", str(WORKER)], stdin=subprocess.PIPE,
@@ -139,6 +140,7 @@ class TRexWorker:
 
     def _error(self, method: str, err: dict[str, Any]) -> PerfkitError:
         kind, message = err.get("kind"), err.get("message", "")
+        self._keep_log = self._keep_log or kind not in ("config", "error")  # its traceback is there
         if kind == "config":
             return ConfigError(err["field"], err.get("value"), err.get("allowed", ""))
         if kind == "trex":
@@ -177,7 +179,7 @@ class TRexWorker:
                 except OSError:
                     pass
         self.log.close()
-        if proc.returncode in (0, -15, 143):
+        if proc.returncode in (0, -15, 143) and not self._keep_log:
             Path(self.log.name).unlink(missing_ok=True)
 
     def kill(self) -> None:
