@@ -48,6 +48,14 @@ SUPPORTED = ["api_sync_v2", "get_version", "get_system_info", "get_supported_cmd
 Dut = Callable[[bytes], "bytes | None"]
 
 
+def _bind(socket: zmq.Socket, port: int) -> int:
+    """Bind on 127.0.0.1: ``port``, or a free one when 0."""
+    if port == 0:
+        return socket.bind_to_random_port("tcp://127.0.0.1")
+    socket.bind(f"tcp://127.0.0.1:{port}")
+    return port
+
+
 class RpcError(Exception):
     def __init__(self, message: str, code: int = -32000):
         super().__init__(message)
@@ -91,7 +99,7 @@ class FakeTRexRpcServer:
     def __init__(self, ports: int = 2, dut: Dut | None = None, capacity_pps: float | None = None,
                  latency_usec: dict[int, int] | None = None, latency_range: tuple[float, float] = (12.0, 150.0),
                  corrupt_capture: bool = False, fail_on: str | None = None,
-                 gateways: dict[str, str] | None = None):
+                 gateways: dict[str, str] | None = None, sync_port: int = 0, async_port: int = 0):
         self.ports = [PortState(i) for i in range(ports)]
         self.dut: Dut = dut or (lambda frame: frame)
         self.capacity_pps = capacity_pps
@@ -111,8 +119,7 @@ class FakeTRexRpcServer:
         self._ctx = zmq.Context()
         self._rep = self._ctx.socket(zmq.REP)
         self._pub = self._ctx.socket(zmq.PUB)
-        self.sync_port = self._rep.bind_to_random_port("tcp://127.0.0.1")
-        self.async_port = self._pub.bind_to_random_port("tcp://127.0.0.1")
+        self.sync_port, self.async_port = _bind(self._rep, sync_port), _bind(self._pub, async_port)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="fake-trex-rpc", daemon=True)
 

@@ -309,8 +309,9 @@ class TRexGenerator(Generator):
         return self._call("call", timeout=call_timeout, name=name, kwargs=kwargs)
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
-        if not (rate_pps > 0 and math.isfinite(rate_pps)):
-            raise ConfigError("rate", rate_pps, "a positive number of packets/s")
+        if not (isinstance(rate_pps, (int, float)) and rate_pps > 0 and math.isfinite(rate_pps)):
+            # None: the CLI without --rate; TRex has no "as fast as it can" to fall back on
+            raise ConfigError("rate", rate_pps, "a positive number of packets/s (CLI: --rate, e.g. 1Mpps)")
         if not (duration > 0 and math.isfinite(duration)):
             raise ConfigError("duration", duration, "a positive number of seconds")
         if packets is not None and not (isinstance(packets, int) and packets >= 1):
