@@ -26,6 +26,12 @@
 #define GEN_CFG const
 #define GEN_COMPILED_IN 1
 static const struct gen_config gen_cfg = GEN_CONFIG_INIT;
+#ifdef GEN_MIX_INIT	/* a TRex profile's streams 1-3 (perfkit/testbed/stlgen.py) */
+static const struct gen_mix gen_mix = GEN_MIX_INIT;
+static const struct gen_config gen_cfg1 = GEN_CONFIG1_INIT;
+static const struct gen_config gen_cfg2 = GEN_CONFIG2_INIT;
+static const struct gen_config gen_cfg3 = GEN_CONFIG3_INIT;
+#endif
 #else
 #define GEN_CFG const volatile
 #define GEN_COMPILED_IN 0
@@ -181,31 +187,35 @@ static __always_inline void vm_update(GEN_CFG struct gen_vm_var *v, struct gen_s
 }
 
 /* Run the operations in the profile's order; -1 if the frame is too short (plain build only). */
-static __always_inline int vm_run(void *data, void *data_end, struct gen_state *st)
+static __always_inline int vm_run(GEN_CFG struct gen_config *cfg, void *data, void *data_end, struct gen_state *st,
+				  int stream)
 {
-	if (!st->vm_ready) {
+	/* a stream's variables have indexes of their own (several streams share vm_val) */
+	if (!(st->vm_ready & (1U << stream))) {
 #pragma unroll
 		for (int i = 0; i < GEN_VM_MAX_VARS; i++) {
-			if (i >= gen_cfg.vm_nvars)
+			if (i >= cfg->vm_nvars)
 				break;
-			st->vm_val[i] = gen_cfg.vm_vars[i].prev;
-			st->vm_port[i] = gen_cfg.vm_vars[i].prev_port;
+			if (!cfg->vm_vars[i].size)
+				continue;
+			st->vm_val[i] = cfg->vm_vars[i].prev;
+			st->vm_port[i] = cfg->vm_vars[i].prev_port;
 			st->vm_flow[i] = 0;
 		}
-		st->vm_ready = 1;
+		st->vm_ready |= 1U << stream;
 	}
 #pragma unroll
 	for (int k = 0; k < GEN_VM_MAX_OPS; k++) {
-		GEN_CFG struct gen_vm_op *op = &gen_cfg.vm_ops[k];
+		GEN_CFG struct gen_vm_op *op = &cfg->vm_ops[k];
 		int i = op->var & (GEN_VM_MAX_VARS - 1);
 		int big = op->flags & GEN_VM_BIG_ENDIAN;
 		__u8 *p = data + (op->offset & (GEN_TEMPLATE_MAX - 1));
 		__u64 v;
 
-		if (k >= gen_cfg.vm_nops)
+		if (k >= cfg->vm_nops)
 			break;
 		if (op->kind == GEN_VM_OP_UPDATE) {
-			vm_update(&gen_cfg.vm_vars[i], st, i);
+			vm_update(&cfg->vm_vars[i], st, i);
 			continue;
 		}
 		if (OUT_OF_BOUNDS(p + 8))
@@ -228,15 +238,15 @@ static __always_inline int vm_run(void *data, void *data_end, struct gen_state *
 }
 
 /* The profile's checksums, RFC 1624 over the words that may have changed (after the signature). */
-static __always_inline int vm_csums(void *data, void *data_end)
+static __always_inline int vm_csums(GEN_CFG struct gen_config *cfg, void *data, void *data_end)
 {
 #pragma unroll
 	for (int c = 0; c < GEN_VM_MAX_CSUMS; c++) {
-		GEN_CFG struct gen_vm_csum *cs = &gen_cfg.vm_csums[c];
+		GEN_CFG struct gen_vm_csum *cs = &cfg->vm_csums[c];
 		__u32 acc = cs->old;
 		__u16 *f;
 
-		if (c >= gen_cfg.vm_ncsums)
+		if (c >= cfg->vm_ncsums)
 			break;
 #pragma unroll
 		for (int r = 0; r < GEN_VM_CSUM_RANGES; r++) {
@@ -263,50 +273,177 @@ static __always_inline int vm_csums(void *data, void *data_end)
 }
 
 /* Bytes of the frame the program touches (compiled in, a constant: clang folds the loops). */
-static __always_inline __u32 gen_end(void)
+static __always_inline __u32 gen_end(GEN_CFG struct gen_config *cfg)
 {
-	__u32 end = gen_cfg.restore_len;
+	__u32 end = cfg->restore_len;
 
-	if (gen_cfg.sig_off && gen_cfg.sig_off + sizeof(struct signature) > end)
-		end = gen_cfg.sig_off + sizeof(struct signature);
+	if (cfg->sig_off && cfg->sig_off + sizeof(struct signature) > end)
+		end = cfg->sig_off + sizeof(struct signature);
 	for (int w = 0; w < GEN_MAX_WRITES; w++)
-		if (w < gen_cfg.nwrites && gen_cfg.writes[w].offset + 4U > end)
-			end = gen_cfg.writes[w].offset + 4U;
+		if (w < cfg->nwrites && cfg->writes[w].offset + 4U > end)
+			end = cfg->writes[w].offset + 4U;
 	for (int c = 0; c < GEN_MAX_CSUMS; c++)
-		if (gen_cfg.csum_off[c] + 2U > end)
-			end = gen_cfg.csum_off[c] + 2U;
+		if (cfg->csum_off[c] + 2U > end)
+			end = cfg->csum_off[c] + 2U;
 	for (int k = 0; k < GEN_VM_MAX_OPS; k++)
-		if (GEN_COMPILED_IN && k < gen_cfg.vm_nops && gen_cfg.vm_ops[k].kind != GEN_VM_OP_UPDATE &&
-		    gen_cfg.vm_ops[k].offset + gen_cfg.vm_ops[k].size > end)
-			end = gen_cfg.vm_ops[k].offset + gen_cfg.vm_ops[k].size;
+		if (GEN_COMPILED_IN && k < cfg->vm_nops && cfg->vm_ops[k].kind != GEN_VM_OP_UPDATE &&
+		    cfg->vm_ops[k].offset + cfg->vm_ops[k].size > end)
+			end = cfg->vm_ops[k].offset + cfg->vm_ops[k].size;
 	for (int c = 0; c < GEN_VM_MAX_CSUMS; c++) {
-		if (!GEN_COMPILED_IN || c >= gen_cfg.vm_ncsums)
+		if (!GEN_COMPILED_IN || c >= cfg->vm_ncsums)
 			continue;
-		if (gen_cfg.vm_csums[c].off + 2U > end)
-			end = gen_cfg.vm_csums[c].off + 2U;
+		if (cfg->vm_csums[c].off + 2U > end)
+			end = cfg->vm_csums[c].off + 2U;
 		for (int r = 0; r < GEN_VM_CSUM_RANGES; r++)
-			if (r < gen_cfg.vm_csums[c].nranges && gen_cfg.vm_csums[c].hi[r] > end)
-				end = gen_cfg.vm_csums[c].hi[r];
+			if (r < cfg->vm_csums[c].nranges && cfg->vm_csums[c].hi[r] > end)
+				end = cfg->vm_csums[c].hi[r];
 	}
 	return end;
 }
 
-SEC("xdp")
-int xdp_gen(struct xdp_md *ctx)
+/* Build one frame of the stream cfg describes and send it. */
+static __always_inline int gen_build(struct xdp_md *ctx, GEN_CFG struct gen_config *cfg, struct gen_state *st,
+				     int stamped, int stream)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 acc0 = 0, acc1 = 0, acc2 = 0; /* GEN_MAX_CSUMS checksums being fixed up */
 	__u32 var0 = 0, var1 = 0; /* GEN_MAX_VARS; scalars, since a variable index into the stack is refused */
-	__u8 nwrites = gen_cfg.nwrites;
-	int stamped = 0;
+	__u8 nwrites = cfg->nwrites;
 	__u32 words;
+
+	/* restore_len is a constant to the verifier (a frozen .rodata value): one bounds check
+	 * covers every word, and the unrolled steps past it are dead code */
+	words = cfg->restore_len / 8;
+	if (data + (GEN_COMPILED_IN ? gen_end(cfg) : words * 8) > data_end)
+		return XDP_ABORTED;
+#define RESTORE(i) \
+	if (words > (i)) \
+		((__u64 *)data)[i] = cfg->tmpl[i];
+	RESTORE(0) RESTORE(1) RESTORE(2) RESTORE(3) RESTORE(4) RESTORE(5) RESTORE(6) RESTORE(7)
+	RESTORE(8) RESTORE(9) RESTORE(10) RESTORE(11) RESTORE(12) RESTORE(13) RESTORE(14) RESTORE(15)
+#undef RESTORE
+
+	if (cfg->nvars > 0)
+		var0 = var_next(&cfg->vars[0], &st->var_pos[0], &st->rng);
+	if (cfg->nvars > 1)
+		var1 = var_next(&cfg->vars[1], &st->var_pos[1], &st->rng);
+
+	/* the VM only compiled in: in the plain build its unrolled loops would stay, as branches */
+	if (GEN_COMPILED_IN && cfg->vm_nops && vm_run(cfg, data, data_end, st, stream))
+		return XDP_ABORTED;
+
+#pragma unroll
+	for (int w = 0; w < GEN_MAX_WRITES; w++) {
+		GEN_CFG struct gen_write *wr = &cfg->writes[w];
+		__u16 *p = data + (wr->offset & (GEN_TEMPLATE_MAX - 2));
+		__u32 val, new;
+		__u8 mask;
+
+		if (w >= nwrites)
+			break;
+		if (OUT_OF_BOUNDS(p + 2))
+			return XDP_ABORTED;
+		val = (wr->var ? var1 : var0) + wr->add;
+		if (wr->size == 4) {
+			*(__be32 *)p = bpf_htonl(val);
+			new = (__u32)p[0] + p[1];
+		} else {
+			*(__be16 *)p = bpf_htons(val);
+			new = p[0];
+		}
+		mask = wr->csum_mask;
+		CSUM_ADD(mask, new + wr->csum_old);
+	}
+
+	if (cfg->sig_off) {
+		__u16 off = cfg->sig_off & (GEN_TEMPLATE_MAX - 1);
+		struct signature *sig = data + off;
+		__u32 slot;
+
+		if (OUT_OF_BOUNDS(sig + 1))
+			return XDP_ABORTED;
+		slot = (var0 + stream) & st->stream_mask & (GEN_MAX_STREAMS - 1);
+
+		if (!stamped) {
+			/* userspace alternates the ingress port of consecutive calls (the kernel ignores
+			 * the queue in live-frames mode): a change means the first frame of a new call,
+			 * whose stamp must not come from the previous call */
+			__u32 call = ctx->ingress_ifindex;
+
+			if (call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
+				st->last_ts = bpf_ktime_get_ns();
+				st->ts_count = 0;
+				st->epoch = call;
+			}
+			st->ts_count++;
+		}
+		sig->magic = SIGNATURE_MAGIC;
+		sig->stream = st->stream_base + slot;
+		sig->seq = st->seq[slot]++;
+		sig->tx_ns = st->last_ts;
+		if (cfg->sig_csum_mask) {
+			__u16 *w = (__u16 *)sig;
+			__u8 mask = cfg->sig_csum_mask;
+			__u32 new = (__u32)w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+
+			CSUM_ADD(mask, new + cfg->sig_csum_old);
+		}
+	}
+
+	if (acc0 && cfg->csum_off[0] && csum_apply(data, data_end, cfg->csum_off[0], acc0))
+		return XDP_ABORTED;
+	if (acc1 && cfg->csum_off[1] && csum_apply(data, data_end, cfg->csum_off[1], acc1))
+		return XDP_ABORTED;
+	if (acc2 && cfg->csum_off[2] && csum_apply(data, data_end, cfg->csum_off[2], acc2))
+		return XDP_ABORTED;
+	if (GEN_COMPILED_IN && cfg->vm_ncsums && vm_csums(cfg, data, data_end))
+		return XDP_ABORTED;
+
+	st->tx_packets++;
+	st->tx_bytes += cfg->frame_len + FCS_LEN;
+	return bpf_redirect(gen_tx_ifindex, 0);
+}
+
+#ifdef GEN_MIX_INIT
+/* Smooth weighted round robin (nginx's): every stream gains its weight, the richest is sent and
+ * pays the total, so stream i gets weight[i] of every total frames, evenly spread. */
+static __always_inline int mix_next(struct gen_state *st)
+{
+	int best = 0;
+
+#pragma unroll
+	for (int i = 0; i < GEN_MIX_MAX_STREAMS; i++) {
+		if (i >= gen_mix.nstreams)
+			break;
+		st->mix_cur[i] += gen_mix.weight[i];
+		if (st->mix_cur[i] > st->mix_cur[best])
+			best = i;
+	}
+	st->mix_cur[best & (GEN_MIX_MAX_STREAMS - 1)] -= gen_mix.total;
+	return best;
+}
+
+/* The stream's frame length: the frame handed to the kernel is the longest stream's. */
+static __always_inline int mix_trim(struct xdp_md *ctx, GEN_CFG struct gen_config *cfg)
+{
+	int delta = (int)cfg->frame_len - (int)gen_mix.base_len;
+
+	return delta ? bpf_xdp_adjust_tail(ctx, delta) : 0;
+}
+#endif
+
+SEC("xdp")
+int xdp_gen(struct xdp_md *ctx)
+{
+	int stamped = 0;
 	struct gen_state *st;
 	__u32 zero = 0;
 
 	st = bpf_map_lookup_elem(&gen_state, &zero);
 	if (!st)
 		return XDP_ABORTED;
+
 	/* a run that sends nothing returns XDP_DROP: the kernel recycles the frame untouched */
 	if (st->quota && st->tx_packets >= st->quota)
 		return XDP_DROP;
@@ -333,97 +470,20 @@ int xdp_gen(struct xdp_md *ctx)
 		stamped = 1;
 	}
 
-	/* restore_len is a constant to the verifier (a frozen .rodata value): one bounds check
-	 * covers every word, and the unrolled steps past it are dead code */
-	words = gen_cfg.restore_len / 8;
-	if (data + (GEN_COMPILED_IN ? gen_end() : words * 8) > data_end)
-		return XDP_ABORTED;
-#define RESTORE(i) \
-	if (words > (i)) \
-		((__u64 *)data)[i] = gen_cfg.tmpl[i];
-	RESTORE(0) RESTORE(1) RESTORE(2) RESTORE(3) RESTORE(4) RESTORE(5) RESTORE(6) RESTORE(7)
-	RESTORE(8) RESTORE(9) RESTORE(10) RESTORE(11) RESTORE(12) RESTORE(13) RESTORE(14) RESTORE(15)
-#undef RESTORE
-
-	if (gen_cfg.nvars > 0)
-		var0 = var_next(&gen_cfg.vars[0], &st->var_pos[0], &st->rng);
-	if (gen_cfg.nvars > 1)
-		var1 = var_next(&gen_cfg.vars[1], &st->var_pos[1], &st->rng);
-
-	/* the VM only compiled in: in the plain build its unrolled loops would stay, as branches */
-	if (GEN_COMPILED_IN && gen_cfg.vm_nops && vm_run(data, data_end, st))
-		return XDP_ABORTED;
-
-#pragma unroll
-	for (int w = 0; w < GEN_MAX_WRITES; w++) {
-		GEN_CFG struct gen_write *wr = &gen_cfg.writes[w];
-		__u16 *p = data + (wr->offset & (GEN_TEMPLATE_MAX - 2));
-		__u32 val, new;
-		__u8 mask;
-
-		if (w >= nwrites)
-			break;
-		if (OUT_OF_BOUNDS(p + 2))
-			return XDP_ABORTED;
-		val = (wr->var ? var1 : var0) + wr->add;
-		if (wr->size == 4) {
-			*(__be32 *)p = bpf_htonl(val);
-			new = (__u32)p[0] + p[1];
-		} else {
-			*(__be16 *)p = bpf_htons(val);
-			new = p[0];
-		}
-		mask = wr->csum_mask;
-		CSUM_ADD(mask, new + wr->csum_old);
+#ifdef GEN_MIX_INIT
+	/* a TRex profile's several streams: one compiled-in configuration each */
+	switch (mix_next(st)) {
+	case 1:
+		return mix_trim(ctx, &gen_cfg1) ? XDP_ABORTED : gen_build(ctx, &gen_cfg1, st, stamped, 1);
+	case 2:
+		return mix_trim(ctx, &gen_cfg2) ? XDP_ABORTED : gen_build(ctx, &gen_cfg2, st, stamped, 2);
+	case 3:
+		return mix_trim(ctx, &gen_cfg3) ? XDP_ABORTED : gen_build(ctx, &gen_cfg3, st, stamped, 3);
 	}
-
-	if (gen_cfg.sig_off) {
-		__u16 off = gen_cfg.sig_off & (GEN_TEMPLATE_MAX - 1);
-		struct signature *sig = data + off;
-		__u32 slot;
-
-		if (OUT_OF_BOUNDS(sig + 1))
-			return XDP_ABORTED;
-		slot = var0 & st->stream_mask & (GEN_MAX_STREAMS - 1);
-
-		if (!stamped) {
-			/* userspace alternates the ingress port of consecutive calls (the kernel ignores
-			 * the queue in live-frames mode): a change means the first frame of a new call,
-			 * whose stamp must not come from the previous call */
-			__u32 call = ctx->ingress_ifindex;
-
-			if (call != st->epoch || st->ts_count >= GEN_TS_EVERY) {
-				st->last_ts = bpf_ktime_get_ns();
-				st->ts_count = 0;
-				st->epoch = call;
-			}
-			st->ts_count++;
-		}
-		sig->magic = SIGNATURE_MAGIC;
-		sig->stream = st->stream_base + slot;
-		sig->seq = st->seq[slot]++;
-		sig->tx_ns = st->last_ts;
-		if (gen_cfg.sig_csum_mask) {
-			__u16 *w = (__u16 *)sig;
-			__u8 mask = gen_cfg.sig_csum_mask;
-			__u32 new = (__u32)w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
-
-			CSUM_ADD(mask, new + gen_cfg.sig_csum_old);
-		}
-	}
-
-	if (acc0 && gen_cfg.csum_off[0] && csum_apply(data, data_end, gen_cfg.csum_off[0], acc0))
+	if (mix_trim(ctx, &gen_cfg))
 		return XDP_ABORTED;
-	if (acc1 && gen_cfg.csum_off[1] && csum_apply(data, data_end, gen_cfg.csum_off[1], acc1))
-		return XDP_ABORTED;
-	if (acc2 && gen_cfg.csum_off[2] && csum_apply(data, data_end, gen_cfg.csum_off[2], acc2))
-		return XDP_ABORTED;
-	if (GEN_COMPILED_IN && gen_cfg.vm_ncsums && vm_csums(data, data_end))
-		return XDP_ABORTED;
-
-	st->tx_packets++;
-	st->tx_bytes += gen_cfg.frame_len + FCS_LEN;
-	return bpf_redirect(gen_tx_ifindex, 0);
+#endif
+	return gen_build(ctx, &gen_cfg, st, stamped, 0);
 }
 
 char _license[] SEC("license") = "GPL";

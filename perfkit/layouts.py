@@ -112,6 +112,14 @@ class gen_vm_csum(Struct):
                 ("hi", u16 * GEN_VM_CSUM_RANGES)]
 
 
+GEN_MIX_MAX_STREAMS = 4
+
+
+class gen_mix(Struct):
+    _fields_ = [("nstreams", u32), ("base_len", u32), ("weight", ctypes.c_int32 * GEN_MIX_MAX_STREAMS),
+                ("total", ctypes.c_int32), ("pad", u32)]
+
+
 class gen_config(Struct):
     _fields_ = [("tmpl", u64 * (GEN_TEMPLATE_MAX // 8)), ("frame_len", u32), ("pad0", u32),
                 ("restore_len", u16), ("sig_off", u16), ("sig_csum_mask", u8), ("nvars", u8), ("nwrites", u8),
@@ -132,7 +140,7 @@ class gen_state(Struct):
                 ("ts_count", u32), ("stream_base", u16), ("stream_mask", u16),
                 ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS), ("vm_val", u64 * GEN_VM_MAX_VARS),
                 ("vm_flow", u32 * GEN_VM_MAX_VARS), ("vm_port", u16 * GEN_VM_MAX_VARS), ("vm_ready", u32),
-                ("vm_pad", u32)]
+                ("mix_cur", ctypes.c_int32 * GEN_MIX_MAX_STREAMS), ("vm_pad", u32)]
 
 
 class signature(Struct):
@@ -200,7 +208,7 @@ class stall_event(Struct):
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
-                                  gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_config, gen_state, signature, sink_config, sink_stream,
+                                  gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_mix, gen_config, gen_state, signature, sink_config, sink_stream,
                                   sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
                                   stall_event)
 }

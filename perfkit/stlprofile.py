@@ -113,6 +113,10 @@ class StlProfile:
     """The profile's path and tunables, for people."""
     streams: tuple[StlStream, ...]
 
+    def mean_wire_size(self) -> float:
+        """Bytes per frame (FCS included), averaged over the streams at their relative rates."""
+        return sum(share * (len(s.frame) + FCS) for share, s in zip(self.shares(), self.streams))
+
     def shares(self) -> list[float]:
         """Each stream's share of the packets (relative rates)."""
         types = {s.rate_type == "percentage" for s in self.streams}

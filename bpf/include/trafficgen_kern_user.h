@@ -111,6 +111,18 @@ struct gen_vm_csum {
 	__u16 hi[GEN_VM_CSUM_RANGES];
 };
 
+/* A TRex profile's several continuous streams: one gen_config each (streams 1-3 compiled in as
+ * GEN_CONFIG1_INIT ..), frames picked by smooth weighted round robin at the streams' relative rates. */
+#define GEN_MIX_MAX_STREAMS 4
+
+struct gen_mix {
+	__u32 nstreams;
+	__u32 base_len;		/* length of the frame handed to the kernel: the longest stream's */
+	__s32 weight[GEN_MIX_MAX_STREAMS];	/* frames of each stream per total */
+	__s32 total;
+	__u32 pad;
+};
+
 /* The generator's configuration for one traffic profile: compiled into the program as constants
  * (see gen.bpf.c). The port it sends on is set separately, at load. */
 struct gen_config {
@@ -174,7 +186,8 @@ struct gen_state {
 	__u64 vm_val[GEN_VM_MAX_VARS];	/* TRex VM: each variable's value (tuple: its IP) */
 	__u32 vm_flow[GEN_VM_MAX_VARS];	/* tuple: flows since the walk (re)started */
 	__u16 vm_port[GEN_VM_MAX_VARS];	/* tuple: its port */
-	__u32 vm_ready;		/* 0: the values are still to be set from vm_vars[].prev */
+	__u32 vm_ready;		/* bit per stream: its values are set (from vm_vars[].prev) */
+	__s32 mix_cur[GEN_MIX_MAX_STREAMS];	/* smooth weighted round robin: each stream's credit */
 	__u32 vm_pad;
 };
 

@@ -36,24 +36,24 @@ def run_show(args: argparse.Namespace) -> int:
     if args.pcap:
         check_writable("--pcap", args.pcap)
     profile = stlprofile.load(args.path, args.tunables, port_id=args.port, direction=args.port % 2)
-    if len(profile.streams) > 1:
-        stlgen.for_testbed(profile)  # the same refusal as a trial's
-    compiled = stlgen.compile_stream(profile.streams[0], signature=not args.no_signature)
+    compiled = stlgen.compile_profile(profile, signature=not args.no_signature)
     frames = stlgen.show(compiled, args.count)
     if args.pcap:
         write_pcap(args.pcap, [Capture(i * 1000, len(f), f) for i, f in enumerate(frames)])
-    out: dict[str, Any] = {
-        "profile": profile.source, "stream": profile.streams[0].name, "frame_size": len(compiled.frame) + 4,
-        "signature_offset": compiled.sig_offset or None,
-        "signature": "yes" if compiled.sig_offset else f"no: {compiled.why_unsigned}",
-        "pcap": args.pcap, "frames": [f.hex() for f in frames]}
+    streams = [{"name": st.name, "weight": w, "frame_size": len(c.frame) + 4, "signature_offset": c.sig_offset or None,
+                "signature": "yes" if c.sig_offset else f"no: {c.why_unsigned}"}
+               for st, c, w in zip(profile.streams, compiled.streams, compiled.weights)]
+    out: dict[str, Any] = {"profile": profile.source, "streams": streams, "pcap": args.pcap,
+                           "frames": [f.hex() for f in frames]}
     emit(out, args.json, _human)
     return 0
 
 
 def _human(d: dict) -> str:
-    lines = [f"{d['profile']}: stream {d['stream']}, {d['frame_size']}-byte frames (FCS included), "
-             f"signature {d['signature']}" + (f" at byte {d['signature_offset']}" if d["signature_offset"] else "")]
+    lines = [f"{d['profile']}:"]
+    lines += [f"  stream {s['name']}: weight {s['weight']}, {s['frame_size']}-byte frames (FCS included), signature "
+              f"{s['signature']}" + (f" at byte {s['signature_offset']}" if s["signature_offset"] else "")
+              for s in d["streams"]]
     for i, f in enumerate(d["frames"]):
         lines.append(f"{i:6d}  {f}")
     if d["pcap"]:

@@ -14,7 +14,6 @@ from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.stlprofile import StlProfile
 from perfkit.testbed import stlgen
-from perfkit.units import FCS_LEN
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trex_profile:
         profile = load_trex_profile(args, scenario)
         options["trex_profile"] = profile
-        wire = len(profile.streams[0].frame) + FCS_LEN
+        wire = profile.mean_wire_size()
     rate_pps = Rate.parse(args.rate, args.line_rate).pps(wire) if args.rate else None
     perf_dir = check_perf(args)
     with create(args.generator, scenario, **options) as gen:

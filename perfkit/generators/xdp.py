@@ -224,8 +224,8 @@ class XdpGenerator(Generator):
         result = TrialResult.for_scenario(
             self.scenario, wire_frame_size=self.gen.wire_frame_size, dut_cores=len(self.dut_cores), generator=self.name, duration=duration, intended_pps=float(rate_pps or 0.0),
             intended_packets=sent.intended if rate_pps or packets else tx_packets,
-            tx_packets=tx_packets, rx_packets=rep.unsigned if self._unsigned else rep.packets, tx_bytes=tx_bytes,
-            rx_bytes=rep.frame_bytes if self._unsigned else rep.bytes,
+            tx_packets=tx_packets, rx_packets=rep.packets + rep.unsigned if self._unsigned else rep.packets,
+            tx_bytes=tx_bytes, rx_bytes=rep.frame_bytes if self._unsigned else rep.bytes,
             elapsed=sent.elapsed, start_time=sent.start, end_time=end, latency_ns=rep.latency_ns(), ipdv_ns=rep.ipdv_ns(),
             reordered=rep.reordered, duplicates=rep.duplicates, mismatched_packets=len(mismatches),
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
@@ -257,7 +257,7 @@ class XdpGenerator(Generator):
     @property
     def _unsigned(self) -> bool:
         """A TRex profile that leaves no room for the signature: the sink counts frames, not streams."""
-        return bool(self.stl and not self.stl.sig_offset)
+        return bool(self.stl and not self.stl.signed)
 
     def _notes(self, r: TrialResult, unsigned: int, mismatches: list[str], captured: int) -> list[str]:
         notes = []

@@ -48,11 +48,14 @@ def _clang_version() -> str:
     return subprocess.run([CLANG, "--version"], capture_output=True, text=True, check=True).stdout
 
 
-def specialised(program: str, macro: str, config: ctypes.Structure) -> Path:
+def specialised(program: str, macro: str, config: ctypes.Structure,
+                extra: dict[str, ctypes.Structure] | None = None) -> Path:
     """Path of ``bpf/<program>.bpf.c`` compiled with ``-D<macro>_FILE=<header>`` where the header
-    defines ``<macro>_INIT`` as ``config``'s initializer; compiled on first use, then cached."""
+    defines ``<macro>_INIT`` as ``config``'s initializer (and ``<name>_INIT`` for each of ``extra``);
+    compiled on first use, then cached."""
     src = SRC_DIR / f"{program}.bpf.c"
     header = f"#define {macro}_INIT {c_initializer(config)}\n"
+    header += "".join(f"#define {name}_INIT {c_initializer(v)}\n" for name, v in (extra or {}).items())
     h = hashlib.sha256()
     for part in [_clang_version(), " ".join(CFLAGS), header, src.read_text(),
                  *(p.read_text() for p in sorted((SRC_DIR / "include").glob("*.h")))]:

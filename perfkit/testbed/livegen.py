@@ -151,14 +151,15 @@ class LiveGenerator:
             raise ConfigError("batch_size", batch_size, f"1 .. {UNPACED_BATCH}, or None (automatic)")
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
         self.frame = stl.frame if stl else profile.packet(0)
-        self.flows = 1 if stl else profile.flows
+        # a TRex profile: one sequence space (signature stream) per stream of the profile
+        self.flows = 1 << (len(stl.streams) - 1).bit_length() if stl else profile.flows
         self.tx_ifindex = tx.ifindex
         self.anchor_ifindexes = (anchor.ifindex, netns.ifindex(anchor.ns, anchor_peer(anchor)))
         name = "gen_trivial" if trivial else "gen"
         if trivial:
             path = BUILD_DIR / "gen_trivial.o"
         else:
-            path = specialised("gen", "GEN_CONFIG", stl.config) if stl else compile_generator(profile, flow_op)
+            path = specialised("gen", "GEN_CONFIG", stl.config, stl.extra()) if stl else compile_generator(profile, flow_op)
         self.obj = load_generator(path, self.tx_ifindex)
         self.program = self.obj.program(f"xdp_{name}")
         with netns.inside(anchor.ns):

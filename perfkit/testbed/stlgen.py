@@ -12,16 +12,18 @@ recomputation as long as no write after a fix-up touches what it covers (refused
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import struct
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
-from perfkit.layouts import (GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES, GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS,
-                             GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT, GenVmOpKind, GenVmVarOp, gen_config,
-                             gen_state)
+from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES,
+                             GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
+                             GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
 from perfkit.stlprofile import Instr, StlProfile, StlStream
 from perfkit.stlvm import Checksum, checksums, initial, step_of
@@ -35,20 +37,100 @@ Ranges = list[tuple[int, int]]
 
 
 @dataclass(frozen=True)
-class Compiled:
+class Stream:
     """One stream ready for the generator."""
 
     config: gen_config
     frame: bytes
-    """The frame handed to BPF_PROG_TEST_RUN (its first bytes are restored from the template)."""
+    """Its frame with the template's checksums set right for the template."""
     sig_offset: int
-    """Where the signature goes; 0: the profile leaves no room (counts come from the sink's totals)."""
+    """Where the signature goes; 0: the stream leaves no room (counts come from the sink's totals)."""
     why_unsigned: str = ""
     """Why there is no signature, for the trial's notes."""
 
 
-def compile_stream(stream: StlStream, signature: bool = True) -> Compiled:
-    """The generator's configuration for ``stream`` (refusals name the instruction)."""
+@dataclass(frozen=True)
+class Compiled:
+    """A profile's streams ready for the generator: one configuration each, and the mix."""
+
+    streams: tuple[Stream, ...]
+    weights: tuple[int, ...] = (1,)
+    """Frames of each stream per ``sum(weights)`` frames (the relative rates)."""
+
+    @property
+    def config(self) -> gen_config:
+        return self.streams[0].config
+
+    @property
+    def frame(self) -> bytes:
+        """The frame handed to BPF_PROG_TEST_RUN: the longest stream's (the others are trimmed)."""
+        return max((s.frame for s in self.streams), key=len)
+
+    @property
+    def sig_offset(self) -> int:
+        return self.streams[0].sig_offset
+
+    @property
+    def why_unsigned(self) -> str:
+        return "; ".join(s.why_unsigned for s in self.streams if not s.sig_offset)
+
+    @property
+    def signed(self) -> bool:
+        """Every stream carries perfkit's signature."""
+        return all(s.sig_offset for s in self.streams)
+
+    def extra(self) -> dict[str, ctypes.Structure]:
+        """The other streams' configurations and the mix, as ``bpfbuild.specialised`` takes them."""
+        if len(self.streams) == 1:
+            return {}
+        mix = gen_mix(nstreams=len(self.streams), base_len=len(self.frame), total=sum(self.weights))
+        for i, w in enumerate(self.weights):
+            mix.weight[i] = w
+        out: dict[str, ctypes.Structure] = {"GEN_MIX": mix}
+        for i in range(1, GEN_MIX_MAX_STREAMS):
+            out[f"GEN_CONFIG{i}"] = self.streams[i].config if i < len(self.streams) else gen_config()
+        return out
+
+
+def compile_stream(stream: StlStream, signature: bool = True, var_base: int = 0) -> Compiled:
+    """The generator's configuration for ``stream`` alone (refusals name the instruction)."""
+    return Compiled((_stream(stream, signature, var_base),))
+
+
+def compile_profile(profile: StlProfile, signature: bool = True) -> Compiled:
+    """Every stream of ``profile`` at its relative rate (up to GEN_MIX_MAX_STREAMS streams whose frames
+    differ only in their first GEN_TEMPLATE_MAX bytes: the longest stream's frame is the kernel's)."""
+    if len(profile.streams) > GEN_MIX_MAX_STREAMS:
+        raise ConfigError("TRex profile streams", len(profile.streams), f"1 .. {GEN_MIX_MAX_STREAMS} continuous streams")
+    out, base = [], 0
+    for st in profile.streams:
+        out.append(_stream(st, signature, base))
+        base += len(st.vars)
+    if base > GEN_VM_MAX_VARS:
+        raise ConfigError("TRex profile variables", base, f"<= {GEN_VM_MAX_VARS} over all streams")
+    longest = max((s.frame for s in out), key=len)
+    for st, s in zip(profile.streams, out):
+        keep = s.config.restore_len
+        if s.frame[keep:] != longest[keep:len(s.frame)]:
+            raise ConfigError(f"{st.name} frame", f"bytes {keep}.. differ from the longest stream's",
+                              f"streams whose frames differ only in their first {keep} bytes (the generator restores "
+                              "those per stream)")
+    return Compiled(tuple(out), weights(profile.shares()))
+
+
+def weights(shares: list[float]) -> tuple[int, ...]:
+    """Small integer weights in the ratio of ``shares`` (exact for ratios of small integers)."""
+    fr = [Fraction(x / max(shares)).limit_denominator(1000) for x in shares]
+    den = math.lcm(*(f.denominator for f in fr))
+    ints = [int(f * den) for f in fr]
+    g = math.gcd(*ints)
+    ints = [max(1, i // g) for i in ints]
+    if sum(ints) > 1 << 20:  # far apart: the nearest weights out of a million
+        ints = [max(1, round(x / sum(shares) * 1_000_000)) for x in shares]
+    return tuple(ints)
+
+
+def _stream(stream: StlStream, signature: bool, var_base: int) -> Stream:
     frame = bytes(stream.frame)
     restore = min(GEN_TEMPLATE_MAX, len(frame)) // 8 * 8
     writes = [(ins.offset, ins.offset + ins.size) for ins in stream.program if ins.kind in ("write", "write_mask")]
@@ -63,8 +145,8 @@ def compile_stream(stream: StlStream, signature: bool = True) -> Compiled:
     tmpl = bytearray(frame[:GEN_TEMPLATE_MAX].ljust(GEN_TEMPLATE_MAX, b"\0"))
     csums = _checksums(stream, frame, tmpl, dirty, restore, sig)
     ctypes.memmove(cfg.tmpl, bytes(tmpl), GEN_TEMPLATE_MAX)
-    _vars(stream, cfg)
-    _ops(stream, cfg)
+    _vars(stream, cfg, var_base)
+    _ops(stream, cfg, var_base)
     for i, (c, ranges, udp) in enumerate(csums):
         cc = cfg.vm_csums[i]
         cc.off, cc.flags, cc.nranges = c.field, GEN_VM_CSUM_UDP if udp else 0, len(ranges)
@@ -72,7 +154,7 @@ def compile_stream(stream: StlStream, signature: bool = True) -> Compiled:
             cc.lo[r], cc.hi[r] = lo, hi
         cc.old = sum(~w & 0xFFFF for lo, hi in ranges for w in struct.unpack_from(f"={(hi - lo) // 2}H", tmpl, lo))
     cfg.vm_ncsums = len(csums)
-    return Compiled(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why)
+    return Stream(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why)
 
 
 def signature_room(frame: bytes, writes: Ranges) -> tuple[int, str]:
@@ -227,26 +309,27 @@ def _fit(stream: StlStream, c: Checksum, ranges: Ranges, restore: int) -> Ranges
     return ranges
 
 
-def _vars(stream: StlStream, cfg: gen_config) -> None:
-    if len(stream.vars) > GEN_VM_MAX_VARS:
-        raise ConfigError(f"{stream.name} variables", len(stream.vars), f"<= {GEN_VM_MAX_VARS}")
-    cfg.vm_nvars = len(stream.vars)
+def _vars(stream: StlStream, cfg: gen_config, base: int) -> None:
+    """The stream's variables at indexes base.. (several streams share the per-CPU values)."""
+    if base + len(stream.vars) > GEN_VM_MAX_VARS:
+        raise ConfigError(f"{stream.name} variables", len(stream.vars), f"<= {GEN_VM_MAX_VARS - base}")
+    cfg.vm_nvars = base + len(stream.vars) if stream.vars else 0
     for i, v in enumerate(stream.vars):
-        cv = cfg.vm_vars[i]
+        cv = cfg.vm_vars[base + i]
         prev, port = initial(v)
         cv.min, cv.max, cv.prev, cv.op, cv.size = v.min, v.max, prev, _OPS[v.op], v.size
         cv.step = 1 if v.op == "tuple" else step_of(v)
         cv.port_min, cv.port_max, cv.prev_port, cv.limit = v.port_min, v.port_max, port, v.limit
 
 
-def _ops(stream: StlStream, cfg: gen_config) -> None:
+def _ops(stream: StlStream, cfg: gen_config, base: int) -> None:
     ops = [ins for ins in stream.program if ins.kind in _KINDS]
     if len(ops) > GEN_VM_MAX_OPS:
         raise ConfigError(f"{stream.name} VM instructions", len(ops), f"<= {GEN_VM_MAX_OPS} variables and writes")
     cfg.vm_nops = len(ops)
     for k, ins in enumerate(ops):
         co = cfg.vm_ops[k]
-        co.kind, co.var = _KINDS[ins.kind], ins.var
+        co.kind, co.var = _KINDS[ins.kind], base + ins.var
         if ins.kind == "update":
             continue
         co.offset, co.size, co.add = ins.offset, ins.size, ins.add & 0xFFFFFFFFFFFFFFFF
@@ -256,7 +339,7 @@ def _ops(stream: StlStream, cfg: gen_config) -> None:
 
 def compile_object(compiled: Compiled) -> Path:
     """The generator object for a compiled stream (built once per configuration, cached)."""
-    return specialised("gen", "GEN_CONFIG", compiled.config)
+    return specialised("gen", "GEN_CONFIG", compiled.config, compiled.extra())
 
 
 def show(compiled: Compiled, count: int) -> list[bytes]:
@@ -268,7 +351,8 @@ def show(compiled: Compiled, count: int) -> list[bytes]:
     os.sched_setaffinity(0, {min(old)})
     try:
         with load_generator(compile_object(compiled), 1) as obj:
-            state = gen_state(rng=int.from_bytes(os.urandom(8), "little") | 1)
+            slots = 1 << (len(compiled.streams) - 1).bit_length()
+            state = gen_state(rng=int.from_bytes(os.urandom(8), "little") | 1, stream_mask=slots - 1)
             obj.map("gen_state").update(struct.pack("=I", 0), bytes(state) * num_possible_cpus())
             prog, out = obj.program("xdp_gen"), []
             for _ in range(count):
@@ -291,20 +375,20 @@ def blank_signature(frame: bytes, sig_offset: int) -> bytes:
 
 
 def for_testbed(profile: StlProfile) -> Compiled:
-    """The stream the local generator sends for ``profile``, with perfkit's signature where it fits."""
-    if len(profile.streams) > 1:
-        raise ConfigError("TRex profile streams", len(profile.streams),
-                          "1 continuous stream on the local generator (several streams: not supported yet)")
-    return compile_stream(profile.streams[0], signature=True)
+    """The streams the local generator sends for ``profile``, with perfkit's signature where it fits."""
+    return compile_profile(profile, signature=True)
 
 
 def counting_note(profile: StlProfile, compiled: Compiled) -> str:
     """What the trial's counts rest on, for its notes."""
-    what = f"traffic: TRex profile {profile.source}, {len(compiled.frame) + 4}-byte frames"
-    if compiled.sig_offset:
-        return f"{what}; perfkit's signature at byte {compiled.sig_offset} (per-stream counts, sequence, latency)"
+    sizes = sorted({len(s.frame) + 4 for s in compiled.streams})
+    what = (f"traffic: TRex profile {profile.source}: {len(compiled.streams)} stream(s) "
+            f"{', '.join(s.name for s in profile.streams)} at weights {':'.join(map(str, compiled.weights))}, "
+            f"{'/'.join(map(str, sizes))}-byte frames")
+    if compiled.signed:
+        return f"{what}; perfkit's signature in every frame (per-stream counts, sequence, latency)"
     return (f"{what}; no signature ({compiled.why_unsigned}): received = frames the sink counted on the tester "
-            "ports (no sequence or latency figures)")
+            "ports (no sequence or latency figures for those)")
 
 
 def check_size(compiled: Compiled, frame_max: int, mtu_max: int) -> None:
