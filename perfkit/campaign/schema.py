@@ -392,6 +392,7 @@ def _generator(raw: Any) -> GeneratorSpec:
     if "mtu" in options:
         raise ConfigError("campaign.generator.options.mtu", options["mtu"],
                           "nothing here: the MTU is set per scenario (jumbo_mtu for frames above 1500 bytes)")
+    _trex_profile(backend, options)
     setup = raw.get("setup_seconds", SETUP_SECONDS.get(backend, 5.0))
     overhead = raw.get("trial_overhead_seconds", TRIAL_OVERHEAD_SECONDS.get(backend, 0.5))
     jumbo = raw.get("jumbo_mtu", "auto")
@@ -399,6 +400,29 @@ def _generator(raw: Any) -> GeneratorSpec:
                          jumbo_mtu=None if jumbo == "auto" else _int("campaign.generator.jumbo_mtu", jumbo, 1501, 65535),
                          setup_seconds=_number("campaign.generator.setup_seconds", setup),
                          trial_overhead_seconds=_number("campaign.generator.trial_overhead_seconds", overhead))
+
+
+def _trex_profile(backend: str, options: dict[str, Any]) -> None:
+    """``options.trex_profile`` (a TRex STL profile file as the traffic) and ``options.trex_tunables``."""
+    from perfkit.stlprofile import check_tunables
+
+    where = "campaign.generator.options"
+    if "trex_tunables" in options and "trex_profile" not in options:
+        raise ConfigError(f"{where}.trex_tunables", options["trex_tunables"], "only with trex_profile")
+    if "trex_profile" not in options:
+        return
+    path = options["trex_profile"]
+    if backend != "xdp":
+        raise ConfigError(f"{where}.trex_profile", path, "only with backend xdp (a lab TRex takes profiles itself)")
+    if not isinstance(path, str) or not path.endswith(".py") or not Path(path).is_file():
+        raise ConfigError(f"{where}.trex_profile", path, "the path of an existing TRex STL profile (.py)")
+    tunables = options.get("trex_tunables", [])
+    if not isinstance(tunables, list) or not all(isinstance(t, str) for t in tunables):
+        raise ConfigError(f"{where}.trex_tunables", tunables, "a list of KEY=VALUE strings")
+    try:
+        check_tunables(tunables)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.trex_tunables", err.value, err.allowed) from None
 
 
 def _methods(raw: Any) -> tuple[MethodSpec, ...]:
