@@ -446,6 +446,31 @@ def test_worker_that_died_is_a_one_line_error(worker):
             w.call("hello", timeout=10)
 
 
+def test_worker_out_of_step_is_stopped_and_replaced(tmp_path):
+    """A call that gets no answer in time stops the worker (its late answer would be taken for the next
+    one's); the shared worker is then started afresh."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nclass P:\n    def get_streams(self, **kw):\n        time.sleep(60)\n"
+                    "def register():\n    return P()\n")
+    w = trexlib.shared_worker()
+    with pytest.raises(WorkerError, match="no answer from the TRex worker in 1 s; it was stopped"):
+        w.call("load_profile", timeout=1, path=str(slow))
+    assert not w.alive
+    assert trexlib.shared_worker() is not w and trexlib.shared_worker().alive
+
+
+def test_worker_started_by_a_thread_outlives_the_thread():
+    """PR_SET_PDEATHSIG follows the forking thread, not the process: only main-thread workers use it."""
+    import threading
+
+    box: list[TRexWorker] = []
+    t = threading.Thread(target=lambda: box.append(TRexWorker()))
+    t.start()
+    t.join()
+    with box[0] as w:
+        assert w.call("hello", timeout=30)["protocol"] == 1
+
+
 def test_missing_trex_environment_says_make_setup(monkeypatch, tmp_path):
     monkeypatch.delenv(trexlib.ENV_PYTHON, raising=False)
     monkeypatch.setattr(trexlib, "DEFAULT_VENV", tmp_path / "no-venv")

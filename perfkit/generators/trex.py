@@ -20,7 +20,7 @@ import base64
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +156,12 @@ class StreamSpec:
     random_seed: int = 0
     packet_macs: bool = True
     """True: send the frame's MAC addresses; False: the port's (its L2/L3 mode)."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_request(self) -> dict[str, Any]:
         return {"name": self.name, "frame": base64.b64encode(self.frame).decode(), "mode": dict(self.mode),
                 "vm": [dict(i) for i in self.vm], "flow_stats": self.flow_stats, "random_seed": self.random_seed,
                 "mac_src_override_by_pkt": self.packet_macs,
-                "mac_dst_override_mode": "pkt" if self.packet_macs else "cfg", **self.extra}
+                "mac_dst_override_mode": "pkt" if self.packet_macs else "cfg"}
 
 
 def build_streams(profile: Traffic, rate_pps: float, packets: int | None = None, *, flow_op: str = "inc",

@@ -28,6 +28,8 @@ from perfkit.paths import REPO_ROOT
 
 ENV_PYTHON = "PERFKIT_TREX_PYTHON"
 ENV_TREX_HOME = "TREX_HOME"
+ENV_DIE_WITH_PARENT = "PERFKIT_TREX_DIE_WITH_PARENT"
+"""Set for the worker: 1 asks it to die with perfkit's process (``worker.die_with_parent``)."""
 #: Where ``make setup`` installs the TRex client (Makefile ``trex-venv``).
 DEFAULT_VENV = REPO_ROOT / "build" / "trex-venv"
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -69,6 +71,9 @@ class TRexWorker:
         env.pop(ENV_TREX_HOME, None)
         if home:
             env[ENV_TREX_HOME] = str(home)
+        # PR_SET_PDEATHSIG fires when the *thread* that forked the worker ends: only the main thread's
+        # lifetime is the process's. Other workers end at EOF on stdin when perfkit goes.
+        env[ENV_DIE_WITH_PARENT] = "1" if threading.current_thread() is threading.main_thread() else "0"
         self.log = tempfile.NamedTemporaryFile(prefix="perfkit-trex-worker-", suffix=".log", delete=False)
         self._lock = threading.Lock()
         self._next_id = 0
@@ -103,7 +108,13 @@ class TRexWorker:
                 self.proc.stdin.flush()
             except BrokenPipeError:
                 raise WorkerError(self._died(f"{method}: the TRex worker exited")) from None
-            reply = self._read_reply(method, timeout)
+            try:
+                reply = self._read_reply(method, timeout)
+            except BaseException:
+                # Ctrl-C or a timeout mid-request: its answer would come as the next one's; a worker
+                # out of step is no use, so it goes (disconnecting from TRex as it exits)
+                self.kill()
+                raise
         if reply.get("id") != request["id"]:
             raise WorkerError(f"{method}: the TRex worker answered request {reply.get('id')}, "
                               f"not {request['id']}")

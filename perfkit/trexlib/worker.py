@@ -309,7 +309,10 @@ class Worker:
 
 
 def die_with_parent() -> None:
-    """SIGTERM when perfkit dies, even by SIGKILL: a worker never outlives it holding TRex ports."""
+    """SIGTERM when perfkit dies, even by SIGKILL: a worker never outlives it holding TRex ports.
+    (Without it, EOF on stdin ends the worker once it is idle.)"""
+    if os.environ.get("PERFKIT_TREX_DIE_WITH_PARENT") != "1":
+        return
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() == 1:
