@@ -20,9 +20,10 @@ Sources followed (trex-core, ``src/stx/stl/``):
 - ``StreamDPOpIpv4Fix::run``: the IPv4 header checksum recomputed in place (20 bytes for 0x45,
   else the header length). ``StreamDPOpHwCsFix`` / ``StreamVm::build_program``: ``fix_checksum_hw``
   on IPv4 sets the IP checksum offload and TCP or UDP by the packet's protocol; on IPv6, TCP or UDP
-  by ``l4_type``. The NIC completes it; here it is the finished checksum the wire carries (a UDP
-  result of 0 goes out as 0xffff). ``stl-sim`` writes only the pseudo-header sum there: compare
-  its pcaps with checksums masked, or without ``fix_checksum_hw``.
+  by ``l4_type``. TRex writes the pseudo-header sum and lets the NIC finish (``rte_ipv4_phdr_cksum``
+  and the offload flags); here it is the finished checksum the wire carries (a UDP result of 0 goes
+  out as 0xffff). A simulator without offload may show the partial sum there: diff its pcaps with
+  the L4 checksum masked when the profile uses ``fix_checksum_hw``.
 - The program runs in the profile's order, so a checksum fix before a write does not see it.
 
 ``random`` variables are not TRex's sequence (TRex's per-core ``fastrand`` seed is not the
