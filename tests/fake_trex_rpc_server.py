@@ -99,7 +99,8 @@ class FakeTRexRpcServer:
     def __init__(self, ports: int = 2, dut: Dut | None = None, capacity_pps: float | None = None,
                  latency_usec: dict[int, int] | None = None, latency_range: tuple[float, float] = (12.0, 150.0),
                  corrupt_capture: bool = False, fail_on: str | None = None,
-                 gateways: dict[str, str] | None = None, sync_port: int = 0, async_port: int = 0):
+                 gateways: dict[str, str] | None = None, sync_port: int = 0, async_port: int = 0,
+                 tx_seconds: float = 0.0):
         self.ports = [PortState(i) for i in range(ports)]
         self.dut: Dut = dut or (lambda frame: frame)
         self.capacity_pps = capacity_pps
@@ -108,6 +109,8 @@ class FakeTRexRpcServer:
         self.corrupt_capture = corrupt_capture
         self.fail_on = fail_on
         """A method name answered with an error (a server refusing, e.g. start_traffic)."""
+        self.tx_seconds = tx_seconds
+        """How long a port stays transmitting after ``start_traffic`` (0: the simulated wire is instant)."""
         self.gateways = dict(gateways or {})
         """IPv4 -> MAC of the hosts that answer ARP requests (the DUT's gateway addresses in L3 mode)."""
         self.requests: list[tuple[str, dict[str, Any]]] = []
@@ -357,7 +360,7 @@ class FakeTRexRpcServer:
         factor = float(mul.get("value", 1)) if mul.get("type") == "raw" else 1.0
         self._send(port, factor, duration)
         port.state = "TX"
-        port.tx_end = time.monotonic()  # the simulated wire is instant: the next look sees it done
+        port.tx_end = time.monotonic() + self.tx_seconds
         self._publish(0, {"port_id": port_id})  # EVENT_PORT_STARTED
         self._publish(10, {"port_id": port_id, "profile_id": DEFAULT_PROFILE})  # EVENT_PROFILE_STARTED
         return {"multiplier": factor, "ts": time.time()}

@@ -430,6 +430,51 @@ def test_worker_dies_with_perfkit_and_releases_the_ports(tmp_path):
         assert [p["port_id"] for p in srv.calls("release")] == [0, 1]
 
 
+def test_worker_ends_when_perfkit_and_the_server_are_gone_mid_trial():
+    """SIGKILL of perfkit while TRex sends (with a latency stream, whose RX filters TRex's disconnect
+    waits on) and the server gone too: the worker gives up disconnecting after a bounded time and exits."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from perfkit.generators.trex import TRexGenerator
+        from perfkit.scenario import Scenario
+        gen = TRexGenerator(Scenario(), server="127.0.0.1", sync_port=int(sys.argv[1]), async_port=int(sys.argv[2]),
+                            latency_pg_id=1)
+        print(gen._worker.proc.pid, flush=True)
+        gen.measure(1e4, 600.0)
+    """)
+    srv = FakeTRexRpcServer(tx_seconds=600).start()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(srv.sync_port), str(srv.async_port)],
+                                stdout=subprocess.PIPE, text=True)
+        worker_pid = int(proc.stdout.readline())
+        deadline = time.monotonic() + 60
+        while "start_traffic" not in srv.method_names and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "start_traffic" in srv.method_names
+    finally:
+        srv.stop()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _alive(worker_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker_pid)
+
+
+def test_worker_exit_gives_up_a_disconnect_that_hangs(capsys):
+    """TRex's disconnect stops traffic and then polls for the server to say it stopped; with events lost
+    it polls forever (a worker left behind doing so was seen here). The worker's exit bounds it."""
+    from perfkit.trexlib import worker as trex_worker
+
+    def hang() -> None:
+        while True:
+            time.sleep(0.01)
+
+    trex_worker.bounded(hang, 1)
+    assert "disconnect: TimeoutError: gave up after 1 s" in capsys.readouterr().err
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

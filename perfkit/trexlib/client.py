@@ -37,8 +37,9 @@ PROTOCOL = 1
 """Must equal ``worker.PROTOCOL`` (not imported: worker.py is the other process's code)."""
 START_TIMEOUT = 60.0
 """Seconds the worker may take to import TRex (about 1 s here; a cold disk in a lab is slower)."""
-CLOSE_TIMEOUT = 10.0
-"""Seconds ``close`` waits for the worker to disconnect from TRex before it is killed."""
+CLOSE_TIMEOUT = 15.0
+"""Seconds ``close`` waits for the worker to disconnect from TRex before it is killed (the worker
+gives its disconnect 10 s: ``worker.DISCONNECT_SECONDS``)."""
 LOG_TAIL = 2000
 
 

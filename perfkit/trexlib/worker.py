@@ -30,6 +30,8 @@ import sys
 import traceback
 from typing import Any, Callable
 
+DISCONNECT_SECONDS = 10
+"""How long the worker's exit may spend disconnecting from TRex (stop traffic, release the ports)."""
 PROTOCOL = 1
 """Bumped when requests or answers change shape; ``hello`` reports it and the client checks it."""
 
@@ -334,8 +336,25 @@ def serve(inp: io.TextIOBase, out: io.TextIOBase) -> None:
             out.write(json.dumps(reply) + "\n")
             out.flush()
     finally:
-        with contextlib.suppress(Exception):
-            worker.disconnect()  # releases the ports TRex gave this session
+        bounded(worker.disconnect, DISCONNECT_SECONDS)  # releases the ports TRex gave this session
+
+
+def bounded(fn: Callable[[], Any], seconds: int) -> None:
+    """Run ``fn`` for at most ``seconds``: TRex's ``disconnect`` stops traffic first and can wait forever
+    for a server that is gone (``_remove_rx_filters`` polls a profile state only the server changes),
+    and a worker must end when perfkit has gone."""
+    def expire(*_: Any) -> None:
+        raise TimeoutError(f"gave up after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        fn()
+    except BaseException as err:  # SystemExit of a second SIGTERM too: we are leaving anyway
+        print(f"perfkit TRex worker: disconnect: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def main() -> None:
