@@ -17,17 +17,20 @@ per probed CPU for that window.
 
 Disturbed trials
 ----------------
-``disturbance(trial, ring_frames)`` decides whether a lossy trial's loss is explained by measured
-stalls. It is, when all of these hold:
+``disturbance(trial, ring_frames, dut_cores)`` decides whether a trial's DUT loss is explained by
+measured stalls. The DUT's loss is what was lost minus what the tester's own receive ring dropped
+(``tester_drops``): those frames the DUT did forward, and searches never count them against it
+(``TrialResult.dut_loss_ratio``), so they need no explaining. The DUT's loss is explained when all
+of these hold:
 
-1. every lost frame is a receive-ring overflow (the DUT's input ring, ``rx_ring_full`` in
-   ``dut_drops``, or the tester's, in ``tester_drops``), give or take ``ring_frames`` in flight: a
-   DUT that drops by its program (an unknown session, a malformed frame) keeps its loss;
-2. for each ring that overflowed, a core behind it stalled at least as long as the ring takes to
-   fill at the trial's rate (``ring_frames / (offered rate / cores)``): the DUT cores for the DUT's
-   ring, the tester cores for the tester's;
+1. every frame the DUT lost is an overflow of its receive ring (``rx_ring_full`` in ``dut_drops``:
+   the veth port's ring, or the NIC-sized queue of ``perfkit.testbed.dut``), give or take
+   ``ring_frames`` in flight: a DUT that drops by its program (an unknown session, a malformed
+   frame) keeps its loss;
+2. a DUT core stalled at least as long as the ring takes to fill at the trial's rate
+   (``ring_frames / (offered rate / cores)``);
 3. the stalls can account for the overflow: it is at most ``STALL_SLACK`` x the frames that arrive
-   during the stalls and waits on those cores (rate per core x summed stall time).
+   during the stalls and waits on the DUT cores (rate per core x summed stall time).
 
 The DUT and the tester sharing a core (``shared_cores``) makes waits part of the set-up, not a
 disturbance: such trials are never disturbed.
@@ -247,32 +250,22 @@ def _stalled_us(trial: TrialResult, cores: set[str]) -> float:
     return sum(max(s.get("stalled_us", 0.0), s.get("waited_us", 0.0)) for c, s in trial.stalls.items() if c in cores)
 
 
-def disturbance(trial: TrialResult, ring_frames: int, dut_cores: Iterable[int],
-                tester_cores: Iterable[int]) -> str:
-    """Why the trial's loss is explained by host stalls (the rule of the module doc), or ``""``."""
-    lost = trial.lost_packets
+def disturbance(trial: TrialResult, ring_frames: int, dut_cores: Iterable[int]) -> str:
+    """Why the DUT's loss in the trial is explained by host stalls (the rule of the module doc), or
+    ``""``. ``ring_frames``: what the DUT's receive ring (or queue) holds."""
+    lost = trial.lost_packets - sum(trial.tester_drops.values())
     if lost <= 0 or trial.shared_cores or trial.dut_stall_us is None or not trial.stalls:
         return ""
-    dut_ring = trial.dut_drops.get(RING_DROP, 0)
-    tester_ring = trial.tester_drops.get(RING_DROP, 0)
-    other = sum(trial.dut_drops.values()) + sum(trial.tester_drops.values()) - dut_ring - tester_ring
-    if other > 0 or lost > dut_ring + tester_ring + ring_frames:
+    ring = trial.dut_drops.get(RING_DROP, 0)
+    if ring <= 0 or sum(trial.dut_drops.values()) > ring or lost > ring + ring_frames:
         return ""
     seconds = trial.elapsed if trial.elapsed > 0 else trial.duration
-    rate = trial.tx_packets / seconds if seconds > 0 else 0.0
-    why = []
-    for drops, cores, longest, side in ((dut_ring, {str(c) for c in dut_cores}, trial.dut_stall_us, "DUT"),
-                                        (tester_ring, {str(c) for c in tester_cores}, trial.tester_stall_us or 0.0,
-                                         "tester")):
-        if not drops:
-            continue
-        per_core = rate / max(len(cores), 1)
-        fill_us = ring_frames / per_core * 1e6 if per_core > 0 else math.inf
-        if longest < fill_us:
-            return ""
-        arrived = per_core * _stalled_us(trial, cores) / 1e6
-        if drops > STALL_SLACK * arrived:
-            return ""
-        why.append(f"{drops} {side} ring overflows; a {side} core stalled {longest:.0f} µs, longer than the "
-                   f"{fill_us:.0f} µs its {ring_frames}-frame ring lasts at {per_core / 1e6:.3g} Mpps")
-    return "; ".join(why)
+    cores = {str(c) for c in dut_cores}
+    per_core = (trial.tx_packets / seconds if seconds > 0 else 0.0) / max(len(cores), 1)
+    fill_us = ring_frames / per_core * 1e6 if per_core > 0 else math.inf
+    if trial.dut_stall_us < fill_us:
+        return ""
+    if ring > STALL_SLACK * per_core * _stalled_us(trial, cores) / 1e6:
+        return ""
+    return (f"{ring} DUT ring overflows; a DUT core stalled {trial.dut_stall_us:.0f} µs, longer than the "
+            f"{fill_us:.0f} µs its {ring_frames}-frame ring lasts at {per_core / 1e6:.3g} Mpps")

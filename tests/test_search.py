@@ -439,3 +439,33 @@ def test_a_bound_set_by_disturbed_loss_says_host_stalls():
     res = binary_search(Stalled(), BinarySearch(max_rate=1e6, duration=1.0, relative_width=0.05))
     assert res.limited_by == "host stalls" and not res.generator_limited
     assert res.disturbed_trials >= 2 and res.lower_bound <= 0.5e6
+
+
+class _SinkDropper:
+    """The sharp simulated DUT, behind a tester whose own receive ring drops 50 frames in every
+    trial (its core stalls): frames the DUT forwarded and the sink failed to take in."""
+
+    def __init__(self) -> None:
+        self.inner = sim("sharp")
+        self.scenario = self.inner.scenario
+
+    def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
+        r = self.inner.measure(rate_pps, duration, packets)
+        r.rx_packets -= 50
+        r.tester_drops = {"rx_ring_full": 50}
+        return r
+
+
+@pytest.mark.parametrize("search", ["ndrpdr", "binary"])
+def test_the_testers_own_drops_never_set_a_bound(search):
+    """Judged on all loss, no trial would pass: the NDR would be the minimum rate."""
+    gen = _SinkDropper()
+    if search == "ndrpdr":
+        res = ndrpdr(gen, NdrPdr(goals=(0.0,), max_rate=3 * T, final_duration=2.0, max_trials=60))
+        lower, upper = res.goals[0].lower_bound, res.goals[0].upper_bound
+    else:
+        res = binary_search(gen, BinarySearch(max_rate=3 * T))
+        lower, upper = res.lower_bound, res.upper_bound
+    assert brackets(lower, upper, T), (lower, upper)
+    assert any(t.tester_drops and t.loss_ratio > 0 and t.dut_loss_ratio == 0 for t in res.trials)
+    assert res.limited_by == "dut"

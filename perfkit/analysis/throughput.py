@@ -47,13 +47,19 @@ from perfkit.units import L1_OVERHEAD
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 
 
+def judged_loss(trials: pd.DataFrame) -> pd.Series:
+    """The loss searches judge (``perfkit.search.common``): the DUT's (``dut_loss_ratio``), or the
+    whole loss in runs stored before trials had it."""
+    return trials["dut_loss_ratio"].fillna(trials["loss_ratio"]) if "dut_loss_ratio" in trials else trials["loss_ratio"]
+
+
 def _figure_trial(trials: pd.DataFrame, lower: float | None, tolerance: float) -> pd.Series | None:
     """The trial a bound rests on: good, at the bound's rate, longest."""
     if trials.empty:
         return None
     if lower is None:
         return None
-    good = trials[(trials["loss_ratio"] <= tolerance + 1e-12) & ~trials["retried"]]
+    good = trials[(judged_loss(trials) <= tolerance + 1e-12) & ~trials["retried"]]
     at = good[np.isclose(good["offered_pps"], lower, rtol=1e-6)]
     pick = at if not at.empty else good[good["offered_pps"] <= lower * (1 + 1e-6)]
     if pick.empty:
@@ -64,7 +70,7 @@ def _maxrate_limit(t: pd.Series | None) -> str:
     """What limited a max-rate figure stored before searches said (``SearchResult.limited_by``)."""
     if t is None:
         return ""
-    if t["tx_packets"] > t["rx_packets"]:
+    if judged_loss(t.to_frame().T).iloc[0] > 0:
         return "host stalls" if t["disturbed"] else "dut"
     seconds = t["elapsed"] if t["elapsed"] > 0 else t["duration"]
     return "generator" if t["tx_packets"] / seconds < t["intended_pps"] * (1 - OFFER_SHORTFALL) else "max rate"
@@ -98,8 +104,8 @@ def _units(run: RunData) -> list[dict[str, Any]]:
             t = g.iloc[-1]
             result = {"lower_bound": float(t["rx_pps"]), "upper_bound": float(t["tx_pps"]), "goals": []}
         else:
-            good = g[g["loss_ratio"] <= 0]
-            bad = g[g["loss_ratio"] > 0]
+            good = g[judged_loss(g) <= 0]
+            bad = g[judged_loss(g) > 0]
             lower = float(good["offered_pps"].max()) if not good.empty else None
             upper = float(bad[bad["offered_pps"] > (lower or 0)]["offered_pps"].min()) if not bad.empty else None
             goal = {"name": "ndr", "loss_tolerance": 0.0, "lower_bound": lower,
@@ -255,7 +261,7 @@ def search_path(run: RunData, repeats: Iterable[int] | None = (1,)) -> pd.DataFr
         ut = t[t["unit"] == s["unit"]].copy()
         ut["step"] = range(1, len(ut) + 1)
         ut["verdict"] = [_verdict(x, tolerances) if not retried else "disturbed, run again"
-                         for x, retried in zip(ut["loss_ratio"], ut["retried"])]
+                         for x, retried in zip(judged_loss(ut), ut["retried"])]
         ut["lower_mpps"] = (g0.get("lower_bound") or math.nan) / 1e6
         ut["upper_mpps"] = (g0.get("upper_bound") or math.nan) / 1e6
         if "attempt" not in ut:

@@ -192,6 +192,9 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
     g.add_argument("--capture", default=None, metavar="FILE", help="write received packets to a pcap")
     g.add_argument("--tester-cores", default=None, metavar="CPUS",
                    help="xdp: CPUs for generator and sink threads, e.g. 0 or 0,2 (default: all but the DUT's)")
+    g.add_argument("--rx-queue", type=integer(0), default=None, metavar="FRAMES",
+                   help="xdp: frames of the DUT's NIC-sized receive queue, 8 .. 16384; 0: the veth ports' own "
+                        "256-frame rings (default 0); 4096: a NIC's ring, for searches on a VM")
     s = parser.add_argument_group("simulated DUT (--generator sim)")
     s.add_argument("--sim-model", default="sharp", choices=MODELS, help="the simulated DUT's model (default sharp)")
     s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
@@ -211,6 +214,11 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
             options["tester_cores"] = [int(c) for c in args.tester_cores.split(",")]
         except ValueError:
             raise ConfigError("tester_cores", args.tester_cores, "CPU numbers separated by commas") from None
+    if args.generator == "xdp" and getattr(args, "rx_queue", None) is not None:
+        from perfkit.testbed.dut import check_rx_queue
+
+        check_rx_queue(args.rx_queue)
+        options["rx_queue"] = args.rx_queue
     if args.generator == "sim":
         try:
             Rate.parse(args.sim_threshold, args.line_rate)

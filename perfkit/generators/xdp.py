@@ -29,7 +29,7 @@ from perfkit.libbpf import BpfObject, BpfStats
 from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
-from perfkit.testbed.dut import Dut
+from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit import stlprofile
 from perfkit.stlprofile import StlProfile
 from perfkit.testbed import stlgen
@@ -48,8 +48,18 @@ _DUT_RING = stalls.RING_DROP
 #: Frames a veth port's XDP receive ring holds (the kernel's VETH_RING_SIZE): what overflows when
 #: the port's NAPI thread does not run.
 RING_FRAMES = 256
+#: Frames of the DUT's receive queue by default: 0, the veth ports' own rings (the DUT's packet
+#: threads are its NAPI threads, as on a NIC). ``NIC_RX_QUEUE`` is a NIC's ring for searches that
+#: must see through host stalls (see ``perfkit.testbed.dut``).
+RX_QUEUE = 0
+NIC_RX_QUEUE = 4096
 #: The CPUs this process may use, as it started (generators narrow the affinity while they run).
 _CPUS = sorted(os.sched_getaffinity(0))
+
+
+def _runs(before: dict, after: dict, program: str) -> int:
+    """Runs of ``program`` between two ``Dut.runtime()`` readings."""
+    return after[program].run_cnt - before[program].run_cnt
 
 
 def allocate_cores(dut_cores: int, tester_cores: list[int] | None = None) -> tuple[list[int], list[int], bool]:
@@ -121,8 +131,13 @@ class XdpGenerator(Generator):
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
-                 trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None):
+                 trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
+                 rx_queue: int = RX_QUEUE):
+        """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
+        see ``perfkit.testbed.dut``)."""
         super().__init__(scenario)
+        check_rx_queue(rx_queue)
+        self.rx_queue = rx_queue
         if isinstance(disturbed_retries, bool) or not isinstance(disturbed_retries, int) or disturbed_retries < 0:
             raise ConfigError("disturbed_retries", disturbed_retries, "an integer >= 0")
         self.disturbed_retries = disturbed_retries
@@ -147,7 +162,8 @@ class XdpGenerator(Generator):
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
-            self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores)
+            self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores, rx_queue=rx_queue,
+                           nic_cores=self.tester_cores)
             self.sink = Sink(self.capture_count)
             sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
@@ -208,13 +224,20 @@ class XdpGenerator(Generator):
         xmit_err = "tx_queue_0_xdp_xmit_errors"
         dut_drops = self.dut.drops(dut0, dut1)
         ring_in = links1[self.tx.dev].get(xmit_err, 0) - links0[self.tx.dev].get(xmit_err, 0)
+        ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
+        tester_ring = ring_out
+        if self.rx_queue:
+            # the veth ring in front of the hand-off is the NIC's, served by a tester core; the
+            # queue's overflow is what the hand-off redirected and the DUT program never saw
+            tester_ring += ring_in
+            entry, nf = (p.name for p in self.dut.programs)
+            ring_in = _runs(rt0, rt1, entry) - _runs(rt0, rt1, nf)
         if ring_in:
             dut_drops[_DUT_RING] = ring_in
-        ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
-        tester_drops = {stalls.RING_DROP: ring_out} if ring_out else {}
+        tester_drops = {stalls.RING_DROP: tester_ring} if tester_ring else {}
 
-        progs = list(rt1)
-        runs = rt1[progs[0]].run_cnt - rt0[progs[0]].run_cnt
+        progs = [p.name for p in self.dut.dut_programs]
+        runs = _runs(rt0, rt1, progs[0])
         ns = sum(rt1[p].run_time_ns - rt0[p].run_time_ns for p in progs)
         caps = self.sink.captures()
         mismatches = [why for c in caps if (why := self.dut.check_output(c.data))]
@@ -235,7 +258,7 @@ class XdpGenerator(Generator):
             **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
                        window1 - window0, len(self.dut_cores)),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
-        result.disturbance = stalls.disturbance(result, RING_FRAMES, self.dut_cores, self.tester_cores)
+        result.disturbance = stalls.disturbance(result, self.rx_queue or RING_FRAMES, self.dut_cores)
         result.disturbed = bool(result.disturbance)
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
         if self.stl and self.trex_profile:

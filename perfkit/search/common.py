@@ -10,7 +10,10 @@ A trial whose loss measured host stalls explain (``TrialResult.disturbed``, see
 ``disturbed_retries`` times (default ``DISTURBED_RETRIES``); the search judges the last one. A
 trial still disturbed after that counts with its loss.
 
-Loss is judged against the *offered* packets (``TrialResult.loss_ratio``). When the generator could
+Loss is the DUT's loss (``TrialResult.dut_loss_ratio``): offered - received - what the tester's own
+receive ring dropped (``tester_drops``), against the *offered* packets. Frames the tester failed to
+take in are the testbed's failure, not the DUT's: they stay in the trial and its notes but never
+set a bound (on a 2-core VM the sink's ring overflows whenever its core stalls). When the generator could
 not offer the intended rate (``tx_pps`` more than ``OFFER_SHORTFALL`` below it) the trial is noted;
 every trial is judged at the rate really offered (never above the intended one). Once asking for
 clearly more than the generator ever offered gets no more, that is its capacity: searches then
@@ -113,8 +116,8 @@ def generator_limited(trial: TrialResult) -> bool:
 
 
 def is_good(trial: TrialResult, loss_tolerance: float) -> bool:
-    """Whether the trial's loss ratio (against offered packets) is within ``loss_tolerance``."""
-    return trial.loss_ratio <= loss_tolerance
+    """Whether the trial's DUT loss ratio (against offered packets) is within ``loss_tolerance``."""
+    return trial.dut_loss_ratio <= loss_tolerance
 
 
 def narrow(lower: float, upper: float, relative_width: float, resolution: float | None = None) -> bool:
@@ -304,7 +307,7 @@ class TrialLog:
         if self.on_trial is not None:
             self.on_trial(trial)
         self._bar.update(1)
-        self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.loss_ratio:.3g}"
+        self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.dut_loss_ratio:.3g}"
                                   + (" disturbed" if trial.disturbed else ""))
 
     def _note_shortfall(self, trial: TrialResult) -> None:
@@ -348,13 +351,13 @@ class TrialLog:
         if upper is None:
             return "max rate"
         bad = [t for t in self.trials if abs(offered_rate(t) - upper) <= upper * RATE_EPS * 10
-               and t.loss_ratio > loss_tolerance]
+               and t.dut_loss_ratio > loss_tolerance]
         return "host stalls" if bad and all(t.disturbed for t in bad) else "dut"
 
     @staticmethod
     def maxrate_limit(trial: TrialResult) -> str:
         """What limited a max-rate trial's received rate."""
-        if trial.lost_packets > 0:
+        if trial.dut_loss_ratio > 0:
             return "host stalls" if trial.disturbed else "dut"
         return "generator" if generator_limited(trial) else "max rate"
 

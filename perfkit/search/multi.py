@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from perfkit.errors import ConfigError
 from perfkit.search.common import (RATE_EPS, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
-                                   check_positive, check_rate_range, check_ratio, goal_name, narrow,
+                                   check_positive, check_rate_range, check_ratio, goal_name, is_good, narrow,
                                    offered_rate, resolve_max_rate)
 from perfkit.trial import TrialResult
 
@@ -167,7 +167,7 @@ class _Search:
         trial = self.log.run(rate, duration, phase)
         offered = offered_rate(trial)
         full = duration >= self.p.final_duration * (1 - RATE_EPS)
-        self.obs.append(_Obs(offered, trial.loss_ratio, full, offered * (1 - trial.loss_ratio)))
+        self.obs.append(_Obs(offered, trial.dut_loss_ratio, full, offered * (1 - trial.dut_loss_ratio)))
         return trial
 
     # -- per goal decisions ------------------------------------------------------------------
@@ -265,9 +265,9 @@ class _Search:
             if goal is None:
                 self._after_confirm(self.obs[-1])
                 continue
-            good = trial.loss_ratio <= goal.loss
+            good = is_good(trial, goal.loss)
             if good and phase == "probe":  # a short good trial is not trusted here: go long
-                good = self.measure(self.obs[-1].rate, self.p.final_duration, "long").loss_ratio <= goal.loss
+                good = is_good(self.measure(self.obs[-1].rate, self.p.final_duration, "long"), goal.loss)
                 goal.probe = goal.probe and good
             self.after(goal, self.obs[-1].rate, good)
         return [self._bounds(goal, notes) for goal in self.goals]

@@ -6,6 +6,14 @@ receive processing on dedicated cores, and its counters.
 - N DUT cores: ``bpf/steer.bpf.c`` runs on the ports (in the NAPI threads, pinned to the first DUT
   core) and spreads packets, by the key the dataplane chose (``Dataplane.steer_key``), over a cpumap
   whose kernel threads run the dataplane on each DUT core: RSS in software (seed 001).
+- A NIC-sized receive queue (``rx_queue`` frames, any number of cores): as with N cores, but the
+  ports' NAPI threads run on the tester's cores (``nic_cores``) and only hand frames over to the
+  cpumap, whose queue of ``rx_queue`` frames plays the NIC's descriptor ring. A veth port's own ring
+  holds 256 frames, a quarter of a millisecond at 1 Mpps: on a VM, where the host takes a vCPU
+  away for 1-4 ms, it overflows when the DUT core stalls, and the loss looks like the DUT's. A real
+  NIC's ring (1024-4096 descriptors) fills without the CPU, so a DUT stall shorter than the ring
+  costs latency, not frames. The hand-off is the NIC's work: its CPU time is the tester's, not the
+  DUT's; the DUT's packet threads are the cpumap kthreads.
 """
 from __future__ import annotations
 
@@ -22,8 +30,10 @@ from perfkit.paths import BUILD_DIR
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 
-#: Frames a cpumap queue holds before it drops.
+#: Frames a cpumap queue holds before it drops (several DUT cores, no ``rx_queue``).
 CPUMAP_QSIZE = 2048
+#: The kernel's limit on a cpumap queue (kernel/bpf/cpumap.c).
+RX_QUEUE_MAX = 16384
 
 
 @dataclass
@@ -37,26 +47,35 @@ class ProgRuntime:
 class Dut:
     """A dataplane on the testbed's DUT ports, configured and filled for a traffic profile."""
 
-    def __init__(self, testbed: Testbed, dataplane: Dataplane, traffic: Traffic, cores: list[int]):
+    def __init__(self, testbed: Testbed, dataplane: Dataplane, traffic: Traffic, cores: list[int],
+                 rx_queue: int = 0, nic_cores: list[int] | None = None):
+        """``rx_queue``: frames of the NIC-sized receive queue (0: the veth ports' own rings), whose
+        hand-off runs on ``nic_cores`` (the tester's)."""
         if not cores or len(cores) > STEER_MAX_CPUS:
             raise ConfigError("dut_cores", cores, f"1 .. {STEER_MAX_CPUS} CPUs")
+        check_rx_queue(rx_queue)
+        if rx_queue and not nic_cores:
+            raise ConfigError("nic_cores", nic_cores, "the tester's cores, for the receive queue's hand-off")
         if testbed.mtu > xdp_max_mtu():
             raise ConfigError("mtu", testbed.mtu, f"<= {xdp_max_mtu()}: native XDP on veth needs each frame in one "
                               "page (the programs do not handle multi-buffer frames)")
         self.testbed, self.dataplane, self.traffic, self.cores = testbed, dataplane, traffic, list(cores)
         self.steer: BpfObject | None = None
-        multi = len(self.cores) > 1
+        self.rx_queue = rx_queue
+        multi = len(self.cores) > 1 or rx_queue > 0
         self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi)
         try:
-            entry = self._setup_cpumap() if multi else self.nf.program
+            entry = self._setup_cpumap(rx_queue or CPUMAP_QSIZE) if multi else self.nf.program
             for port in (testbed.a, testbed.b):
                 with netns.inside(port.ns):
                     xdp_attach(port.ifindex, entry.fd)
+            napi_cores = set(nic_cores) if rx_queue and nic_cores else {self.cores[0]}
             # SCHED_FIFO: like softirq processing on a real DUT, it runs before any user task
             self.napi_pids = [pid for port in (testbed.a, testbed.b)
-                              for pid in testbed.pin_napi(port, {self.cores[0]}, realtime=True)]
-            #: The threads that process the DUT's packets (NAPI, and cpumap kthreads with several cores).
-            self.packet_threads = list(self.napi_pids)
+                              for pid in testbed.pin_napi(port, napi_cores, realtime=True)]
+            #: The threads that process the DUT's packets (NAPI unless it is the NIC's hand-off, and
+            #: cpumap kthreads).
+            self.packet_threads = [] if rx_queue else list(self.napi_pids)
             if multi:
                 for t in cpustat.find_kthreads(f"cpumap/*/map:{self.cpumap_id}"):
                     os.sched_setscheduler(t.pid, os.SCHED_FIFO, os.sched_param(50))
@@ -65,14 +84,14 @@ class Dut:
             self.close()
             raise
 
-    def _setup_cpumap(self) -> Program:
+    def _setup_cpumap(self, qsize: int) -> Program:
         cfg = steer_config(ncpus=len(self.cores), key=SteerKey[f"STEER_KEY_{self.dataplane.steer_key.upper()}"])
         for i, c in enumerate(self.cores):
             cfg.cpus[i] = c
         self.steer = BpfObject(BUILD_DIR / "steer.o", rodata=cfg)
         cpumap = self.steer.map("cpu_map")
         for c in self.cores:
-            cpumap.update(struct.pack("=I", c), struct.pack("=Ii", CPUMAP_QSIZE, self.nf.program.fd))
+            cpumap.update(struct.pack("=I", c), struct.pack("=Ii", qsize, self.nf.program.fd))
         self.cpumap_id = cpumap.id
         return self.steer.program("xdp_steer")
 
@@ -82,7 +101,13 @@ class Dut:
         progs = [self.steer.program("xdp_steer")] if self.steer else []
         return progs + [self.nf.program]
 
+    @property
+    def dut_programs(self) -> list[Program]:
+        """The programs whose run time is the DUT's (the hand-off to a NIC-sized queue is the NIC's)."""
+        return [self.nf.program] if self.rx_queue else self.programs
+
     def runtime(self) -> dict[str, ProgRuntime]:
+        """Run counts and times of ``programs``, by program name (entry first)."""
         out = {}
         for p in self.programs:
             info = prog_info(p.fd)
@@ -92,7 +117,7 @@ class Dut:
     @property
     def kthread_patterns(self) -> list[str]:
         """Names of the DUT's kernel threads, for per-thread CPU accounting."""
-        pats = [f"napi/{self.testbed.a.dev}-*", f"napi/{self.testbed.b.dev}-*"]
+        pats = [] if self.rx_queue else [f"napi/{self.testbed.a.dev}-*", f"napi/{self.testbed.b.dev}-*"]
         if self.steer:
             pats.append(f"cpumap/*/map:{self.cpumap_id}")
         return pats
@@ -115,3 +140,9 @@ class Dut:
             self.steer.close()
             self.steer = None
         self.nf.close()
+
+
+def check_rx_queue(rx_queue: object) -> None:
+    """Refuse a receive queue size the cpumap cannot have."""
+    if isinstance(rx_queue, bool) or not isinstance(rx_queue, int) or not (rx_queue == 0 or 8 <= rx_queue <= RX_QUEUE_MAX):
+        raise ConfigError("rx_queue", rx_queue, f"0 (the veth rings) or 8 .. {RX_QUEUE_MAX} frames")
