@@ -49,7 +49,7 @@ from perfkit.errors import PerfkitError
 from perfkit.layouts import STALL_MAX_CPUS, StallKind, stall_config, stall_cpu, stall_event
 from perfkit.libbpf import BpfObject, RingBuffer
 from perfkit.paths import BUILD_DIR
-from perfkit.trial import TrialResult
+from perfkit.trial import RING_DROP, TrialResult
 
 OBJECT = BUILD_DIR / "stallprobe.o"
 #: Timer period and stall threshold of trials: ring overflows need stalls of ~1 ms, and 5000 ticks
@@ -58,8 +58,6 @@ TRIAL_PERIOD_US, TRIAL_REPORT_US = 200.0, 100.0
 #: Ring drops the summed stall time may explain, relative to rate x stall time (a generator that
 #: catches up after its own stall sends faster than the average rate for a moment).
 STALL_SLACK = 1.5
-#: The name receive-ring overflows have in ``dut_drops`` and ``tester_drops``.
-RING_DROP = "rx_ring_full"
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ class TrialResult:
     mismatched_packets: int = 0
     """Received packets that are not what the DUT should emit for the profile."""
     dut_drops: dict[str, int] = field(default_factory=dict)
-    """Packets the DUT dropped, per reason (dataplane counters and interface counters)."""
+    """Packets the DUT dropped, per reason (dataplane counters and interface counters; ``RING_DROP``:
+    its receive ring or queue was full)."""
     tester_drops: dict[str, int] = field(default_factory=dict)
     """Packets the DUT sent that the tester failed to receive (its own receive ring was full)."""
     dut_cpu: dict[str, float] = field(default_factory=dict)
@@ -250,6 +251,8 @@ class TrialResult:
 #: Relative shortfall of the offered rate below the intended one that counts (beyond the rounding
 #: of packet counts): below it a trial is judged at the intended rate.
 OFFER_EPS = 1e-3
+#: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
+RING_DROP = "rx_ring_full"
 
 
 def judged_pps(tx_pps: Any, intended_pps: Any) -> Any:

@@ -469,3 +469,22 @@ def test_the_testers_own_drops_never_set_a_bound(search):
     assert brackets(lower, upper, T), (lower, upper)
     assert any(t.tester_drops and t.loss_ratio > 0 and t.dut_loss_ratio == 0 for t in res.trials)
     assert res.limited_by == "dut"
+
+
+def _lossy(busy: float, drops: dict[str, int], disturbed: bool = False) -> TrialResult:
+    return TrialResult(dataplane="pgwu", frame_size=64, wire_frame_size=100, flows=1, dut_cores=1, generator="xdp",
+                       duration=1.0, intended_pps=1e6,
+                       intended_packets=1_000_000, tx_packets=1_000_000, rx_packets=1_000_000 - sum(drops.values()),
+                       elapsed=1.0, dut_drops=drops, dut_busy=busy, disturbed=disturbed)
+
+
+def test_ring_overflows_while_the_dut_had_time_to_spare_are_the_testbeds_limit():
+    """A DUT half busy that overflows its 256-frame veth ring is not at its capacity."""
+    from perfkit.search.common import LOWER_BOUNDS, TrialLog, loss_limit
+
+    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 26_240})) == "testbed"
+    assert TrialLog.maxrate_limit(_lossy(0.90, {"rx_ring_full": 26_240})) == "dut"      # saturated
+    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 10, "no_session": 5})) == "dut"  # its program
+    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 99}, disturbed=True)) == "host stalls"
+    assert loss_limit([_lossy(0.5, {"rx_ring_full": 9}, True), _lossy(0.5, {"rx_ring_full": 9})]) == "testbed"
+    assert "testbed" in LOWER_BOUNDS and "dut" not in LOWER_BOUNDS

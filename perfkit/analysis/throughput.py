@@ -10,7 +10,8 @@
     offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
     latency_p50_us, latency_p90_us, latency_p99_us  of that trial [us] (NaN if not measured)
     trials, trial_seconds, notes
-    limited_by            what set the figure: dut, generator, host stalls or max rate (``search.LIMITS``)
+    limited_by            what set the figure: dut, generator, host stalls, testbed or max rate
+                          (``search.LIMITS``)
     at_least              the figure is only a lower bound of the DUT's capacity (the generator or the
                           maximum rate, not the DUT, set it): plots hatch it, tables write ``≥``
     generator_limited     ``limited_by == "generator"``
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
-from perfkit.search.common import LIMITS, OFFER_SHORTFALL
+from perfkit.search.common import LIMITS, LOWER_BOUNDS, OFFER_SHORTFALL
 from perfkit.units import L1_OVERHEAD
 
 #: Latency percentiles shown, as (column suffix, label).
@@ -159,7 +160,7 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=columns)
-    df["at_least"] = df["limited_by"].isin(["generator", "max rate"])
+    df["at_least"] = df["limited_by"].isin(LOWER_BOUNDS)
     df["generator_limited"] = df["limited_by"] == "generator"
     df["throughput_pps"] = pd.to_numeric(df["throughput_pps"], errors="coerce")
     df["upper_pps"] = pd.to_numeric(df["upper_pps"], errors="coerce")

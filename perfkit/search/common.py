@@ -28,7 +28,14 @@ Every figure says what limited it (``LIMITS``, in ``Bounds.limited_by`` and
 - ``dut``: the DUT lost frames just above it, with no host stall to explain the loss;
 - ``host stalls``: the loss that set it was explained by measured host stalls (disturbed trials
   whose retries ran out);
+- ``testbed``: the DUT's loss just above it were overflows of its receive ring while its cores had
+  time to spare (``dut_busy`` below ``SPARE_BUSY``): frames arrived in bursts faster than a veth
+  port's 256-frame ring could hold, or during stalls too short for the probe -- the testbed's
+  buffering, not the DUT's capacity (``--rx-queue`` gives the DUT a NIC's ring);
 - ``max rate``: nothing was lost up to the highest rate asked for (the line rate by default).
+
+Only a ``dut`` figure is the DUT's capacity; every other one is a lower bound of it
+(``LOWER_BOUNDS``).
 """
 from __future__ import annotations
 
@@ -43,14 +50,20 @@ from tqdm import tqdm
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import TrialResult, judged_pps
+from perfkit.trial import RING_DROP, TrialResult, judged_pps
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05
 #: Relative tolerance used when comparing rates computed along different paths.
 RATE_EPS = 1e-9
 #: What can limit a figure (see the module doc).
-LIMITS = ("dut", "generator", "host stalls", "max rate")
+LIMITS = ("dut", "generator", "host stalls", "testbed", "max rate")
+#: The limits whose figures are lower bounds of the DUT's capacity.
+LOWER_BOUNDS = ("generator", "host stalls", "testbed", "max rate")
+#: DUT cores busy below this share had time to spare (the cost model trusts only trials above it).
+SPARE_BUSY = 0.8
+#: Frames in flight that a trial may lose besides its counted ring overflows.
+RING_SLACK = 256
 #: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
 DISTURBED_RETRIES = 3
 
@@ -352,14 +365,34 @@ class TrialLog:
             return "max rate"
         bad = [t for t in self.trials if abs(offered_rate(t) - upper) <= upper * RATE_EPS * 10
                and t.dut_loss_ratio > loss_tolerance]
-        return "host stalls" if bad and all(t.disturbed for t in bad) else "dut"
+        return loss_limit(bad) if bad else "dut"
 
     @staticmethod
     def maxrate_limit(trial: TrialResult) -> str:
         """What limited a max-rate trial's received rate."""
         if trial.dut_loss_ratio > 0:
-            return "host stalls" if trial.disturbed else "dut"
+            return loss_limit([trial])
         return "generator" if generator_limited(trial) else "max rate"
+
+
+def ring_overflow_with_time_to_spare(trial: TrialResult) -> bool:
+    """Whether all the DUT lost were receive-ring overflows while its cores were busy less than
+    ``SPARE_BUSY`` (the ``testbed`` limit)."""
+    ring = trial.dut_drops.get(RING_DROP, 0)
+    lost = trial.lost_packets - sum(trial.tester_drops.values())
+    return (ring > 0 and sum(trial.dut_drops.values()) == ring and lost <= ring + RING_SLACK
+            and trial.dut_busy is not None and trial.dut_busy < SPARE_BUSY)
+
+
+def loss_limit(lossy: list[TrialResult]) -> str:
+    """What the DUT's loss in these trials (those that set a bound) says limited it: ``host stalls``
+    if stalls explained all of it, ``testbed`` if all of it overflowed a ring with time to spare,
+    else ``dut``."""
+    if all(t.disturbed for t in lossy):
+        return "host stalls"
+    if all(t.disturbed or ring_overflow_with_time_to_spare(t) for t in lossy):
+        return "testbed"
+    return "dut"
 
 
 def goal_name(loss_tolerance: float) -> str:
