@@ -10,8 +10,15 @@ of the DUT cores' time, that shared no core with the tester and lost nothing to 
     trial_id, scenario columns (``SCENARIO_COLUMNS``), the dataplane's parameters, offered_mpps,
     dut_busy [0..1], dut_ns_per_packet, bpf_ns_per_packet, kernel_ns_per_packet [ns], and the
     model's features: frame_size [B], dut_cores, log_flows (log10 flows), one ``log_<param>``
-    (log10(1 + value)) per integer parameter, one 0/1 column per boolean parameter and one 0/1
-    ``variant_<value>`` column per variant but the first.
+    (log10(1 + value)) per integer parameter, one 0/1 column per boolean parameter, one 0/1
+    ``variant_<value>`` column per variant but the first, and ``per_core_inv_mpps`` (DUT cores /
+    offered Mpps [1/Mpps]).
+
+Why the rate is a feature: the DUT's packet threads cost a share per second that does not depend on
+the packets (NAPI wake-ups and polls, the kthreads' scheduling), and per packet that share is
+spread thinner the faster packets come: ``dut_ns_per_packet = per-packet cost + fixed ns per second
+/ packets per second per core``. Without it, a DUT measured at 0.7 and at 1.1 Mpps looked like two
+DUTs (1302 and 899 ns per packet, the same scenario), and the model explained half the variance.
 
 ``fit_cost(frame)`` -- ``LinearFit`` (``perfkit.analysis.models``) of ``dut_ns_per_packet`` on the
 features that vary, with R² and residuals.
@@ -22,8 +29,9 @@ capped (for the CPU-share models of ``perfkit.analysis.models``).
 ``cost_capacity(fit, frame, gbps, frame_sizes)`` -- per variant and frame size, the DUT cores
 needed: the smallest c with ``rate x cost(c) <= c x utilization`` (rate in packets/s of
 user-side frames, cost in s per packet), from the model evaluated at the table's other features
-(their most common values in ``frame``). Columns: variant, frame_size, gbps, mpps, ns_per_packet,
-cores_needed, extrapolated.
+(their most common values in ``frame``; for the rate feature, a rate where the DUT was busy: the
+fixed share per second is not extrapolated to rates and core counts never measured).
+Columns: variant, frame_size, gbps, mpps, ns_per_packet, cores_needed, extrapolated.
 """
 from __future__ import annotations
 
@@ -43,6 +51,8 @@ from perfkit.units import L1_OVERHEAD
 #: it the DUT had time to spare, and pays wake-ups a busy one does not).
 BUSY_MIN = SPARE_BUSY
 TARGET = "dut_ns_per_packet"
+#: The rate feature (see module doc): DUT cores / offered Mpps.
+RATE_FEATURE = "per_core_inv_mpps"
 COST_COLUMNS = ["dut_ns_per_packet", "bpf_ns_per_packet", "kernel_ns_per_packet"]
 
 
@@ -82,7 +92,8 @@ def cost_frame(run: RunData) -> pd.DataFrame:
     keep &= ~(capped & (t["tx_packets"] <= t["rx_packets"]))  # the generator, not the DUT, set the pace
     d = t[keep].copy()
     d["log_flows"] = np.log10(d["flows"].astype(float))
-    d.attrs["features"] = ["frame_size", "dut_cores", "log_flows", *_param_features(d)]
+    d[RATE_FEATURE] = d["dut_cores"].astype(float) / d["offered_mpps"]
+    d.attrs["features"] = ["frame_size", "dut_cores", "log_flows", *_param_features(d), RATE_FEATURE]
     cols = ["trial_id", *SCENARIO_COLUMNS, "offered_mpps", "dut_busy", *COST_COLUMNS]
     params = sorted({p.name for name in d["dataplane"].unique() for p in dataplanes.get(str(name)).params} & set(d))
     out = d[list(dict.fromkeys(cols + params + d.attrs["features"]))].reset_index(drop=True)
