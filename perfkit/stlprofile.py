@@ -128,8 +128,10 @@ class StlProfile:
 
 
 # -- loading ----------------------------------------------------------------------------------------
-def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, direction: int = 0) -> StlProfile:
-    """Load the profile at ``path`` with TRex's own library (in its worker process) and check it."""
+def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parity: int | None = None) -> StlProfile:
+    """Load the profile at ``path`` with TRex's own library (in its worker process) and check it, as
+    TRex's console loads it for port ``port_id`` (profiles get ``parity``, by default ``port_id % 2``,
+    as their direction argument)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError("--trex-profile", str(path), "an existing TRex STL profile (.py)")
@@ -141,15 +143,15 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, direc
     except ImportError as err:  # the TRex worker is part of perfkit; without it no profile loads
         raise PerfkitError(f"loading TRex profiles needs perfkit.trexlib.client ({err})") from None
     words = check_tunables(tunables)
-    streams = load_profile(str(p), [",".join(words)] if words else [], port_id=port_id, direction=direction)
+    streams = load_profile(str(p), [",".join(words)] if words else [], port_id,
+                           port_id % 2 if parity is None else parity)
     return parse(streams, f"{p}" + (f" -t {','.join(words)}" if words else ""))
 
 
-def port_of(ingress: str) -> dict[str, int]:
-    """TRex's ``port_id`` and ``direction`` for traffic entering the DUT's port ``ingress``: TRex port
-    0 faces the DUT's first port (``a``), and TRex passes profiles ``direction = port % 2``."""
-    port = 0 if ingress == "a" else 1
-    return {"port_id": port, "direction": port}
+def port_of(ingress: str) -> int:
+    """The TRex port that sends traffic entering the DUT's port ``ingress``: TRex port 0 faces the
+    DUT's first port (``a``), port 1 its second."""
+    return 0 if ingress == "a" else 1
 
 
 def check_tunables(values: Sequence[str] | None) -> list[str]:

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("-t", dest="tunables", action="append", default=[], metavar="KEY=VALUE",
                       help="a tunable of the profile, as TRex's console takes it (repeat, or KEY=VALUE,KEY=VALUE)")
     show.add_argument("--port", type=integer(0, 255, "a TRex port number"), default=0,
-                      help="the TRex port the profile is loaded for (TRex passes direction = port %% 2; default 0)")
+                      help="the TRex port the profile is loaded for (profiles get the port's parity; default 0)")
     show.add_argument("--count", type=integer(1, 1_000_000, "a frame count"), default=16,
                       help="frames to build (default 16)")
     show.add_argument("--pcap", default=None, metavar="FILE", help="write the frames to this pcap file")
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_show(args: argparse.Namespace) -> int:
     if args.pcap:
         check_writable("--pcap", args.pcap)
-    profile = stlprofile.load(args.path, args.tunables, port_id=args.port, direction=args.port % 2)
+    profile = stlprofile.load(args.path, args.tunables, args.port)
     compiled = stlgen.compile_profile(profile, signature=not args.no_signature)
     frames = stlgen.show(compiled, args.count)
     if args.pcap:

@@ -66,7 +66,7 @@ def load_trex_profile(args: argparse.Namespace, scenario: Scenario) -> StlProfil
     if args.generator != "xdp":
         raise ConfigError("--trex-profile", args.trex_profile, "only with --generator xdp (a lab TRex takes the "
                           "profile on its own console)")
-    profile = stlprofile.load(args.trex_profile, args.tunables, **stlprofile.port_of(scenario.traffic().ingress))
+    profile = stlprofile.load(args.trex_profile, args.tunables, stlprofile.port_of(scenario.traffic().ingress))
     stlgen.for_testbed(profile)  # refusals (modes, instructions, sizes) before the testbed
     return profile
 

@@ -144,7 +144,7 @@ class XdpGenerator(Generator):
         self.profile = profile or scenario.traffic()
         # a TRex STL profile replaces the traffic; the scenario still configures the DUT
         if trex_profile is not None and not isinstance(trex_profile, StlProfile):
-            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], **stlprofile.port_of(self.profile.ingress))
+            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], stlprofile.port_of(self.profile.ingress))
         self.trex_profile = trex_profile
         self.stl = stlgen.for_testbed(trex_profile) if trex_profile else None
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
