@@ -210,7 +210,8 @@ def _stream(i: int, s: dict[str, Any]) -> StlStream:
     return StlStream(name, frame, float(rate["value"]), rate["type"], variables, program)
 
 
-def _program(where: str, instructions: list[dict[str, Any]], frame_len: int) -> tuple[tuple[VarSpec, ...], tuple[Instr, ...]]:
+def _program(where: str, instructions: list[dict[str, Any]],
+             frame_len: int) -> tuple[tuple[VarSpec, ...], tuple[Instr, ...]]:
     """Variables and the program of one stream's VM, in the profile's order."""
     variables: list[VarSpec] = []
     names: dict[str, tuple[int, bool]] = {}  # write source -> (var index, is a tuple's port)

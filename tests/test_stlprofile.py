@@ -422,3 +422,22 @@ def test_random_stays_in_range(tmp_path, size):
          f'STLVmWrFlowVar(fv_name="r", pkt_offset=50)'
     values = field(bpf_frames(load(write_profile(tmp_path, vm)), 200), 50, size)
     assert set(values) <= set(range(lo, hi + 1)) and len(set(values)) == hi - lo + 1
+
+
+@pytest.mark.parametrize("options, field", [
+    ("{trex_profile: nope.py}", "campaign.generator.options.trex_profile"),
+    ("{trex_profile: trex_profiles/pgwu.py, trex_tunables: [flows]}", "campaign.generator.options.trex_tunables"),
+    ("{trex_tunables: ['flows=2']}", "campaign.generator.options.trex_tunables"),
+])
+def test_campaign_options_checked(options, field, monkeypatch):
+    """A campaign's trex_profile and trex_tunables are checked, the error naming the field."""
+    from perfkit.campaign.schema import parse_campaign
+
+    monkeypatch.chdir(ROOT)
+    text = ("name: t\ndataplane: pgwu\nframe_sizes: [128]\nmethods:\n  - method: maxrate\n"
+            f"generator:\n  backend: xdp\n  options: {options}\n")
+    with pytest.raises(stlprofile.ConfigError) as err:
+        parse_campaign(text)
+    assert err.value.field == field
+    ok = parse_campaign(text.replace(options, "{trex_profile: trex_profiles/pgwu.py, trex_tunables: ['flows=2']}"))
+    assert ok.generator.options["trex_profile"] == "trex_profiles/pgwu.py"

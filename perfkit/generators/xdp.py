@@ -134,7 +134,9 @@ class XdpGenerator(Generator):
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
                  rx_queue: int = RX_QUEUE):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
-        see ``perfkit.testbed.dut``)."""
+        see ``perfkit.testbed.dut``). ``trex_profile``: a TRex STL profile (an ``StlProfile`` or the
+        path of one, loaded with ``trex_tunables``) whose streams the generator sends instead of the
+        scenario's traffic; the scenario still configures the DUT (``perfkit.testbed.stlgen``)."""
         super().__init__(scenario)
         check_rx_queue(rx_queue)
         self.rx_queue = rx_queue
