@@ -216,6 +216,10 @@ def test_l4_checksum_fixups(tmp_path, proto):
     assert len(set(frames)) == 24
     for f in frames:
         assert_checksums(f)
+    signed = stlgen.compile_stream(s, signature=True)
+    assert bool(signed.sig_offset) == (proto == "tcp")  # the sink finds signatures behind IPv4 only
+    for f in stlgen.show(signed, 24):
+        assert_checksums(f)
 
 
 THREE = """[
