@@ -445,3 +445,21 @@ def test_campaign_options_checked(options, field, monkeypatch):
     assert err.value.field == field
     ok = parse_campaign(text.replace(options, "{trex_profile: trex_profiles/pgwu.py, trex_tunables: ['flows=2']}"))
     assert ok.generator.options["trex_profile"] == "trex_profiles/pgwu.py"
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--generator", "sim"], "--trex-profile"),
+    (["-t", "flows"], "-t"),
+    (["-t", "bogus=1"], "bogus"),
+])
+def test_trial_bad_trex_options_one_line(args, word):
+    """Bad --trex-profile companions: exit 2, one line naming the option, before any testbed."""
+    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", str(ROOT / "trex_profiles" / "pgwu.py"),
+                "--rate", "1kpps", "--duration", "0.1", *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert word in r.stderr
+
+
+def test_trial_missing_profile_one_line():
+    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", "no/such.py", "--rate", "1kpps")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--trex-profile" in r.stderr, r.stderr
