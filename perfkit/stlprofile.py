@@ -249,8 +249,8 @@ def _flow_var(where: str, ins: dict[str, Any]) -> VarSpec:
         raise ConfigError(f"{where} range", (init, lo, hi), f"0 <= min_value <= init_value <= max_value <= {top}")
     if step < 1:
         raise ConfigError(f"{where} step", step, "an integer >= 1")
-    if ins["op"] != "random" and hi - lo + 1 > 1 << 63:
-        raise ConfigError(f"{where} range", (lo, hi), "at most 2^63 values for inc and dec")
+    if ins["op"] != "random" and hi - lo + 1 == 1 << 64:  # TRex keeps step % range: 2^64 wraps to 0
+        raise ConfigError(f"{where} range", (lo, hi), "fewer than 2^64 values for inc and dec")
     return VarSpec(ins["name"], ins["op"], ins["size"], lo, hi, step, init)
 
 

@@ -97,6 +97,9 @@ class Checksum:
     """A computed 0 goes out as 0xffff."""
     constant: int = 0
     """The pseudo-header's protocol and length, added to the sum."""
+    shape: tuple[tuple[int, int], ...] = ()
+    """Byte ranges that decide what it covers (header length, total length, protocol): TRex reads
+    them per packet, so a write into them changes the coverage."""
 
     def value(self, frame: bytes | bytearray) -> int:
         s = self.constant + sum(ones_sum(frame[lo:hi]) for lo, hi in self.covers)
@@ -108,7 +111,7 @@ class Checksum:
 
 def ipv4_checksum(frame: bytes | bytearray, off: int) -> Checksum:
     ihl = 20 if frame[off] == 0x45 else (frame[off] & 0xF) * 4
-    return Checksum(off + 10, ((off, off + 10), (off + 12, off + ihl)))
+    return Checksum(off + 10, ((off, off + 10), (off + 12, off + ihl)), shape=((off, off + 1),))
 
 
 def l4_checksum(frame: bytes | bytearray, l3: int, l4: int, proto: int) -> Checksum:
@@ -116,12 +119,13 @@ def l4_checksum(frame: bytes | bytearray, l3: int, l4: int, proto: int) -> Check
     field = l4 + {6: 16, 17: 6, 58: 2}[proto]
     if frame[l3] >> 4 == 4:
         end = l3 + struct.unpack_from("!H", frame, l3 + 2)[0]
-        pseudo = (l3 + 12, l3 + 20)
+        pseudo, shape = (l3 + 12, l3 + 20), ((l3, l3 + 1), (l3 + 2, l3 + 4), (l3 + 9, l3 + 10))
     else:
         end = l3 + 40 + struct.unpack_from("!H", frame, l3 + 4)[0]
-        pseudo = (l3 + 8, l3 + 40)
+        pseudo, shape = (l3 + 8, l3 + 40), ((l3 + 4, l3 + 7),)
     end = min(end, len(frame))
-    return Checksum(field, (pseudo, (l4, field), (field + 2, end)), udp=proto == 17, constant=proto + end - l4)
+    return Checksum(field, (pseudo, (l4, field), (field + 2, end)), udp=proto == 17, constant=proto + end - l4,
+                    shape=shape)
 
 
 def checksums(ins: Instr, frame: bytes | bytearray) -> list[Checksum]:

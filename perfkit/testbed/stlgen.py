@@ -228,6 +228,7 @@ def _checksums(stream: StlStream, frame: bytes, tmpl: bytearray, dirty: Ranges, 
             continue
         for c in checksums(ins, frame):
             _check_after(stream, k, ins, c)
+            _check_shape(stream, c, dirty)
             fixes[c.field] = c
     keep = list(fixes.values())
     extra = _signature_checksum(frame, sig, fixes) if sig else None
@@ -261,6 +262,15 @@ def _check_after(stream: StlStream, k: int, ins: Instr, c: Checksum) -> None:
                 later.offset < hi and lo < later.offset + later.size for lo, hi in c.covers):
             raise ConfigError(f"{stream.name} {ins.kind} before a write", f"write at byte {later.offset}",
                               "checksum fix-ups after the writes they cover")
+
+
+def _check_shape(stream: StlStream, c: Checksum, dirty: Ranges) -> None:
+    """A write into a header length, total length or protocol changes what a fix-up covers in every
+    packet (TRex reads them per packet); the generator's coverage is the template's."""
+    for lo, hi in dirty:
+        if any(lo < shi and slo < hi for slo, shi in c.shape):
+            raise ConfigError(f"{stream.name} write at byte {lo}", "into a header length, total length or IP next-header byte",
+                              f"writes outside what decides the coverage of the checksum at byte {c.field}")
 
 
 def _signature_checksum(frame: bytes, sig: int, fixes: dict[int, Checksum]) -> Checksum | None:
