@@ -530,3 +530,18 @@ def test_random_engines_byte_identical(tmp_path, seed):
     comp = stlgen.compile_stream(s, signature=True)
     for f in stlgen.show(comp, 40):
         assert_checksums(f)
+
+
+def test_cli_trial_with_profile_json():
+    """perfkit trial --trex-profile through the real CLI: downlink (TRex port 1, so the profile's
+    direction is downlink without dir=), exact counts, checked output, the note in the JSON."""
+    import json
+
+    r = run_cli("trial", "--dataplane", "pgwu", "--direction", "dl", "--flows", "10", "--frame-size", "256",
+                "--trex-profile", str(ROOT / "trex_profiles" / "pgwu.py"), "-t", "flows=10", "-t", "frame_size=256",
+                "--rate", "20kpps", "--packets", "4000", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tx_packets"] == 4000 and d["rx_packets"] + d["dut_drops"].get("rx_ring_full", 0) == 4000, d
+    assert d["mismatched_packets"] == 0 and d["wire_frame_size"] == 256
+    assert any("pgwu-dl" in n and "signature in every frame" in n for n in d["notes"]), d["notes"]
