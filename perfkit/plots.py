@@ -1,9 +1,19 @@
 """The report's figures (seaborn/matplotlib). Each takes a frame from ``perfkit.analysis`` or
 ``perfkit.compare`` and returns a ``matplotlib.figure.Figure`` with a title, axis labels with
 units and a legend. ``setup()`` sets the common style once per notebook.
+
+In a notebook, ``setup()`` also makes every figure display as ``<figure class="perfkit-figure">``
+around its PNG, with the figure in words (``describe``) as the image's alt text and what it lacks
+(``problems``: no title, no axis label with a unit, no legend) in ``data-problems``: so the
+report's pages can be checked in a browser (``perfkit.report.check_pages``), and read without the
+images. Tables show a missing value as ``MISSING``, not NaN.
 """
 from __future__ import annotations
 
+import base64
+import html
+import io
+import re
 from typing import Sequence
 
 import matplotlib
@@ -39,10 +49,86 @@ VERDICT_COLORS = {"regression": "#d62728", "improvement": "#2ca02c", "within noi
                   "new": "#1f77b4", "missing": "#ff7f0e"}
 
 
+#: A unit in an axis label: ``[Mpps]``, ``[% of offered]``, ``[#]``.
+UNIT_RE = re.compile(r"\[[^\]]+\]")
+
+
 def setup() -> None:
-    """The common look: white grid, readable fonts, figures sized for an HTML report."""
+    """The common look: white grid, readable fonts, figures sized for an HTML report; in IPython,
+    figures display as ``figure_html`` (see module doc)."""
     matplotlib.rcParams.update({"figure.dpi": 90, "savefig.dpi": 90, "figure.autolayout": False})
     sns.set_theme(style="whitegrid", context="notebook")
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        # load the backend now, not at the first figure: setting up the inline one drops Figure's formatters
+        plt.switch_backend(matplotlib.get_backend())
+        _register_html(shell)
+        # the inline backend, set up at the first figure, drops every formatter of Figure
+        shell.events.register("pre_run_cell", lambda *_: _register_html(shell))
+
+
+def _register_html(shell: object) -> None:
+    html_formatter = shell.display_formatter.formatters["text/html"]  # type: ignore[attr-defined]
+    html_formatter.for_type(Figure, figure_html)
+    html_formatter.for_type(pd.DataFrame, table_html)
+
+
+#: How a missing value shows in the report's tables (a figure that does not exist, e.g. an NDR no
+#: trial reached, or a latency not measured), instead of pandas' NaN.
+MISSING = "–"
+
+
+def table_html(frame: pd.DataFrame, index: bool = True) -> str:
+    """A frame as pandas shows it in a notebook, with ``MISSING`` for missing values."""
+    return frame.to_html(na_rep=MISSING, notebook=True, index=index, max_rows=pd.get_option("display.max_rows"),
+                         max_cols=pd.get_option("display.max_columns"), show_dimensions=False)
+
+
+def _titles(fig: Figure) -> list[str]:
+    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""  # noqa: SLF001 - no public getter
+    return [t for t in [sup, *(ax.get_title() for ax in fig.axes)] if t.strip()]
+
+
+def _legends(fig: Figure) -> list[str]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    return [t.get_text() for lg in legends for t in lg.get_texts() if t.get_text().strip()]
+
+
+def _plotting_axes(fig: Figure) -> list:
+    """The axes that show data (not turned off, e.g. the message of an empty figure)."""
+    return [ax for ax in fig.axes if ax.axison and (ax.lines or ax.collections or ax.patches or ax.images)]
+
+
+def describe(fig: Figure) -> str:
+    """The figure in words: its titles, each axis label, and the legend's entries."""
+    axes = "; ".join(f"x: {ax.get_xlabel() or '-'}, y: {ax.get_ylabel() or '-'}" for ax in _plotting_axes(fig)[:4])
+    legend = ", ".join(dict.fromkeys(_legends(fig)))
+    return " | ".join(part for part in (" / ".join(_titles(fig)), axes, f"legend: {legend}" if legend else "") if part)
+
+
+def problems(fig: Figure) -> list[str]:
+    """What the figure lacks of a title, an axis label with a unit, and a legend."""
+    out = [] if _titles(fig) else ["no title"]
+    axes = _plotting_axes(fig)
+    # facet grids label only their outer axes: the figure needs a unit, not every axes
+    if axes and not any(UNIT_RE.search(label) for ax in axes for label in (ax.get_xlabel(), ax.get_ylabel())):
+        out.append("no axis label with a unit")
+    if axes and not _legends(fig):
+        out.append("no legend")
+    return out
+
+
+def figure_html(fig: Figure) -> str:
+    """The figure as ``<figure class="perfkit-figure">``: its PNG, alt text, and problems."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    png = base64.b64encode(buf.getvalue()).decode()
+    return (f'<figure class="perfkit-figure" data-problems="{html.escape("; ".join(problems(fig)))}">'
+            f'<img src="data:image/png;base64,{png}" alt="{html.escape(describe(fig))}"/></figure>')
 
 
 def _empty(title: str, message: str) -> Figure:

@@ -118,10 +118,11 @@ def links_html(pages: Sequence[dict[str, Any]], baseline_run_id: str | None = No
 def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: str | Path = DEFAULT_ROOT,
                  reports_root: str | Path = DEFAULT_REPORTS, notebooks_dir: str | Path = NOTEBOOKS_DIR,
                  show_code: bool = False, progress: bool = True, kernel_name: str = KERNEL,
-                 timeout: float = 900.0, pages: Sequence[PageSpec] = PAGES) -> Report:
+                 timeout: float = 900.0, pages: Sequence[PageSpec] = PAGES, extra_pages: Sequence[Page] = ()) -> Report:
     """Execute the notebooks for ``run_id`` and write ``reports/<run_id>/*.html`` (see module doc).
 
-    ``baseline_run_id``: a run id, ``auto`` (``find_baseline``) or None.
+    ``baseline_run_id``: a run id, ``auto`` (``find_baseline``) or None. ``extra_pages``: pages
+    already in the report directory, listed first in the index (``perfkit experiment``'s own page).
     """
     data_root = Path(data_root).absolute()
     RunStore.open(run_id, data_root).check()   # a clear error (one line naming the file) before any kernel starts
@@ -136,7 +137,7 @@ def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: 
     out = Path(reports_root).absolute() / run_id
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     params = {"run_id": run_id, "baseline_run_id": baseline_run_id, "data_root": str(data_root)}
-    report = Report(run_id, baseline_run_id, out, out / "index.html")
+    report = Report(run_id, baseline_run_id, out, out / "index.html", list(extra_pages))
     bar = tqdm([*pages, INDEX], desc=f"report {run_id}", unit="page", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(spec.name)
@@ -184,3 +185,53 @@ def _error_page(title: str, error: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>perfkit: {html.escape(title)}</title></head>"
             f"<body><h1>{html.escape(title)}</h1><p>The notebook could not be executed: "
             f"<code>{html.escape(error)}</code></p></body></html>")
+
+
+# -- checking the pages in a browser -----------------------------------------------------------------
+#: Headless Chromium, as the pages are checked: no network, no first-run work, JavaScript given time.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--virtual-time-budget=10000")
+#: What a missing value looks like in a rendered pandas table.
+MISSING = {"nan", "none", "<na>", "nat"}
+
+
+def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str]:
+    """Problems of the report's pages as headless Chromium renders them (their DOM): a figure table
+    cell showing NaN, a PNG that is not a ``perfkit.plots`` figure, a figure without alt text, or
+    one whose ``data-problems`` (no title, no unit, no legend) is not empty. Empty: all good."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from bs4 import BeautifulSoup
+
+    exe = chromium or shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        raise ConfigError("chromium", None, "a Chromium binary on PATH (apt-get install -y chromium)")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:
+        for page in sorted(Path(report_dir).glob("*.html")):
+            dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                                 capture_output=True, text=True, timeout=180).stdout
+            if not dom.strip():
+                out.append(f"{page.name}: Chromium rendered nothing")
+                continue
+            out += [f"{page.name}: {p}" for p in _dom_problems(BeautifulSoup(dom, "html.parser"))]
+    return out
+
+
+def _dom_problems(soup: Any) -> list[str]:
+    out = []
+    for i, table in enumerate(soup.select("table.dataframe"), 1):
+        bad = [td.get_text(strip=True) for td in table.select("td") if td.get_text(strip=True).lower() in MISSING]
+        if bad:
+            out.append(f"table {i}: {len(bad)} cell(s) show {bad[0]}")
+    for i, img in enumerate(soup.select('img[src^="data:image/png"]'), 1):
+        fig = img.find_parent("figure", class_="perfkit-figure")
+        if fig is None:
+            out.append(f"image {i}: not a perfkit.plots figure (no title/unit/legend check possible)")
+        elif fig.get("data-problems"):
+            out.append(f"figure {i} ({img.get('alt', '')[:60]}): {fig['data-problems']}")
+        elif not img.get("alt", "").strip():
+            out.append(f"figure {i}: no alt text")
+    return out

@@ -38,7 +38,7 @@ def report(tmp_path_factory) -> dict:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = main(["report", "--run", runs.current, "--baseline", runs.baseline, "--root", str(runs.root),
-                     "--reports", str(out), "--json", "--no-progress"])
+                     "--reports", str(out), "--json", "--no-progress", "--check"])
     return {**json.loads(buf.getvalue()), "exit": code, "runs": runs}
 
 
@@ -176,3 +176,35 @@ def test_index_in_headless_chromium_shows_its_images(report, tmp_path):
     with_images, without = _coloured(shot), _coloured(bare)
     assert with_images > 0.02 * shot.shape[0] * shot.shape[1]
     assert with_images > 10 * max(without, 1), (with_images, without)
+
+
+def test_pages_pass_the_check_in_headless_chromium(report):
+    """Rendered by Chromium: no table cell shows NaN, every PNG is a perfkit figure with a title,
+    an axis label with a unit and a legend (``perfkit report --check``)."""
+    assert report["check_problems"] == []
+
+
+def test_the_check_finds_a_figure_without_title_unit_or_legend_and_a_nan_cell():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from bs4 import BeautifulSoup
+
+    from perfkit import plots
+    from perfkit.report import _dom_problems
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    assert plots.problems(fig) == ["no title", "no axis label with a unit", "no legend"]
+    ax.set_title("t")
+    ax.set_xlabel("offered load [Mpps]")
+    ax.plot([1, 2], [4, 5], label="ul")
+    ax.legend()
+    assert plots.problems(fig) == []
+    bad, _ = plt.subplots()
+    bad.axes[0].plot([1], [1])
+    page = (f"<table class='dataframe'><tr><td>1.0</td><td>NaN</td></tr></table>{plots.figure_html(fig)}"
+            f"{plots.figure_html(bad)}<img src='data:image/png;base64,AAAA'>")
+    found = _dom_problems(BeautifulSoup(page, "html.parser"))
+    assert len(found) == 3 and "1 cell(s) show NaN" in found[0] and "no title" in found[1], found
+    assert "not a perfkit.plots figure" in found[2]

@@ -16,6 +16,11 @@ def _human(d: dict) -> str:
     lines = [f"report of run {d['run_id']}" + (f" (baseline {d['baseline_run_id']})" if d["baseline_run_id"] else "")]
     for p in d["pages"]:
         lines.append(f"  {p['file']:<22} {'ok' if p['ok'] else 'FAILED: ' + str(p['error'])} ({p['seconds']:.0f} s)")
+    if "check_problems" in d:
+        lines.append("checked in headless Chromium: " + ("no NaN in a table, every figure with title, unit and legend"
+                                                          if not d["check_problems"] else
+                                                          f"{len(d['check_problems'])} problem(s)"))
+        lines += [f"  {p}" for p in d["check_problems"]]
     lines.append(f"open {d['index']}")
     return "\n".join(lines)
 
@@ -28,10 +33,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         check_run("--baseline", args.baseline, args.root)
     rep = build_report(args.run, baseline_run_id=args.baseline, data_root=args.root, reports_root=args.reports,
                        show_code=args.show_code, progress=not args.no_progress)
-    emit(rep.to_dict(), args.json, _human)
+    out = rep.to_dict()
+    if args.check:
+        from perfkit.report import check_pages
+
+        out["check_problems"] = check_pages(rep.dir)
+    emit(out, args.json, _human)
     if not rep.ok:
         failed = ", ".join(p.name for p in rep.pages if not p.ok)
         raise PerfkitError(f"notebook(s) failed: {failed}; see their pages in {rep.dir}")
+    if out.get("check_problems"):
+        raise PerfkitError(f"{len(out['check_problems'])} problem(s) in the pages as Chromium renders them; "
+                           f"first: {out['check_problems'][0]}")
     return 0
 
 
@@ -45,5 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     p.add_argument("--reports", default="reports", help="reports directory (default reports)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--check", action="store_true",
+                   help="check the pages in headless Chromium: no NaN in a table, every figure with a title, "
+                        "an axis unit and a legend (exit 2 otherwise)")
     add_json(p)
     p.set_defaults(func=cmd_report)
