@@ -18,7 +18,8 @@ file, ``perfkit.campaign.schema``, with the generator's keys flattened: ``genera
   (``outcome.json``, ``throughput.csv``, ``models.json``, ``figures/*.png``).
 
 The traffic is the dataplane's own profile unless ``trex_profile`` names a TRex STL profile (with
-``trex_tunables``); it goes into the campaign under ``TRAFFIC_KEY``.
+``trex_tunables``: ``KEY=VALUE`` strings or a dict); they go into the campaign as the generator
+options ``trex_profile`` and ``trex_tunables`` (the local XDP generator compiles the profile).
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from perfkit.errors import ConfigError, StoreError
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "experiment.ipynb"
 #: The campaign's ``source`` when it comes from the notebook's parameters.
 SOURCE = "notebooks/experiment.ipynb"
-#: The campaign key a TRex STL profile and its tunables go under (``perfkit trial --trex-profile``).
-TRAFFIC_KEY = "traffic"
+#: The generator options a TRex STL profile and its tunables go into (``perfkit trial --trex-profile -t``).
+PROFILE_OPTIONS = {"trex_profile": "trex_profile", "trex_tunables": "trex_tunables"}
 #: The notebook's parameters that control the run rather than say what to measure.
 RUN_PARAMETERS = ("run_id", "resume", "data_root", "progress", "report", "reports_root")
 #: Subdirectory of the run directory the notebook's outputs go to.
@@ -65,8 +66,8 @@ class Experiment:
     """The dataplane's parameters: a list is a grid axis, a value is fixed (missing: its default)."""
     trex_profile: str | None = None
     """A TRex STL profile (a ``.py`` path) instead of the dataplane's own traffic; None: built-in."""
-    trex_tunables: dict[str, Any] = field(default_factory=dict)
-    """The profile's tunables (``-t KEY=VALUE`` of ``perfkit trial``)."""
+    trex_tunables: Any = field(default_factory=list)
+    """The profile's tunables: ``["KEY=VALUE", ...]`` (``-t`` of ``perfkit trial``) or a dict."""
     frame_sizes: list[int] = field(default_factory=lambda: [64, 512, 1424])
     """Frame sizes [bytes], FCS included."""
     flows: Any = field(default_factory=lambda: [1])
@@ -109,13 +110,17 @@ class Experiment:
                 raise ConfigError(key, values[key], allowed)
         exp = cls(**{k: v for k, v in values.items()})
         if exp.trex_tunables and exp.trex_profile is None:
-            raise ConfigError("trex_tunables", exp.trex_tunables, "{} unless trex_profile names a TRex STL profile")
+            raise ConfigError("trex_tunables", exp.trex_tunables, "nothing unless trex_profile names a TRex STL profile")
         if exp.trex_server is not None and exp.generator != "trex":
             raise ConfigError("trex_server", exp.trex_server, f"None with generator {exp.generator!r} "
                               "(a TRex server is used by generator 'trex')")
         if exp.trex_server is not None and "server" in exp.generator_options:
             raise ConfigError("generator_options.server", exp.generator_options["server"],
                               "nothing here: trex_server gives the server")
+        for key in PROFILE_OPTIONS:
+            if key in exp.generator_options:
+                raise ConfigError(f"generator_options.{key}", exp.generator_options[key],
+                                  f"nothing here: the parameter {key} gives it")
         return exp
 
     def parameters(self) -> dict[str, Any]:
@@ -131,13 +136,15 @@ class Experiment:
         if self.dataplane is not None:
             out["dataplane"] = self.dataplane
         out["params"] = _plain(self.params)
-        if self.trex_profile is not None:
-            out[TRAFFIC_KEY] = {"trex_profile": self.trex_profile, "tunables": _plain(self.trex_tunables)}
         out.update(frame_sizes=_plain(self.frame_sizes), flows=_plain(self.flows), dut_cores=_plain(self.dut_cores),
                    line_rate=self.line_rate, repeats=self.repeats)
         options = _plain(self.generator_options)
         if self.trex_server is not None:
             options = {"server": self.trex_server, **options}
+        if self.trex_profile is not None:
+            options["trex_profile"] = _plain(self.trex_profile)
+            if self.trex_tunables:
+                options["trex_tunables"] = tunables_list(self.trex_tunables)
         gen: dict[str, Any] = {"backend": self.generator, "options": options, "jumbo_mtu": self.jumbo_mtu}
         if self.setup_seconds is not None:
             gen["setup_seconds"] = self.setup_seconds
@@ -197,9 +204,6 @@ class Experiment:
                 gen = {"backend": value} if isinstance(value, str) else dict(value or {})
                 for gkey, gvalue in gen.items():
                     values[_GENERATOR_PARAMS[gkey]] = gvalue
-            elif key == TRAFFIC_KEY and isinstance(value, dict) and set(value) <= {"trex_profile", "tunables"}:
-                values["trex_profile"] = value.get("trex_profile")
-                values["trex_tunables"] = value.get("tunables") or {}
             elif key in TOP_KEYS and key in parameter_names():
                 values[key] = value
             else:
@@ -208,6 +212,9 @@ class Experiment:
         options = dict(values.get("generator_options") or {})
         if values.get("generator") == "trex" and "server" in options:
             values["trex_server"] = options.pop("server")
+        for key, param in PROFILE_OPTIONS.items():
+            if key in options:
+                values[param] = options.pop(key)
         values["generator_options"] = options
         values.setdefault("name", raw.get("name", Path(source).stem if source != "<string>" else "campaign"))
         values.setdefault("perf", False)
@@ -222,7 +229,7 @@ _TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
     ("dataplane", (str, type(None)), "a dataplane name or None (the default)"),
     ("params", (dict,), "a dict of the dataplane's parameters (a list is a grid axis)"),
     ("trex_profile", (str, os.PathLike, type(None)), "None (built-in traffic) or the path of a TRex STL profile"),
-    ("trex_tunables", (dict,), "a dict of the profile's tunables"),
+    ("trex_tunables", (list, tuple, dict), "a list of KEY=VALUE strings or a dict of the profile's tunables"),
     ("frame_sizes", (list, tuple), "a list of frame sizes [bytes]"),
     ("flows", (list, tuple, dict), "a list of flow counts or {single: 1, multi: N}"),
     ("dut_cores", (str, int, list, tuple), "auto, auto+shared or a list of core counts"),
@@ -256,13 +263,19 @@ def parameter_field(campaign_field: str) -> str:
             if rest == f".{key}" or rest.startswith(f".{key}.") or rest.startswith(f".{key}["):
                 if param == "generator_options" and rest.startswith(".options.server"):
                     return "trex_server"
+                for option, profile_param in PROFILE_OPTIONS.items():
+                    if param == "generator_options" and rest.startswith(f".options.{option}"):
+                        return profile_param + rest[len(f".options.{option}"):]
                 return param + rest[len(key) + 1:]
         return "generator" + rest
-    if name.startswith(f"{TRAFFIC_KEY}.tunables"):
-        return "trex_tunables" + name[len(f"{TRAFFIC_KEY}.tunables"):]
-    if name.startswith(TRAFFIC_KEY):
-        return "trex_profile"
     return name
+
+
+def tunables_list(tunables: Any) -> list[str]:
+    """A profile's tunables as ``KEY=VALUE`` strings (``perfkit trial -t``'s words) from a list or a dict."""
+    if isinstance(tunables, dict):
+        return [f"{k}={v}" for k, v in tunables.items()]
+    return [str(t) for t in tunables]
 
 
 def _allowed(text: str) -> str:
@@ -568,6 +581,6 @@ def outcome_of(run_id: str, data_root: str | Path) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["Experiment", "ExperimentRun", "Fits", "NOTEBOOK", "OUTPUTS_DIR", "RUN_PARAMETERS", "TRAFFIC_KEY",
+__all__ = ["Experiment", "ExperimentRun", "Fits", "NOTEBOOK", "OUTPUTS_DIR", "PROFILE_OPTIONS", "RUN_PARAMETERS",
            "cpu_figures", "fit", "from_namespace", "outcome_of", "parameter_field", "parameter_names", "run",
            "plan_markdown", "render_page", "save_outputs", "stored_experiment", "throughput_figures", "write_report"]

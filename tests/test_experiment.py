@@ -83,15 +83,16 @@ def test_the_notebook_has_a_parameter_for_every_field_and_no_outputs():
 
 
 def test_trex_profile_and_server_go_into_the_campaign():
-    exp = ex.Experiment.from_parameters({"generator": "trex", "trex_server": "10.0.0.2", "dut_cores": [4],
-                                         "trex_profile": "trex_profiles/pgwu.py", "trex_tunables": {"flows": 1000}})
-    d = exp.campaign_dict()
-    assert d["generator"]["backend"] == "trex" and d["generator"]["options"] == {"server": "10.0.0.2"}
-    assert d[ex.TRAFFIC_KEY] == {"trex_profile": "trex_profiles/pgwu.py", "tunables": {"flows": 1000}}
-    # and back: a campaign file with them gives the same parameters
-    back = ex.Experiment.from_parameters(exp.parameters())
-    assert back.trex_server == "10.0.0.2" and back.trex_tunables == {"flows": 1000}
-    # the lab's server as a campaign option becomes trex_server
+    # a TRex STL profile on the local testbed: the generator options perfkit trial --trex-profile uses
+    exp = ex.Experiment.from_parameters({"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": {"flows": 1000}})
+    campaign = exp.campaign(cpus=2)
+    assert campaign.generator.options == {"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["flows=1000"]}
+    back = ex.Experiment.from_campaign_text(exp.campaign_text())
+    assert back.trex_profile == "trex_profiles/pgwu.py" and back.trex_tunables == ["flows=1000"]
+    assert back.generator_options == {} and _comparable(back.campaign(cpus=2)) == _comparable(campaign)
+    # a lab's TRex server
+    lab = ex.Experiment.from_parameters({"generator": "trex", "trex_server": "10.0.0.2", "dut_cores": [4]})
+    assert lab.campaign(cpus=2).generator.options == {"server": "10.0.0.2"}
     trex = {**yaml.safe_load((ROOT / "campaigns" / "smoke.yaml").read_text()), "dut_cores": [2],
             "generator": {"backend": "trex", "options": {"server": "trex-lab"}}}
     assert ex.Experiment.from_campaign_text(yaml.safe_dump(trex)).trex_server == "trex-lab"
@@ -108,7 +109,12 @@ def test_trex_profile_and_server_go_into_the_campaign():
     ({"repeats": True}, "repeats: True is not allowed; allowed: an integer >= 1"),
     ({"colour": 1}, "colour: 1 is not allowed; allowed: a parameter of experiment.ipynb: name, description"),
     ({"trex_server": "10.0.0.2"}, "trex_server: '10.0.0.2' is not allowed; allowed: None with generator 'xdp'"),
-    ({"trex_tunables": {"a": 1}}, "trex_tunables: {'a': 1} is not allowed; allowed: {} unless trex_profile"),
+    ({"trex_tunables": {"a": 1}}, "trex_tunables: {'a': 1} is not allowed; allowed: nothing unless trex_profile"),
+    ({"trex_profile": "missing.py"}, "trex_profile: 'missing.py' is not allowed; allowed: the path of an existing TRex"),
+    ({"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["--flows"]},
+     "trex_tunables: '--flows' is not allowed; allowed: KEY=VALUE"),
+    ({"generator_options": {"trex_profile": "x.py"}}, "generator_options.trex_profile: 'x.py' is not allowed; allowed: "
+                                                      "nothing here: the parameter trex_profile gives it"),
     ({"generator": "trex", "trex_server": "x"}, "dut_cores: 'auto' is not allowed; allowed: a list of core counts"),
     ({"metrics": {"prometheus": "x"}}, "metrics.prometheus: 'x' is not allowed; allowed: no such key"),
 ])
