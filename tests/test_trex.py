@@ -513,7 +513,7 @@ def test_worker_started_by_a_thread_outlives_the_thread():
     t.start()
     t.join()
     with box[0] as w:
-        assert w.call("hello", timeout=30)["protocol"] == 1
+        assert w.call("hello", timeout=30)["wire_version"] == 1
 
 
 def test_missing_trex_environment_says_make_setup(monkeypatch, tmp_path):
@@ -590,7 +590,7 @@ def rates(streams: list[dict]) -> list[float]:
 
 def test_load_profile_tunables_as_the_console_passes_them(profiles, worker):
     assert rates(load_profile(profiles / "kw.py", ["flows=9"], worker=worker)) == [9]  # -t flows=9
-    assert rates(load_profile(profiles / "kw.py", {"flows": 5}, port_id=1, direction=1, worker=worker)) == [15]
+    assert rates(load_profile(profiles / "kw.py", {"flows": 5}, port_id=1, port_parity=1, worker=worker)) == [15]
     assert rates(load_profile(profiles / "argp.py", ["--flows", "7"], worker=worker)) == [7]  # -t --flows 7
     assert rates(load_profile(profiles / "argp.py", worker=worker)) == [1]
 
@@ -621,7 +621,7 @@ def test_load_profile_errors_are_one_line(profiles, worker, name, tunables, erro
 
 
 def test_load_profile_bad_arguments(worker):
-    for kwargs, field in (({"port_id": -1}, "port_id"), ({"direction": 2}, "direction"), ({"tunables": "a=1"}, "tunables")):
+    for kwargs, field in (({"port_id": -1}, "port_id"), ({"port_parity": 2}, "port_parity"), ({"tunables": "a=1"}, "tunables")):
         with pytest.raises(ConfigError) as err:
             load_profile(ROOT / "tests" / "data" / "trex_min_profile.py", worker=worker, **kwargs)
         assert err.value.field == field

@@ -91,9 +91,9 @@ class TRexWorker:
         except BaseException:
             self.close()
             raise
-        if self.info.get("protocol") != PROTOCOL:
+        if self.info.get("wire_version") != PROTOCOL:
             self.close()
-            raise WorkerError(f"TRex worker protocol {self.info.get('protocol')} != {PROTOCOL}: {WORKER} "
+            raise WorkerError(f"TRex worker wire version {self.info.get('wire_version')} != {PROTOCOL}: {WORKER} "
                               "and perfkit/trexlib/client.py are from different versions")
 
     # -- calls -------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def shared_worker() -> TRexWorker:
 
 
 def load_profile(path: str | Path, tunables: Iterable[str] | dict[str, Any] = (), port_id: int = 0,
-                 direction: int = 0, *, worker: TRexWorker | None = None) -> list[dict[str, Any]]:
+                 port_parity: int = 0, *, worker: TRexWorker | None = None) -> list[dict[str, Any]]:
     """A TRex STL profile loaded by TRex's own ``STLProfile.load_py``, as its console does for
     ``start -f PATH --port PORT_ID -t TUNABLES``: the streams' ``to_json()``, i.e. what a TRex server
     receives (``packet.binary`` base64, ``mode``, ``vm.instructions`` with resolved offsets ...).
@@ -251,13 +251,13 @@ def load_profile(path: str | Path, tunables: Iterable[str] | dict[str, Any] = ()
     """
     if not (isinstance(port_id, int) and port_id >= 0):
         raise ConfigError("port_id", port_id, "a TRex port number (an integer >= 0)")
-    if direction not in (0, 1):
-        raise ConfigError("direction", direction, (0, 1))
+    if port_parity not in (0, 1):  # TRex calls it direction: the port's number modulo 2
+        raise ConfigError("port_parity", port_parity, (0, 1))
     if isinstance(tunables, str):
         raise ConfigError("tunables", tunables, "a list of words (['--flows', '100']) or a dict")
     plain: list[str] | dict[str, Any] = dict(tunables) if isinstance(tunables, dict) else [str(t) for t in tunables]
     return (worker or shared_worker()).call("load_profile", path=str(Path(path).resolve()), tunables=plain,
-                                            port_id=port_id, direction=direction)
+                                            port_id=port_id, port_parity=port_parity)
 
 
 def build_streams_json(specs: list[dict[str, Any]], *, worker: TRexWorker | None = None) -> list[dict[str, Any]]:

@@ -187,11 +187,11 @@ class Worker:
     # -- methods ---------------------------------------------------------------------------------
     def hello(self) -> dict[str, Any]:
         t = self.lib()
-        return {"protocol": PROTOCOL, "python": sys.version.split()[0], "source": t["source"],
+        return {"wire_version": PROTOCOL, "python": sys.version.split()[0], "source": t["source"],
                 "pid": os.getpid()}
 
     def load_profile(self, path: str, tunables: list[str] | dict[str, Any] | None = None, port_id: int = 0,
-                     direction: int = 0) -> list[dict[str, Any]]:
+                     port_parity: int = 0) -> list[dict[str, Any]]:
         """``STLProfile.load_py`` as TRex's console calls it (``start -f PATH --port P -t ...``), and the
         streams' ``to_json()``: what the server would receive."""
         t = self.lib()
@@ -201,7 +201,7 @@ class Worker:
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr):
-                profile = t["STLProfile"].load_py(path, direction=direction, port_id=port_id, **kwargs)
+                profile = t["STLProfile"].load_py(path, direction=port_parity, port_id=port_id, **kwargs)
         except t["TRexError"] as err:
             raise self.profile_error(path, str(err), tunables) from None
         if profile is None:  # the profile's argparse exited: a bad tunable (TRex returns None then)
