@@ -430,6 +430,8 @@ class Fits:
     """``analysis.cost_frame``."""
     cost_model: Any
     """``analysis.fit_cost`` (None: too few busy trials)."""
+    capped: int = 0
+    """Max-rate trials left out of the per-core fits because the generator, not the DUT, set their rate."""
 
     def to_dict(self) -> dict[str, Any]:
         """The fitted models (``models.json``)."""
@@ -437,10 +439,11 @@ class Fits:
                 "cpu_models": [{"variant": m.variant, "label": m.label, "fits": [f.to_dict() for f in m.fits()],
                                 "notes": list(m.notes)} for m in self.models],
                 "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
-                "cost_trials": int(len(self.cost))}
+                "cost_trials": int(len(self.cost)), "per_core_trials_capped": self.capped}
 
     def markdown(self) -> str:
-        lines = [f"- per-core fits: {len(self.cpu)} max-rate trials; {self.cpu_source.label}",
+        lines = [f"- per-core fits: {len(self.cpu)} max-rate trials; {self.cpu_source.label}"
+                 + (f" ({self.capped} more left out: the generator, not the DUT, set their rate)" if self.capped else ""),
                  f"- multivariate: {len(self.cpu_multi)} trials with loss <= {MAX_LOSS:g}; {self.cpu_multi_source.label}"]
         lines += [f"- {n}" for n in dict.fromkeys([self.cpu_source.missing_note, self.cpu_multi_source.missing_note]) if n]
         for m in self.models:
@@ -462,13 +465,14 @@ def fit(run: Any) -> Fits:
     tp = analysis.throughput_table(run)
     frame, source = analysis.cpu_frame(run, methods=list(PER_CORE_METHODS))
     mframe, msource = analysis.cpu_frame(run, methods=None, max_loss=MAX_LOSS)
+    before = len(frame)
     if not frame.empty:
         frame = analysis.drop_generator_limited(frame, run)   # figures the generator capped are not the DUT's
     if not mframe.empty:
         mframe = analysis.drop_generator_limited(mframe, run)
     models = analysis.fit_cpu_models(frame, mframe) if not (frame.empty and mframe.empty) else []
     cost = analysis.cost_frame(run)
-    return Fits(tp, frame, source, mframe, msource, models, cost, analysis.fit_cost(cost))
+    return Fits(tp, frame, source, mframe, msource, models, cost, analysis.fit_cost(cost), before - len(frame))
 
 
 def throughput_figures(run: Any, fits: Fits) -> dict[str, Any]:
