@@ -24,10 +24,11 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
 
-.PHONY: help setup apt venv bpf tools trex-venv test run bench report clean distclean cleanup-net
+.PHONY: help setup apt venv bpf tools trex-venv test run lab bench report clean distclean cleanup-net
 
 help:
-	@echo "make run    - set up, run the default campaign on the local testbed, write the HTML report"
+	@echo "make run    - set up, run the default campaign on the local testbed through notebooks/experiment.ipynb, write the HTML report"
+	@echo "make lab    - set up, start JupyterLab on notebooks/ (127.0.0.1, with a token; Ctrl-C stops it)"
 	@echo "make test   - set up and run the whole test suite (root; real kernel, real servers)"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make bench  - the benchmarks in bench/"
@@ -100,8 +101,14 @@ build/vmlinux.h:
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The default campaign's values as the parameters of notebooks/experiment.ipynb, executed by papermill
+# (the campaign runner of `perfkit run`); the report set as `perfkit run $(CAMPAIGN) --report` writes it.
 run: setup
-	$(PERFKIT) run $(CAMPAIGN) --report
+	$(PERFKIT) experiment $(CAMPAIGN) --report
+
+# JupyterLab on notebooks/, 127.0.0.1 only, a new token each start; prints the URL to open.
+lab: setup
+	$(PERFKIT) lab
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
