@@ -74,7 +74,7 @@ def setup() -> None:
 def _register_html(shell: object) -> None:
     html_formatter = shell.display_formatter.formatters["text/html"]  # type: ignore[attr-defined]
     html_formatter.for_type(Figure, figure_html)
-    html_formatter.for_type(pd.DataFrame, table_html)
+    html_formatter.for_type(pd.DataFrame, lambda frame: table_html(frame, notebook=True))
 
 
 #: How a missing value shows in the report's tables (a figure that does not exist, e.g. an NDR no
@@ -82,10 +82,14 @@ def _register_html(shell: object) -> None:
 MISSING = "–"
 
 
-def table_html(frame: pd.DataFrame, index: bool = True) -> str:
-    """A frame as pandas shows it in a notebook, with ``MISSING`` for missing values."""
-    return frame.to_html(na_rep=MISSING, notebook=True, index=index, max_rows=pd.get_option("display.max_rows"),
-                         max_cols=pd.get_option("display.max_columns"), show_dimensions=False)
+def table_html(frame: pd.DataFrame, index: bool = True, notebook: bool = False) -> str:
+    """A frame as an HTML table (class ``dataframe``) with ``MISSING`` for missing values; ``notebook``:
+    as pandas shows it in a notebook (long texts cut at ``display.max_colwidth``, long frames at
+    ``display.max_rows``), else whole."""
+    if notebook:
+        return frame.to_html(na_rep=MISSING, notebook=True, index=index, max_rows=pd.get_option("display.max_rows"),
+                             max_cols=pd.get_option("display.max_columns"), show_dimensions=False)
+    return frame.to_html(na_rep=MISSING, index=index)
 
 
 def _titles(fig: Figure) -> list[str]:
