@@ -210,7 +210,7 @@ def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str
         raise ConfigError("chromium", None, "a Chromium binary on PATH (apt-get install -y chromium)")
     out = []
     with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:
-        for page in sorted(Path(report_dir).glob("*.html")):
+        for page in sorted(Path(report_dir).resolve().glob("*.html")):
             dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
                                  capture_output=True, text=True, timeout=180).stdout
             if not dom.strip():

@@ -208,3 +208,14 @@ def test_the_check_finds_a_figure_without_title_unit_or_legend_and_a_nan_cell():
     found = _dom_problems(BeautifulSoup(page, "html.parser"))
     assert len(found) == 3 and "1 cell(s) show NaN" in found[0] and "no title" in found[1], found
     assert "not a perfkit.plots figure" in found[2]
+
+
+def test_the_check_takes_a_relative_report_directory(tmp_path, monkeypatch):
+    """``perfkit report --check`` on reports/<run_id>: Chromium needs file URIs, which are absolute."""
+    from perfkit.report import check_pages
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "page.html").write_text("<html><body><table class='dataframe'><tr><td>NaN</td></tr>"
+                                              "</table></body></html>")
+    monkeypatch.chdir(tmp_path)
+    assert check_pages("r") == ["page.html: table 1: 1 cell(s) show NaN"]
