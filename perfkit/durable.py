@@ -32,6 +32,15 @@ def tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
+def _write_synced(fd: int, data: bytes, point: str) -> None:
+    """Write ``data`` in two halves with the crash point ``point`` between them, then fsync."""
+    half = len(data) // 2
+    _write_all(fd, data[:half])
+    crashpoint(point)
+    _write_all(fd, data[half:])
+    os.fsync(fd)
+
+
 def atomic_write(path: Path, data: bytes, point: str = "store.atomic") -> None:
     """Replace ``path`` with ``data`` atomically and durably (see module doc).
 
@@ -40,11 +49,7 @@ def atomic_write(path: Path, data: bytes, point: str = "store.atomic") -> None:
     tmp = tmp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        half = len(data) // 2
-        _write_all(fd, data[:half])
-        crashpoint(point)
-        _write_all(fd, data[half:])
-        os.fsync(fd)
+        _write_synced(fd, data, point)
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -63,11 +68,7 @@ def append_line(path: Path, line: bytes, point: str = "append") -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
-        half = len(line) // 2
-        _write_all(fd, line[:half])
-        crashpoint(point)
-        _write_all(fd, line[half:])
-        os.fsync(fd)
+        _write_synced(fd, line, point)
     finally:
         os.close(fd)
     _fsync_dir_once(path)

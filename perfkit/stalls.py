@@ -254,9 +254,9 @@ def disturbance(trial: TrialResult, ring_frames: int, dut_cores: Iterable[int]) 
     lost = trial.lost_packets - sum(trial.tester_drops.values())
     if lost <= 0 or trial.shared_cores or trial.dut_stall_us is None or not trial.stalls:
         return ""
-    ring = trial.dut_drops.get(RING_DROP, 0)
-    if ring <= 0 or sum(trial.dut_drops.values()) > ring or lost > ring + ring_frames:
+    if not trial.ring_overflow_only(ring_frames):
         return ""
+    ring = trial.dut_drops[RING_DROP]
     seconds = trial.elapsed if trial.elapsed > 0 else trial.duration
     cores = {str(c) for c in dut_cores}
     per_core = (trial.tx_packets / seconds if seconds > 0 else 0.0) / max(len(cores), 1)

@@ -152,6 +152,13 @@ class TrialResult:
             return 0.0
         return max(0, self.tx_packets - self.rx_packets - sum(self.tester_drops.values())) / self.tx_packets
 
+    def ring_overflow_only(self, in_flight: int) -> bool:
+        """Whether all the DUT lost (``dut_loss_ratio``'s frames) overflowed its receive ring
+        (``RING_DROP``), give or take ``in_flight`` frames, and it dropped nothing else."""
+        ring = self.dut_drops.get(RING_DROP, 0)
+        lost = self.lost_packets - sum(self.tester_drops.values())
+        return ring > 0 and sum(self.dut_drops.values()) == ring and lost <= ring + in_flight
+
     @property
     def tx_pps(self) -> float:
         return self.tx_packets / self.elapsed if self.elapsed > 0 else 0.0

@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from perfkit.cli.options import add_json, check_run, emit
+from perfkit.cli.options import add_json, add_run_store, check_run, emit
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.store import DEFAULT_ROOT
 
 
 def _human(d: dict) -> str:
@@ -223,14 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a campaign file whose keys become the notebook's parameters (e.g. campaigns/default.yaml)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set one of the notebook's parameters (VALUE is YAML); repeatable")
-    p.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
-    p.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
-    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
-    p.add_argument("--report", action="store_true", help="write the HTML report set at the end (perfkit report)")
-    p.add_argument("--baseline", default=None, metavar="RUN_ID",
-                   help="with --report: the run to compare with (or 'auto': the last complete run of the campaign)")
-    p.add_argument("--reports", default=os.environ.get("PERFKIT_REPORTS", "reports"),
-                   help="reports directory (default reports)")
+    add_run_store(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_json(p)
     p.set_defaults(func=cmd_experiment)

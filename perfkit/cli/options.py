@@ -115,6 +115,27 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
+def add_run_store(parser: argparse.ArgumentParser) -> None:
+    """--resume --run --root --report --baseline --reports: the options of commands that make a run
+    (``perfkit run``, ``perfkit experiment``)."""
+    from perfkit.store import DEFAULT_ROOT
+
+    parser.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
+    parser.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
+    parser.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
+    parser.add_argument("--report", action="store_true", help="write the HTML report set at the end (perfkit report)")
+    parser.add_argument("--baseline", default=None, metavar="RUN_ID",
+                        help="with --report: the run to compare with (or 'auto': the last complete run of the campaign)")
+    add_reports_dir(parser)
+
+
+def add_reports_dir(parser: argparse.ArgumentParser) -> None:
+    from perfkit.report import DEFAULT_REPORTS
+
+    parser.add_argument("--reports", default=str(DEFAULT_REPORTS),
+                        help=f"reports directory (default {DEFAULT_REPORTS}; env PERFKIT_REPORTS)")
+
+
 def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     """--dataplane --frame-size --flows [--dut-cores] --line-rate, and every dataplane's parameters.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from perfkit.cli.options import add_json, check_run, emit
+from perfkit.cli.options import add_json, add_reports_dir, check_run, emit
 from perfkit.errors import PerfkitError
 from perfkit.store import DEFAULT_ROOT
 
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run to compare with, or 'auto' (the last complete run of the same campaign)")
     p.add_argument("--show-code", action="store_true", help="keep the notebooks' code in the HTML")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
-    p.add_argument("--reports", default="reports", help="reports directory (default reports)")
+    add_reports_dir(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
                    help="check the pages in headless Chromium: no NaN in a table, every figure with a title, "

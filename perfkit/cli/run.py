@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 
 from perfkit.cli._signals import stop_on_signals
-from perfkit.cli.options import add_json, check_run_args, emit
+from perfkit.cli.options import add_json, add_run_store, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.store import DEFAULT_ROOT
 
 
 def _human(d: dict) -> str:
@@ -74,13 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("campaign", nargs="?", default=None, metavar="CAMPAIGN",
                    help="campaign YAML file (with --resume: optional, must match the stored one)")
-    p.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
-    p.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
-    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
-    p.add_argument("--report", action="store_true", help="write the HTML report at the end (perfkit report)")
-    p.add_argument("--baseline", default=None, metavar="RUN_ID",
-                   help="with --report: the run to compare with (or 'auto': the last complete run of the campaign)")
-    p.add_argument("--reports", default="reports", help="reports directory (default reports)")
+    add_run_store(p)
     p.add_argument("--no-metrics", action="store_true",
                    help="do not start the metrics stack nor push (trials are on disk; perfkit push --run later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

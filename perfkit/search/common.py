@@ -50,7 +50,7 @@ from tqdm import tqdm
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import RING_DROP, TrialResult, judged_pps
+from perfkit.trial import TrialResult, judged_pps
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05
@@ -378,10 +378,7 @@ class TrialLog:
 def ring_overflow_with_time_to_spare(trial: TrialResult) -> bool:
     """Whether all the DUT lost were receive-ring overflows while its cores were busy less than
     ``SPARE_BUSY`` (the ``testbed`` limit)."""
-    ring = trial.dut_drops.get(RING_DROP, 0)
-    lost = trial.lost_packets - sum(trial.tester_drops.values())
-    return (ring > 0 and sum(trial.dut_drops.values()) == ring and lost <= ring + RING_SLACK
-            and trial.dut_busy is not None and trial.dut_busy < SPARE_BUSY)
+    return trial.ring_overflow_only(RING_SLACK) and trial.dut_busy is not None and trial.dut_busy < SPARE_BUSY
 
 
 def loss_limit(lossy: list[TrialResult]) -> str:
