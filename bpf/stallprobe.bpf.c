@@ -10,6 +10,11 @@
  * probe also watches chosen threads (the `watched` map, by tid) from the scheduler's tracepoints:
  * the time from wake-up (or preemption) to running is how long packets could not be processed.
  *
+ * A vCPU can also run slowly without stopping: the host shares its physical core with other guests
+ * (SMT siblings, frequency), and a CPU-bound DUT then forwards less. So each tick also times a fixed
+ * piece of work (the speed probe, the same kind of step as the calibrated DUT's): its time per probe
+ * is the CPU's speed at that moment, measured where the DUT runs.
+ *
  * Armed per CPU by running `stall_arm` with BPF_PROG_TEST_RUN from a thread pinned to that CPU;
  * the timers stop when the maps are freed (the object closed, or its process gone).
  */
@@ -104,6 +109,40 @@ static __always_inline void send(__u64 now, __u64 gap, __u64 steal, __u32 cpu, _
 	bpf_ringbuf_submit(e, 0);
 }
 
+struct speed_state {
+	__u64 x;
+};
+
+static long speed_step(__u64 index, void *ctx)
+{
+	struct speed_state *s = ctx;
+
+	s->x = (s->x ^ (s->x >> 31)) * 0x9e3779b97f4a7c15ULL + index;
+	return 0;
+}
+
+/* Time speed_steps steps, once the same steps have run untimed: after the CPU idled, or after a
+ * DUT with large tables went through the caches, a cold first run measures the caches, not the
+ * CPU. A probe longer than report_ns was interrupted (a stall), not slow. */
+static __always_inline void speed_probe(struct stall_cpu *s, struct stall_config *c)
+{
+	struct speed_state st = { .x = s->ticks };
+	__u64 t0, dt;
+
+	if (!c->speed_steps)
+		return;
+	if (bpf_loop(c->speed_steps, speed_step, &st, 0) < 0)
+		return;
+	t0 = bpf_ktime_get_ns();
+	if (bpf_loop(c->speed_steps, speed_step, &st, 0) < 0)
+		return;
+	dt = bpf_ktime_get_ns() - t0 + (st.x & 0);	/* keeps the loop's result live */
+	if (dt > c->report_ns)
+		return;
+	s->speed_ns += dt;
+	s->speed_probes++;
+}
+
 static int tick(void *map, __u32 *key, struct probe_timer *t)
 {
 	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
@@ -134,6 +173,7 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 		}
 		s->last_ns = now;
 		s->last_steal_ns = steal;
+		speed_probe(s, c);
 	}
 	bpf_timer_start(&t->timer, c->period_ns, BPF_F_TIMER_CPU_PIN);
 	return 0;

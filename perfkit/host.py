@@ -79,6 +79,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from perfkit import cpustat
 from perfkit.errors import ConfigError
 from perfkit.generators.xdp import RING_FRAMES
@@ -98,6 +100,10 @@ TRIAL_SECONDS = 2.0
 FIT_PPS = 1e6
 #: Expected overflowing stalls per trial of ``clean_pps`` (one trial in ten).
 CLEAN_PER_TRIAL = 0.1
+#: Windows in which the check measures each CPU's speed (``CoreCheck.speed_spread``) [s].
+SPEED_WINDOW_S = 0.25
+#: A speed spread from which the check notes it (a CPU-bound DUT's NDR moves as much) [1].
+SPEED_SPREAD_NOTE = 0.05
 #: The longest measurement: the probe keeps events for 10 minutes.
 MAX_SECONDS = 600.0
 #: Thresholds [µs] of the ``gaps_over`` counts.
@@ -177,6 +183,12 @@ class CoreCheck:
     """{per-core rate: overflowing gaps expected per trial} at ``RATE_STEPS`` (keys like ``0.3Mpps``)."""
     irq_per_s: dict[str, float] = field(default_factory=dict)
     """{device interrupt: interrupts per second on this CPU during the window}."""
+    speed_ns_per_step: float | None = None
+    """The CPU's speed: the median over ``SPEED_WINDOW_S`` windows of the speed probe's time per
+    step [ns] (``perfkit.stalls``; higher is slower; None: not measured)."""
+    speed_spread: float | None = None
+    """How much the host varied the CPU's speed: (90th - 10th percentile) / median of the windows'
+    times per step [1]. A CPU-bound DUT's throughput varies as much from one trial to the next."""
     gaps_us: list[float] = field(default_factory=list, repr=False)
     """Every counted gap [µs], longest first (not in ``to_dict``: ``longest_gaps_us`` and ``gaps_over``)."""
     gap_ends_ns: list[int] = field(default_factory=list, repr=False)
@@ -231,6 +243,8 @@ class CoreCheck:
         d["gaps_over"] = {str(k): v for k, v in self.gaps_over.items()}
         for k in ("longest_us", "stalled_us", "steal_us", "proc_steal_us"):
             d[k] = round(d[k], 1)
+        for k in ("speed_ns_per_step", "speed_spread"):
+            d[k] = None if d[k] is None else round(d[k], 4)
         d["longest_gaps_us"] = [round(g, 1) for g in self.longest_gaps_us]
         d.update(per_min_100us=round(self.per_min_100us, 2), per_min_1ms=round(self.per_min_1ms, 2),
                  steal_us_per_s=round(self.steal_us_per_s, 1), steal_pct=round(self.steal_pct, 3))
@@ -627,9 +641,17 @@ def _measure(cpus: list[int], seconds: float, progress: bool, trial_seconds: flo
         irq0 = _irq_counts()
         mark = probe.mark()
         end = mark.t_ns + int(seconds * 1e9)
+        speeds: dict[int, list[float]] = {c: [] for c in cpus}
+        last = probe.per_cpu()
         while (left := end - time.monotonic_ns()) > 0:
-            time.sleep(min(left / 1e9, 1.0))
+            time.sleep(min(left / 1e9, SPEED_WINDOW_S))
             window = probe.since(mark)  # drains the probe's ring buffer as it goes
+            now = probe.per_cpu()
+            for c in cpus:
+                if c in now and c in last and now[c].speed_probes > last[c].speed_probes:
+                    speeds[c].append((now[c].speed_ns - last[c].speed_ns)
+                                     / (now[c].speed_probes - last[c].speed_probes) / probe.speed_steps)
+            last = now
             if progress:
                 n = sum(1 for s in window.values() for e in s.events if e.kind == "tick")
                 say(f"\rhost check: {(time.monotonic_ns() - mark.t_ns) / 1e9:4.1f} / {seconds:g} s, "
@@ -649,7 +671,17 @@ def _measure(cpus: list[int], seconds: float, progress: bool, trial_seconds: flo
             proc_steal_us=(proc1.get(c, {}).get("steal", 0) - proc0.get(c, {}).get("steal", 0)) * 1e6 / cpustat.CLK_TCK,
             lost_events=int(b.lost_events - a.lost_events) if a and b else 0, trial_seconds=trial_seconds,
             ring_frames=ring_frames)
+        cores[c].speed_ns_per_step, cores[c].speed_spread = speed_figures(speeds[c])
     return cores, irq0, irq1, (mark.t_ns, end_ns)
+
+
+def speed_figures(window_ns_per_step: Sequence[float]) -> tuple[float | None, float | None]:
+    """(median, (p90 - p10) / median) of a CPU's speed over windows [ns per step, 1]; None without
+    at least three windows."""
+    if len(window_ns_per_step) < 3:
+        return None, None
+    q10, q50, q90 = np.quantile(np.asarray(window_ns_per_step), [0.1, 0.5, 0.9])
+    return float(q50), float((q90 - q10) / q50)
 
 
 def _irq_rates(before: dict, after: dict, cpu: int, seconds: float) -> dict[str, float]:
@@ -724,6 +756,11 @@ def host_notes(hc: HostCheck, trial_seconds: float = TRIAL_SECONDS) -> list[str]
                          "core, e.g. traffic), not the hypervisor's")
         if cc.lost_events:
             notes.append(f"CPU {cc.cpu}: {cc.lost_events} gap reports lost: its counts are too low")
+        if cc.speed_spread is not None and cc.speed_spread >= SPEED_SPREAD_NOTE:
+            notes.append(f"CPU {cc.cpu}: its speed varied by {cc.speed_spread * 100:.0f} % between "
+                         f"{SPEED_WINDOW_S:g} s windows (10th to 90th percentile of the speed probe, median "
+                         f"{cc.speed_ns_per_step:.2f} ns per step): the host shares its physical core; a "
+                         "CPU-bound DUT's throughput, and so its NDR, moves as much from one trial to the next")
         if cc.ticks < 0.1 * cc.seconds * 1e6 / hc.period_us:
             notes.append(f"CPU {cc.cpu}: only {cc.ticks} timer ticks in {cc.seconds:.1f} s: the measurement is unreliable")
     normal = [t.name for t in hc.packet_threads if t.policy not in ("FIFO", "RR")]

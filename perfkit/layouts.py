@@ -187,13 +187,13 @@ STALL_MAX_CPUS, STALL_HIST_BUCKETS = 64, 16
 
 
 class stall_config(Struct):
-    _fields_ = [("period_ns", u64), ("report_ns", u64)]
+    _fields_ = [("period_ns", u64), ("report_ns", u64), ("speed_steps", u64)]
 
 
 class stall_cpu(Struct):
     _fields_ = [("last_ns", u64), ("last_steal_ns", u64), ("ticks", u64), ("stalls", u64), ("stalled_ns", u64),
                 ("max_gap_ns", u64), ("lost_events", u64), ("waits", u64), ("max_wait_ns", u64),
-                ("hist", u64 * STALL_HIST_BUCKETS)]
+                ("hist", u64 * STALL_HIST_BUCKETS), ("speed_ns", u64), ("speed_probes", u64)]
 
 
 class StallKind(enum.IntEnum):

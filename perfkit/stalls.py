@@ -12,6 +12,11 @@ the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOC
   from wake-up or preemption to running. A real-time hog on the DUT core delays these and not the
   timer.
 
+- **speed**: each tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
+  DUT's kind). A vCPU the host shares with other guests runs slower without stopping, and a
+  CPU-bound DUT forwards proportionally less: the probe's time per step is the CPU's speed where
+  the DUT runs (``CpuStalls.speed_ns_per_step``).
+
 ``probe.mark()`` at a trial's start and ``probe.since(mark)`` at its end give one ``CpuStalls``
 per probed CPU for that window.
 
@@ -55,6 +60,8 @@ OBJECT = BUILD_DIR / "stallprobe.o"
 #: Timer period and stall threshold of trials: ring overflows need stalls of ~1 ms, and 5000 ticks
 #: a second cost under 1 % of a core.
 TRIAL_PERIOD_US, TRIAL_REPORT_US = 200.0, 100.0
+#: Steps of the speed probe per tick: about 1 µs, 0.5 % of a core at 5000 ticks a second.
+SPEED_STEPS = 64
 #: Ring drops the summed stall time may explain, relative to rate x stall time (a generator that
 #: catches up after its own stall sends faster than the average rate for a moment).
 STALL_SLACK = 1.5
@@ -98,6 +105,8 @@ class CpuStalls:
     """Watched-thread waits longer than the threshold."""
     waited_us: float = 0.0
     """Sum of those waits [µs]."""
+    speed_ns_per_step: float | None = None
+    """Mean time of one step of the speed probe [ns]: higher is a slower CPU (None: no probe ran)."""
     events: list[Stall] = field(default_factory=list)
 
     @property
@@ -108,7 +117,7 @@ class CpuStalls:
     def to_dict(self) -> dict[str, float]:
         return {"longest_us": self.longest_us, "stalls": self.stalls, "stalled_us": self.stalled_us,
                 "steal_us": self.steal_us, "longest_wait_us": self.longest_wait_us, "waits": self.waits,
-                "waited_us": self.waited_us}
+                "waited_us": self.waited_us, "speed_ns_per_step": self.speed_ns_per_step}
 
 
 @dataclass(frozen=True)
@@ -117,21 +126,24 @@ class Mark:
 
     t_ns: int
     steal_ns: dict[int, int]
+    speed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """cpu -> (speed_ns, speed_probes) so far."""
 
 
 class StallProbe:
     """The stall probe armed on ``cpus``; close it (or use ``with``) to stop it."""
 
-    def __init__(self, cpus: Iterable[int], period_us: float = TRIAL_PERIOD_US, report_us: float = TRIAL_REPORT_US):
+    def __init__(self, cpus: Iterable[int], period_us: float = TRIAL_PERIOD_US, report_us: float = TRIAL_REPORT_US,
+                 speed_steps: int = SPEED_STEPS):
         self.cpus = sorted(set(cpus))
         if not self.cpus or max(self.cpus) >= STALL_MAX_CPUS:
             raise PerfkitError(f"stall probe: cpus {self.cpus} (at most cpu {STALL_MAX_CPUS - 1})")
-        self.period_us, self.report_us = period_us, report_us
+        self.period_us, self.report_us, self.speed_steps = period_us, report_us, speed_steps
         self.obj = BpfObject(OBJECT)
         self._events: list[Stall] = []
         try:
             self.obj.map("probe_config").update(ctypes.c_uint32(0), stall_config(int(period_us * 1e3),
-                                                                                   int(report_us * 1e3)))
+                                                                                   int(report_us * 1e3), speed_steps))
             self.obj.attach("stall_wakeup")
             self.obj.attach("stall_switch")
             self._stats = self.obj.map("stall_cpu")
@@ -192,7 +204,9 @@ class StallProbe:
     def mark(self) -> Mark:
         """The start of a window."""
         self._drain()
-        return Mark(time.monotonic_ns(), {c: s.last_steal_ns for c, s in self.per_cpu().items()})
+        cpus = self.per_cpu()
+        return Mark(time.monotonic_ns(), {c: s.last_steal_ns for c, s in cpus.items()},
+                    {c: (s.speed_ns, s.speed_probes) for c, s in cpus.items()})
 
     def since(self, mark: Mark) -> dict[int, CpuStalls]:
         """What each probed CPU went through from ``mark`` to now."""
@@ -202,6 +216,9 @@ class StallProbe:
         for c, s in self.per_cpu().items():
             if s.last_steal_ns and mark.steal_ns.get(c):
                 out[c].steal_us = (s.last_steal_ns - mark.steal_ns[c]) / 1e3
+            ns0, probes0 = mark.speed.get(c, (0, 0))
+            if s.speed_probes > probes0 and self.speed_steps:
+                out[c].speed_ns_per_step = (s.speed_ns - ns0) / (s.speed_probes - probes0) / self.speed_steps
         for e in self._events:
             if not mark.t_ns < e.end_ns <= now or e.cpu not in out:
                 continue
@@ -234,12 +251,16 @@ class StallProbe:
 # -- judging a trial -----------------------------------------------------------------------------
 def evidence(per_cpu: dict[int, CpuStalls], dut_cores: Iterable[int],
              tester_cores: Iterable[int]) -> dict[str, float]:
-    """The ``TrialResult`` fields of a window's stalls: ``stalls``, ``dut_stall_us``, ``tester_stall_us``."""
+    """The ``TrialResult`` fields of a window's stalls: ``stalls``, ``dut_stall_us``, ``tester_stall_us``,
+    ``dut_speed_ns_per_step``."""
     def longest(cores: Iterable[int]) -> float:
         return max((per_cpu[c].longest_any_us for c in cores if c in per_cpu), default=0.0)
 
+    speeds = [per_cpu[c].speed_ns_per_step for c in dut_cores if c in per_cpu]
+    speed = sum(speeds) / len(speeds) if speeds and None not in speeds else None
     return {"stalls": {str(c): s.to_dict() for c, s in sorted(per_cpu.items())},
-            "dut_stall_us": longest(dut_cores), "tester_stall_us": longest(tester_cores)}
+            "dut_stall_us": longest(dut_cores), "tester_stall_us": longest(tester_cores),
+            "dut_speed_ns_per_step": speed}
 
 
 def _stalled_us(trial: TrialResult, cores: set[str]) -> float:

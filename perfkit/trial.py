@@ -111,12 +111,17 @@ class TrialResult:
     """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.stalls``):
     longest_us (longest time it did not run its timer), stalls, stalled_us, steal_us (taken by the
     hypervisor), longest_wait_us (longest wait of a DUT/sink packet thread to run), waits,
-    waited_us. Empty when not measured."""
+    waited_us, speed_ns_per_step (the CPU's speed). Empty when not measured."""
     dut_stall_us: float | None = None
     """Longest time a DUT core could not process packets [µs]: the longest CPU stall or packet
     thread wait on the DUT cores. None when not measured."""
     tester_stall_us: float | None = None
     """The same on the tester cores [µs]."""
+    dut_speed_ns_per_step: float | None = None
+    """The DUT cores' speed during the trial: mean time of one step of the stall probe's speed
+    probe on them [ns] (``perfkit.stalls``; higher is slower). A host that shares the vCPUs'
+    physical cores runs them slower at times without stopping them; a CPU-bound DUT's cost per
+    packet moves with it. None when not measured."""
     sink_gap_us: float | None = None
     """Longest time between two arrivals at the sink [µs]."""
     gen_slip_us: float | None = None
@@ -248,7 +253,7 @@ class TrialResult:
         for name in ("shared_cores", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
-        for name in ("dut_stall_us", "tester_stall_us", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
+        for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
                      "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
@@ -315,8 +320,9 @@ RECORD_COLUMNS = {
     "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "shared_cores": "DUT and generator shared a core",
-    "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us}}",
+    "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us, speed_ns_per_step}}",
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
+    "dut_speed_ns_per_step": "the DUT cores' speed: time of one step of the stall probe's speed probe [ns]; higher is slower",
     "sink_gap_us": "longest time between two arrivals at the sink [µs]",
     "gen_slip_us": "how much later than intended the generator finished sending [µs]",
     "disturbed": "the loss is explained by measured host stalls (searches retried the trial)",

@@ -16,7 +16,7 @@ import pytest
 from perfkit.cli import main
 from perfkit.errors import ConfigError
 from perfkit.host import (GAP_STEPS, LONG_US, PERIOD_US, THRESHOLD_US, CoreCheck, allowed_cpus, check_host,
-                          expected_overflows, packet_threads, stall_limited_rate, perfkit_interfaces, verdict)
+                          expected_overflows, packet_threads, stall_limited_rate, perfkit_interfaces, speed_figures, verdict)
 
 R = 256
 
@@ -83,6 +83,13 @@ def test_verdict_on_synthetic_hosts():
     assert not beyond.fit and beyond.text.startswith("cannot tell")
 
 
+def test_speed_figures_are_the_median_and_the_relative_spread():
+    assert speed_figures([10.0, 11.0]) == (None, None)  # too few windows to tell
+    median, spread = speed_figures([10.0] * 5 + [20.0] * 5)
+    assert median == 15.0 and spread == pytest.approx((20.0 - 10.0) / 15.0)
+    assert speed_figures([12.0] * 8) == (12.0, 0.0)
+
+
 def test_core_figures_from_gaps():
     cc = CoreCheck.from_gaps(3, 30.0, [50.0, 100.0, 101.0, 1500.0, 250.5], steal_us=3000.0)
     assert cc.gaps_100us == 3 and cc.gaps_1ms == 1 and cc.longest_us == 1500.0
@@ -118,6 +125,8 @@ def test_check_measures_every_core(measured):
         assert cc.clean_pps <= cc.one_per_trial_pps
         e = list(cc.expected_per_trial.values())
         assert e == sorted(e)
+        # 2 s of 0.25 s windows: the speed probe ran on every core (a step is a few ns)
+        assert 1.0 < cc.speed_ns_per_step < 200.0 and 0.0 <= cc.speed_spread < 2.0
 
 
 def test_check_reads_the_host_and_ends_with_a_verdict(measured):

@@ -60,6 +60,23 @@ def _two_cpus() -> tuple[int, int]:
     return cpus[-1], cpus[0]
 
 
+def test_the_speed_probe_times_a_step_of_the_calibrated_dut():
+    """The probe's time per step is what a step of the calibrated DUT's work costs on the same CPU:
+    BPF_PROG_TEST_RUN of calib at 400 and at 0 work iterations, differenced, gives it independently.
+    The host varies a vCPU's speed by up to ~20 % between moments, so they agree within 1.6x."""
+    from perfkit.progbench import prog_bench
+
+    cpu, _ = _two_cpus()
+    with StallProbe([cpu]) as probe:
+        mark = probe.mark()
+        work = prog_bench("calib", params={"work_iterations": 400}, rounds=5, repeat=20_000, cpu=cpu)
+        base = prog_bench("calib", params={"work_iterations": 0}, rounds=5, repeat=20_000, cpu=cpu)
+        probed = probe.since(mark)[cpu].speed_ns_per_step
+    step = (work.ns_per_packet - base.ns_per_packet) / 400
+    assert probed is not None and step > 0
+    assert 1 / 1.6 < probed / step < 1.6, (probed, step)
+
+
 def test_probe_sees_a_watched_thread_wait_behind_a_realtime_hog():
     cpu, other = _two_cpus()
     ready = threading.Event()
@@ -141,6 +158,13 @@ def test_the_same_trial_without_the_stall_is_clean(ul):
     else:
         assert not r.disturbed and r.disturbance == ""
     assert r.stalls and r.dut_stall_us is not None and r.sink_gap_us is not None
+
+
+def test_a_trial_reports_the_dut_cores_speed(ul):
+    r = ul.measure(100_000, 0.5)
+    per_core = [r.stalls[str(c)]["speed_ns_per_step"] for c in ul.dut_cores]
+    assert r.dut_speed_ns_per_step == pytest.approx(sum(per_core) / len(per_core))
+    assert 1.0 < r.dut_speed_ns_per_step < 200.0
 
 
 def test_a_dut_that_drops_by_its_program_is_never_disturbed(ul, hog):

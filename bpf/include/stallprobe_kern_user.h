@@ -14,6 +14,7 @@
 struct stall_config {
 	__u64 period_ns;	/* timer period */
 	__u64 report_ns;	/* ticks later than the period by more than this, and waits longer, are stalls */
+	__u64 speed_steps;	/* steps of the speed probe per tick (0: no probe) */
 };
 
 /* Per CPU, cumulative since the probe was armed (userspace takes differences). */
@@ -28,6 +29,8 @@ struct stall_cpu {
 	__u64 waits;		/* times a watched thread waited longer than report_ns to run */
 	__u64 max_wait_ns;	/* longest wait of a watched thread, runnable but not running */
 	__u64 hist[STALL_HIST_BUCKETS];
+	__u64 speed_ns;		/* time the speed probe took, summed over the probes counted */
+	__u64 speed_probes;	/* probes counted (a probe a stall interrupted is not) */
 };
 
 enum stall_kind {

@@ -37,6 +37,8 @@ perfkit_trial_dut_busy_ratio                       dut_busy_ratio          DUT c
 perfkit_trial_dut_capacity_packets_per_second      dut_capacity_packets_   packets/s at 100 % of the DUT cores
                                                    per_second
 perfkit_trial_dut_stall_seconds                    dut_stall_seconds       longest time a DUT core could not work
+perfkit_trial_dut_speed_seconds_per_step          dut_speed_seconds_per_  the DUT cores' speed: one step of the
+                                                   step                    stall probe's speed probe
 perfkit_trial_disturbed                            disturbed               1: host stalls explained the loss
 perfkit_trial_{reordered,duplicate,mismatched}_    reordered_packets, ...  sequence / content checks
 packets
@@ -164,6 +166,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "dut_capacity_packets_per_second", lambda r: r.dut_capacity_pps),
     MetricSpec("perfkit_trial_dut_stall_seconds", "Longest time a DUT core could not process packets.",
                "dut_stall_seconds", lambda r: None if r.dut_stall_us is None else r.dut_stall_us * 1e-6),
+    MetricSpec("perfkit_trial_dut_speed_seconds_per_step",
+               "The DUT cores' speed: time of one step of the stall probe's speed probe (higher is slower).",
+               "dut_speed_seconds_per_step", lambda r: _ns(r.dut_speed_ns_per_step)),
     MetricSpec("perfkit_trial_disturbed", "1 when measured host stalls explain the trial's loss.",
                "disturbed", lambda r: float(r.disturbed)),
     MetricSpec("perfkit_trial_reordered_packets", "Packets received out of order.", "reordered_packets",
