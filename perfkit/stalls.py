@@ -248,6 +248,23 @@ class StallProbe:
         self.close()
 
 
+def reference_speed(probe: StallProbe, cpus: Iterable[int], seconds: float = 1.0, window_s: float = 0.25) -> float:
+    """The CPUs' speed [ns per step]: over ``seconds``, the median of ``window_s`` windows of each
+    CPU's speed probe, averaged over ``cpus`` (a reference for speed normalization)."""
+    cpus = list(cpus)
+    windows: dict[int, list[float]] = {c: [] for c in cpus}
+    for _ in range(max(1, round(seconds / window_s))):
+        mark = probe.mark()
+        time.sleep(window_s)
+        for c, cs in probe.since(mark).items():
+            if c in windows and cs.speed_ns_per_step:
+                windows[c].append(cs.speed_ns_per_step)
+    medians = [sorted(w)[len(w) // 2] for w in windows.values() if w]
+    if len(medians) != len(cpus):
+        raise PerfkitError(f"speed probe: no measurement on CPUs {cpus}")
+    return sum(medians) / len(medians)
+
+
 # -- judging a trial -----------------------------------------------------------------------------
 def evidence(per_cpu: dict[int, CpuStalls], dut_cores: Iterable[int],
              tester_cores: Iterable[int]) -> dict[str, float]:

@@ -122,6 +122,11 @@ class TrialResult:
     probe on them [ns] (``perfkit.stalls``; higher is slower). A host that shares the vCPUs'
     physical cores runs them slower at times without stopping them; a CPU-bound DUT's cost per
     packet moves with it. None when not measured."""
+    speed_reference_ns: float | None = None
+    """Speed normalization (``Generator.speed_reference_ns``): the reference CPU speed [ns per step
+    of the speed probe] this trial is judged at. Searches then judge it at its offered rate x
+    ``speed_factor``: the rate that loads a DUT on CPUs of the reference speed as this trial loaded
+    this one (``judged_pps``). None: judged at its offered rate."""
     sink_gap_us: float | None = None
     """Longest time between two arrivals at the sink [µs]."""
     gen_slip_us: float | None = None
@@ -163,6 +168,17 @@ class TrialResult:
         ring = self.dut_drops.get(RING_DROP, 0)
         lost = self.lost_packets - sum(self.tester_drops.values())
         return ring > 0 and sum(self.dut_drops.values()) == ring and lost <= ring + in_flight
+
+    @property
+    def speed_factor(self) -> float:
+        """``dut_speed_ns_per_step / speed_reference_ns`` (> 1: the DUT cores ran slower than the
+        reference), or 1 when the trial is not speed-normalized or its speed was not measured."""
+        return speed_factor(self.dut_speed_ns_per_step, self.speed_reference_ns)
+
+    @property
+    def judged_pps(self) -> float:
+        """The rate [pps] searches judge the trial at (``judged_pps``)."""
+        return judged_pps(self.tx_pps, self.intended_pps, self.speed_factor)
 
     @property
     def tx_pps(self) -> float:
@@ -253,7 +269,7 @@ class TrialResult:
         for name in ("shared_cores", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
-        for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
+        for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
                      "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
@@ -267,12 +283,23 @@ OFFER_EPS = 1e-3
 RING_DROP = "rx_ring_full"
 
 
-def judged_pps(tx_pps: Any, intended_pps: Any) -> Any:
+def judged_pps(tx_pps: Any, intended_pps: Any, factor: Any = 1.0) -> Any:
     """The rate [pps] a trial is judged at: what was really offered if clearly less than intended
-    (by more than ``OFFER_EPS``), else the intended rate. Scalars or arrays; searches and the
-    analysis of stored runs both use it, so a figure always finds the trial it rests on."""
+    (by more than ``OFFER_EPS``), else the intended rate; times the trial's ``speed_factor`` when it
+    is speed-normalized. Scalars or arrays; searches and the analysis of stored runs both use it,
+    so a figure always finds the trial it rests on."""
     short = (np.asarray(tx_pps) > 0) & (np.asarray(tx_pps) < np.asarray(intended_pps) * (1 - OFFER_EPS))
-    out = np.where(short, tx_pps, intended_pps)
+    out = np.where(short, tx_pps, intended_pps) * np.asarray(factor, dtype=float)
+    return float(out) if out.ndim == 0 else out
+
+
+def speed_factor(speed_ns: Any, reference_ns: Any) -> Any:
+    """``speed_ns / reference_ns`` where both are known (a speed-normalized trial), else 1.
+    Scalars or arrays (missing values None or NaN)."""
+    speed = np.asarray(speed_ns if speed_ns is not None else np.nan, dtype=float)
+    ref = np.asarray(reference_ns if reference_ns is not None else np.nan, dtype=float)
+    ok = np.isfinite(speed) & np.isfinite(ref) & (ref > 0) & (speed > 0)
+    out = np.where(ok, speed / np.where(ok, ref, 1.0), 1.0)
     return float(out) if out.ndim == 0 else out
 
 
@@ -323,6 +350,7 @@ RECORD_COLUMNS = {
     "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us, speed_ns_per_step}}",
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
     "dut_speed_ns_per_step": "the DUT cores' speed: time of one step of the stall probe's speed probe [ns]; higher is slower",
+    "speed_reference_ns": "speed normalization: the reference CPU speed the trial is judged at [ns per step] (empty: not normalized)",
     "sink_gap_us": "longest time between two arrivals at the sink [µs]",
     "gen_slip_us": "how much later than intended the generator finished sending [µs]",
     "disturbed": "the loss is explained by measured host stalls (searches retried the trial)",

@@ -488,3 +488,55 @@ def test_ring_overflows_while_the_dut_had_time_to_spare_are_the_testbeds_limit()
     assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 99}, disturbed=True)) == "host stalls"
     assert loss_limit([_lossy(0.5, {"rx_ring_full": 9}, True), _lossy(0.5, {"rx_ring_full": 9})]) == "testbed"
     assert "testbed" in LOWER_BOUNDS and "dut" not in LOWER_BOUNDS
+
+
+# -- speed normalization: a VM whose CPU speed moves from trial to trial ---------------------------
+def _lower_bounds(method: str, params: dict, reference: str | None, seeds: int = 12) -> list[float]:
+    found = []
+    for seed in range(seeds):
+        gen = sim(seed=seed, speed_sigma=0.06, speed_reference=reference)
+        found.append(run_method(method, gen, params).lower_bound)
+    return found
+
+
+@pytest.mark.parametrize("method, params", [
+    ("ndr", {"duration": 1.0, "relative_width": 0.02, "max_rate": 3 * T}),
+    ("ndrpdr", {"goals": [0.0], "initial_duration": 1.0, "final_duration": 2.0, "relative_width": 0.02,
+                "max_rate": 3 * T})])
+def test_speed_normalized_searches_find_the_capacity_at_the_reference_speed(method, params):
+    """The simulated DUT forwards T x the CPU's speed, which varies by 6 % from trial to trial: judged
+    at the offered rate the NDR follows the speed of the trials that set it; judged at the reference
+    speed every search brackets T."""
+    raw = _lower_bounds(method, params, None)
+    normalized = _lower_bounds(method, params, "auto")
+    assert all(T * (1 - 0.02) * (1 - 0.02) <= lo <= T for lo in normalized), normalized
+    assert max(normalized) - min(normalized) <= 0.03 * T
+    assert max(raw) - min(raw) > 0.06 * T  # the spread normalization removes
+
+
+def test_a_speed_normalized_trial_is_judged_at_the_reference_speed():
+    from perfkit.search.common import offered_rate
+
+    gen = sim(speed_sigma=0.1, speed_reference=8.0, seed=3)
+    trial = gen.measure(0.5 * T, 1.0)
+    assert trial.speed_reference_ns == 8.0
+    assert trial.speed_factor == pytest.approx(trial.dut_speed_ns_per_step / 8.0) != 1.0
+    assert offered_rate(trial) == pytest.approx(0.5 * T * trial.speed_factor)
+    res = run_method("ndr", gen, {"max_rate": 2 * T})
+    assert any("speed-normalized" in n and "8 ns" in n for n in res.notes), res.notes
+    off = sim(speed_sigma=0.1, seed=3).measure(0.5 * T, 1.0)
+    assert off.speed_reference_ns is None and off.speed_factor == 1.0 and offered_rate(off) == 0.5 * T
+
+
+@pytest.mark.parametrize("value", ["fast", 0, -1.0, 1e9, True])
+def test_a_bad_speed_reference_is_refused(value):
+    with pytest.raises(ConfigError, match="speed_reference"):
+        sim(speed_reference=value)
+
+
+@pytest.mark.parametrize("argv", [["--speed-reference", "fast"], ["--speed-reference", "0"],
+                                  ["--speed-reference", "auto", "--generator", "trex"]])
+def test_cli_refuses_a_bad_speed_reference_in_one_line(capsys, argv):
+    rc = main(["trial", "--rate", "1Mpps", "--generator", "sim", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--speed-reference" in err[0], err

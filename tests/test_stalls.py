@@ -167,6 +167,23 @@ def test_a_trial_reports_the_dut_cores_speed(ul):
     assert 1.0 < r.dut_speed_ns_per_step < 200.0
 
 
+def test_speed_normalized_trials_are_judged_at_the_dut_cores_reference_speed(ul):
+    from perfkit.trial import judged_pps
+
+    reference = ul.measure_speed()  # 1 s without traffic on the DUT cores
+    assert 1.0 < reference < 200.0
+    ul.set_speed_reference(reference)
+    try:
+        r = ul.measure(100_000, 0.5)
+    finally:
+        ul.set_speed_reference(None)
+    assert r.speed_reference_ns == reference and r.dut_speed_ns_per_step
+    offered = judged_pps(r.tx_pps, r.intended_pps)
+    assert r.judged_pps == pytest.approx(offered * r.dut_speed_ns_per_step / reference)
+    assert any(n.startswith("speed-normalized: judged at") for n in r.notes), r.notes
+    assert ul.measure(100_000, 0.2).speed_reference_ns is None
+
+
 def test_a_dut_that_drops_by_its_program_is_never_disturbed(ul, hog):
     sessions = ul.dut.nf.pgwu.map("ul_sessions")
     saved = {k: sessions.lookup(k) for k in sessions.keys()}

@@ -11,7 +11,8 @@ from campaigns) and
     unit, label  str    the campaign unit and its method label (``<scenario>__<method>`` outside campaigns)
     repeat       int    the unit's repeat (1 outside campaigns)
     offered_pps  float  the rate the trial is judged at (``trial.judged_pps``, as the searches judge it):
-                        intended, or offered if the generator fell short
+                        intended, or offered if the generator fell short; at the reference CPU speed
+                        for speed-normalized trials (``speed_reference_ns`` set)
     offered_mpps, tx_mpps, rx_mpps  float  [Mpps];  tx_gbps, rx_gbps  float  L1 [Gbit/s]
     in_result    bool   the trial is part of its unit's final search (False: a superseded trial)
     disturbed    bool   host stalls explained its loss (``perfkit.stalls``); False for old records
@@ -29,7 +30,7 @@ import pandas as pd
 
 from perfkit import dataplanes
 from perfkit.store import DEFAULT_ROOT, RunStore
-from perfkit.trial import TrialResult, judged_pps
+from perfkit.trial import TrialResult, judged_pps, speed_factor
 
 #: The columns that say which scenario a row belongs to, in every frame of this package.
 SCENARIO_COLUMNS = ["scenario_key", "dataplane", "variant", "frame_size", "flows", "flow_mode", "dut_cores"]
@@ -98,7 +99,8 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     repeats = {s["unit"]: s.get("repeat", 1) for s in searches}
     df["label"] = [labels.get(u, m) for u, m in zip(df["unit"], df["method_name"])]
     df["repeat"] = [int(repeats.get(u, 1)) for u in df["unit"]]
-    df["offered_pps"] = judged_pps(df["tx_pps"].to_numpy(), df["intended_pps"].to_numpy())
+    factor = speed_factor(_column(df, "dut_speed_ns_per_step"), _column(df, "speed_reference_ns"))
+    df["offered_pps"] = judged_pps(df["tx_pps"].to_numpy(), df["intended_pps"].to_numpy(), factor)
     df["offered_mpps"] = df["offered_pps"] / 1e6
     df["tx_mpps"] = df["tx_pps"] / 1e6
     df["rx_mpps"] = df["rx_pps"] / 1e6
@@ -110,6 +112,13 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     notes = df["notes"] if "notes" in df else pd.Series("", index=df.index)
     df["retried"] = df["disturbed"] & notes.astype(str).str.contains("run again", regex=False)
     return df
+
+def _column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric column as floats (NaN where missing; all NaN for records older than it)."""
+    if name not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
+
 
 def frame_sizes(run: RunData) -> list[int]:
     """The run's frame sizes, ascending."""

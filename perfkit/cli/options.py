@@ -216,6 +216,10 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
     g.add_argument("--rx-queue", type=integer(0), default=None, metavar="FRAMES",
                    help="xdp: frames of the DUT's NIC-sized receive queue, 8 .. 16384; 0: the veth ports' own "
                         "256-frame rings (default 0); 4096: a NIC's ring, for searches on a VM")
+    g.add_argument("--speed-reference", default=None, metavar="auto|NS",
+                   help="xdp, sim: speed normalization: judge every trial at this reference CPU speed [ns per "
+                        "step of the stall probe's speed probe], or auto: the DUT cores' speed measured at set-up "
+                        "(default: off, trials are judged at their offered rate)")
     s = parser.add_argument_group("simulated DUT (--generator sim)")
     s.add_argument("--sim-model", default="sharp", choices=MODELS, help="the simulated DUT's model (default sharp)")
     s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
@@ -240,6 +244,8 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
 
         check_rx_queue(args.rx_queue)
         options["rx_queue"] = args.rx_queue
+    if getattr(args, "speed_reference", None) is not None:
+        options["speed_reference"] = speed_reference(args.speed_reference, args.generator)
     if args.generator == "sim":
         try:
             Rate.parse(args.sim_threshold, args.line_rate)
@@ -248,6 +254,22 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
         options.update(model=args.sim_model, threshold=args.sim_threshold, sigma=args.sim_sigma,
                        seed=args.sim_seed)
     return options
+
+
+def speed_reference(text: str, generator: str) -> float | str:
+    """``--speed-reference``: ``auto`` or a positive number [ns per probe step]."""
+    allowed = "auto, or a CPU speed in ns per probe step (0 < x < 10000), with --generator xdp or sim"
+    if generator not in ("xdp", "sim"):
+        raise ConfigError("--speed-reference", text, allowed)
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError("--speed-reference", text, allowed) from None
+    if not 0 < value < 1e4:
+        raise ConfigError("--speed-reference", text, allowed)
+    return value
 
 
 def check_trial(args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult
 
@@ -15,6 +16,10 @@ class Generator(ABC):
     #: How often searches repeat a disturbed trial (``TrialResult.disturbed``: its loss explained by
     #: measured host stalls) before its loss counts.
     disturbed_retries: int = 3
+    #: Speed normalization: the reference CPU speed [ns per step of the stall probe's speed probe]
+    #: every trial is judged at (``TrialResult.speed_reference_ns``; ``perfkit.search.common``).
+    #: None: off, trials are judged at their offered rate.
+    speed_reference_ns: float | None = None
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -25,6 +30,22 @@ class Generator(ABC):
 
         The result separates intended, offered (``tx_packets``) and received (``rx_packets``) counts.
         """
+
+    def set_speed_reference(self, reference: float | str | None) -> None:
+        """Turn speed normalization on at ``reference`` [ns per step], at the speed the generator
+        measures on its DUT cores (``"auto"``), or off (None)."""
+        if reference is None:
+            self.speed_reference_ns = None
+        elif reference == "auto":
+            self.speed_reference_ns = self.measure_speed()
+        elif isinstance(reference, (int, float)) and not isinstance(reference, bool) and 0 < reference < 1e4:
+            self.speed_reference_ns = float(reference)
+        else:
+            raise ConfigError("speed_reference", reference, "auto, a CPU speed in ns per probe step (0 < x < 10000), or none")
+
+    def measure_speed(self) -> float:
+        """The DUT cores' speed now [ns per step of the speed probe] (generators that can measure it)."""
+        raise ConfigError("speed_reference", "auto", f"a number: the {self.name} generator cannot measure the DUT's CPU speed")
 
     def close(self) -> None:
         """Release everything the generator set up (idempotent)."""

@@ -17,6 +17,12 @@ Models (``SimModel.kind``), with ``T`` = ``threshold`` [pps]:
 - ``buffered``: a sharp DUT behind a ``buffer_packets`` queue: the excess (rate - T) x duration
   is lost only once the queue is full, so short trials look better than long ones.
 
+A VM's varying CPU speed (``speed_sigma``, any model): each trial runs at a speed drawn from a
+normal law (mean 1, relative standard deviation ``speed_sigma``); T scales with it, and the trial
+reports ``dut_speed_ns_per_step = SIM_STEP_NS / speed`` as the speed probe would. With
+``speed_reference`` (``"auto"``: ``SIM_STEP_NS``) trials are speed-normalized, and a search finds
+T at the reference speed.
+
 Loss counts are rounded up: any positive modelled loss loses at least one packet, so NDR is T
 exactly whatever the trial length.
 """
@@ -35,6 +41,8 @@ from perfkit.trial import TrialResult
 
 #: The models a ``SimModel`` can be.
 MODELS = ("sharp", "noisy", "smooth", "buffered")
+#: The simulated CPU's time per speed-probe step at speed 1 [ns].
+SIM_STEP_NS = 10.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class SimModel:
     """``noisy``: fraction of offered packets a spike loses [1]."""
     buffer_packets: int = 200_000
     """``buffered``: packets the DUT can queue before it starts to drop [packets]."""
+    speed_sigma: float = 0.0
+    """Relative standard deviation of the CPU's speed from trial to trial; T scales with it [1]."""
     base_latency_ns: float = 20_000.0
     """One-way latency of an idle DUT [ns]."""
     max_latency_ns: float = 2_000_000.0
@@ -71,6 +81,8 @@ class SimModel:
             raise ConfigError("sim spike_loss", self.spike_loss, "0 <= spike_loss < 1")
         if self.buffer_packets < 0:
             raise ConfigError("sim buffer_packets", self.buffer_packets, "an integer >= 0")
+        if not 0 <= self.speed_sigma < 0.5:
+            raise ConfigError("sim speed_sigma", self.speed_sigma, "0 <= speed_sigma < 0.5")
 
     def pdr(self, loss_tolerance: float, duration: float = math.inf) -> float:
         """The true highest rate [pps] whose loss ratio is <= ``loss_tolerance`` in trials of
@@ -81,9 +93,10 @@ class SimModel:
             return (self.threshold + self.buffer_packets / duration) / (1.0 - loss_tolerance)
         return self.threshold / (1.0 - loss_tolerance)
 
-    def lost(self, rate_pps: float, duration: float, offered: int, rng: random.Random) -> int:
-        """Packets lost out of ``offered`` sent at ``rate_pps`` for ``duration`` seconds."""
-        threshold = self.threshold
+    def lost(self, rate_pps: float, duration: float, offered: int, rng: random.Random, speed: float = 1.0) -> int:
+        """Packets lost out of ``offered`` sent at ``rate_pps`` for ``duration`` seconds on a CPU
+        running at ``speed`` (1: nominal)."""
+        threshold = self.threshold * speed
         if self.kind == "noisy":
             threshold *= max(0.05, rng.gauss(1.0, self.sigma))
         if rate_pps <= threshold or offered == 0:
@@ -118,9 +131,10 @@ class SimGenerator(Generator):
     def __init__(self, scenario: Scenario, model: str | SimModel = "sharp",
                  threshold: float | str | None = None, sigma: float | None = None,
                  seed: int | None = 0, max_offer: float | str | None = None, capture: str | None = None,
-                 **model_options: float):
+                 speed_reference: float | str | None = None, **model_options: float):
         """``model`` is a ``SimModel`` or its kind; ``threshold``/``sigma`` and ``model_options``
         override its fields; ``max_offer`` [pps] caps what the simulated generator can send;
+        ``speed_reference`` turns speed normalization on (``Generator.set_speed_reference``);
         ``capture`` is accepted for interface parity and ignored (nothing is on a wire)."""
         super().__init__(scenario)
         if isinstance(model, str):
@@ -138,6 +152,10 @@ class SimGenerator(Generator):
         self.wire_frame_size = profile.wire_frame_size
         self.output_frame_size = profile.output_frame_size
         self._rng = random.Random(seed)
+        self.set_speed_reference(speed_reference)
+
+    def measure_speed(self) -> float:
+        return SIM_STEP_NS
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
         if rate_pps is None or not (rate_pps > 0 and math.isfinite(rate_pps)):
@@ -151,7 +169,8 @@ class SimGenerator(Generator):
         intended = packets if packets is not None else max(1, round(rate_pps * duration))
         offered_pps = min(rate_pps, self.max_offer) if self.max_offer else rate_pps
         offered = min(intended, round(offered_pps * duration))
-        lost = self.model.lost(offered_pps, duration, offered, self._rng)
+        speed = max(0.05, self._rng.gauss(1.0, self.model.speed_sigma)) if self.model.speed_sigma else 1.0
+        lost = self.model.lost(offered_pps, duration, offered, self._rng, speed)
         received = offered - lost
         start = time.time()
         sc = self.scenario
@@ -163,6 +182,7 @@ class SimGenerator(Generator):
             latency_ns=self.model.latency_ns(offered_pps) if received else {},
             dut_cpu={str(c): min(1.0, offered_pps / self.model.threshold)
                      for c in range(sc.dut_cores)},
+            dut_speed_ns_per_step=SIM_STEP_NS / speed, speed_reference_ns=self.speed_reference_ns,
             notes=[f"simulated DUT: {self.model.kind} at {self.model.threshold:.6g} pps"],
         )
 

@@ -53,6 +53,8 @@ RING_FRAMES = 256
 #: must see through host stalls (see ``perfkit.testbed.dut``).
 RX_QUEUE = 0
 NIC_RX_QUEUE = 4096
+#: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s].
+SPEED_REFERENCE_S = 1.0
 #: The CPUs this process may use, as it started (generators narrow the affinity while they run).
 _CPUS = sorted(os.sched_getaffinity(0))
 
@@ -132,9 +134,11 @@ class XdpGenerator(Generator):
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
-                 rx_queue: int = RX_QUEUE):
+                 rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
-        see ``perfkit.testbed.dut``). ``trex_profile``: a TRex STL profile (an ``StlProfile`` or the
+        see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.common``)
+        at a reference CPU speed [ns per probe step], or ``"auto"``: the DUT cores' speed measured at
+        set-up (``SPEED_REFERENCE_S``); None: off. ``trex_profile``: a TRex STL profile (an ``StlProfile`` or the
         path of one, loaded with ``trex_tunables``) whose streams the generator sends instead of the
         scenario's traffic; the scenario still configures the DUT (``perfkit.testbed.stlgen``)."""
         super().__init__(scenario)
@@ -180,9 +184,15 @@ class XdpGenerator(Generator):
                                      batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl)
             # keep this process's own threads off the DUT cores
             os.sched_setaffinity(0, set(self.tester_cores))
+            self.set_speed_reference(speed_reference)
         except BaseException:
             self.close()
             raise
+
+    def measure_speed(self) -> float:
+        """The DUT cores' speed [ns per probe step], measured for ``SPEED_REFERENCE_S`` without traffic."""
+        assert self.stalls
+        return stalls.reference_speed(self.stalls, self.dut_cores, SPEED_REFERENCE_S)
 
     @staticmethod
     def check_scenario(scenario: Scenario) -> None:
@@ -260,6 +270,7 @@ class XdpGenerator(Generator):
             **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
                        window1 - window0, len(self.dut_cores)),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
+        result.speed_reference_ns = self.speed_reference_ns
         result.disturbance = stalls.disturbance(result, self.rx_queue or RING_FRAMES, self.dut_cores)
         result.disturbed = bool(result.disturbance)
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
@@ -299,6 +310,10 @@ class XdpGenerator(Generator):
                          f"first: {mismatches[0]}")
         if self.shared:
             notes.append(f"DUT cores {self.dut_cores} shared with the tester {self.tester_cores}: pessimistic figures")
+        if r.speed_reference_ns and r.dut_speed_ns_per_step:
+            notes.append(f"speed-normalized: judged at {r.judged_pps:.0f} pps, the offered rate x {r.speed_factor:.3f} "
+                         f"(DUT cores at {r.dut_speed_ns_per_step:.3f} ns per probe step, reference "
+                         f"{r.speed_reference_ns:.3f})")
         if r.intended_pps and r.elapsed > 0 and r.tx_pps < 0.95 * r.intended_pps:
             notes.append(f"generator offered {r.tx_pps:.0f} pps of the {r.intended_pps:.0f} intended")
         return notes

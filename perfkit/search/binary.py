@@ -25,6 +25,8 @@ from perfkit.search.common import (Bounds, Measurer, OnTrial, SearchResult, Tria
 
 #: How many trials a verdict takes: ``single`` one; ``best``/``worst`` up to N (see module doc).
 RULES = ("single", "best", "worst")
+#: Speed-normalized trials in a row that may land outside the bracket before the search stops.
+OFF_BRACKET_MAX = 10
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class _Judge:
         self.log = log
         self.p = params
         self.memo: dict[float, bool] = {}
+        self.normalized = False
+        """Whether the last trial was speed-normalized (``perfkit.search.common``)."""
 
     def __call__(self, rate: float, phase: str) -> tuple[bool, float]:
         """(good, the rate the verdict holds for) -- lower than ``rate`` if the generator fell short."""
@@ -104,7 +108,9 @@ class _Judge:
         good = not decisive
         for _ in range(tries):
             trial = self.log.run(rate, self.p.duration, phase)
-            rate = min(rate, offered_rate(trial))
+            # speed-normalized trials land near, not at, the rate asked for: take it as judged
+            self.normalized = bool(trial.speed_reference_ns)
+            rate = offered_rate(trial) if self.normalized else min(rate, offered_rate(trial))
             if is_good(trial, self.p.loss_tolerance) == decisive:
                 good = decisive
                 break
@@ -132,12 +138,24 @@ def _linear_phase(judge: _Judge, p: BinarySearch) -> tuple[float | None, float |
             rate = max(rate - p.start_step, p.min_rate)
 
 
-def _binary_phase(judge: _Judge, p: BinarySearch, lower: float, upper: float) -> tuple[float, float]:
+def _binary_phase(judge: _Judge, p: BinarySearch, lower: float, upper: float,
+                  notes: list[str]) -> tuple[float, float]:
     """Halve [lower, upper] until it is narrow enough."""
+    misses = 0
     while not narrow(lower, upper, p.relative_width, p.resolution):
         good, rate = judge((lower + upper) / 2, "binary")
-        if not lower < rate < upper:  # the generator could not offer the middle: stop here
-            break
+        if not lower < rate < upper:
+            if not judge.normalized:  # the generator could not offer the middle: stop here
+                break
+            # the CPU's speed moved a speed-normalized trial off the bracket: it narrows nothing
+            # (a good trial below it, a bad one above it) or contradicts it (noise): ask again
+            misses += 1
+            if misses > OFF_BRACKET_MAX:
+                notes.append(f"{p.label}: {misses} trials in a row landed outside the bracket at the reference "
+                             "speed (the CPUs' speed moved too much): stopped before the bracket was narrow")
+                break
+            continue
+        misses = 0
         if good:
             lower = rate
         else:
@@ -157,7 +175,7 @@ def bracket(log: TrialLog, params: BinarySearch) -> Bounds:
         notes.append(f"{params.label}: no loss above {params.loss_tolerance:g} up to "
                      f"{lower:.6g} pps, the highest rate tested")
     else:
-        lower, upper = _binary_phase(judge, params, lower, upper)
+        lower, upper = _binary_phase(judge, params, lower, upper, notes)
     return Bounds(params.label, params.loss_tolerance, lower, upper, notes)
 
 

@@ -10,6 +10,16 @@ A trial whose loss measured host stalls explain (``TrialResult.disturbed``, see
 ``disturbed_retries`` times (default ``DISTURBED_RETRIES``); the search judges the last one. A
 trial still disturbed after that counts with its loss.
 
+Speed normalization (``Generator.speed_reference_ns``, off by default): a host that shares the
+vCPUs' physical cores runs them slower at times, and a CPU-bound DUT's capacity moves with that
+speed, so its NDR on a VM depends on the moments its trials ran in. A speed-normalized trial
+carries the reference speed and is judged at ``offered x speed_factor`` (its DUT cores' time per
+step of the stall probe's speed probe / the reference's): the rate at which a DUT on CPUs of the
+reference speed is loaded as this one was. Every bound is then a rate at the reference speed,
+and the result's notes say so. It suits DUTs whose cost scales with the CPU's speed (compare
+``dut_ns_per_packet`` with ``dut_speed_ns_per_step`` across trials); the generator's ceiling is
+still compared at the offered rate.
+
 Loss is the DUT's loss (``TrialResult.dut_loss_ratio``): offered - received - what the tester's own
 receive ring dropped (``tester_drops``), against the *offered* packets. Frames the tester failed to
 take in are the testbed's failure, not the DUT's: they stay in the trial and its notes but never
@@ -66,6 +76,11 @@ SPARE_BUSY = 0.8
 RING_SLACK = 256
 #: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
 DISTURBED_RETRIES = 3
+#: Bounds of the speed factor a search corrects its next ask by (a probe reading outside them is
+#: not trusted to predict the next trial).
+SPEED_FACTOR_MAX = 1.5
+#: Speed-normalized trials whose median speed factor predicts the next one's.
+SPEED_PREDICT = 5
 
 OnTrial = Callable[[TrialResult], None]
 
@@ -118,8 +133,9 @@ def resolve_max_rate(max_rate: float | None, measurer: Measurer) -> float:
 
 # -- judging a trial ---------------------------------------------------------------------------
 def offered_rate(trial: TrialResult) -> float:
-    """The rate [pps] a trial is judged at (``perfkit.trial.judged_pps``)."""
-    return judged_pps(trial.tx_pps, trial.intended_pps)
+    """The rate [pps] a trial is judged at (``TrialResult.judged_pps``): at the reference CPU speed
+    when the trial is speed-normalized."""
+    return trial.judged_pps
 
 
 def generator_limited(trial: TrialResult) -> bool:
@@ -267,6 +283,10 @@ class TrialLog:
         """Trials the generator could not offer at their intended rate."""
         self.offer_ratio = 1.0
         """Offered / intended rate of the last trial below capacity (0.5 .. 1)."""
+        self.speed_factors: list[float] = []
+        """``speed_factor`` of the speed-normalized trials so far: the next trial is asked for
+        correspondingly less (by the median of the last ``SPEED_PREDICT``), so that it is judged
+        near the rate the search wants."""
         self._start = time.monotonic()
         self._bar = tqdm(total=total, desc=method, unit="trial", disable=not progress, leave=False)
 
@@ -287,7 +307,7 @@ class TrialLog:
         asked for correspondingly more, below its capacity, so that trials land where the search
         wants them; they are judged at what was really offered either way.
         """
-        ask = rate_pps / self.offer_ratio
+        ask = rate_pps / self.offer_ratio / self.predicted_speed_factor
         if self.ceiling is not None:
             ask = min(ask, max(rate_pps, self.ceiling))
         retries = getattr(self.measurer, "disturbed_retries", DISTURBED_RETRIES)
@@ -309,10 +329,19 @@ class TrialLog:
         if generator_limited(trial):
             self.shortfalls += 1
             self._note_shortfall(trial)
-        self.best_offer = max(self.best_offer, offered_rate(trial))
-        if trial.intended_pps > 0 and (self.ceiling is None or offered_rate(trial) < self.ceiling * (1 - OFFER_SHORTFALL)):
-            self.offer_ratio = min(1.0, max(0.5, offered_rate(trial) / trial.intended_pps))
+        offered = judged_pps(trial.tx_pps, trial.intended_pps)  # the generator's, not speed-normalized
+        self.best_offer = max(self.best_offer, offered)
+        if trial.intended_pps > 0 and (self.ceiling is None or offered < self.ceiling * (1 - OFFER_SHORTFALL)):
+            self.offer_ratio = min(1.0, max(0.5, offered / trial.intended_pps))
+        if trial.speed_reference_ns:
+            self.speed_factors.append(min(SPEED_FACTOR_MAX, max(1 / SPEED_FACTOR_MAX, trial.speed_factor)))
         return trial
+
+    @property
+    def predicted_speed_factor(self) -> float:
+        """What the next trial's ``speed_factor`` will probably be (1 without speed normalization)."""
+        recent = sorted(self.speed_factors[-SPEED_PREDICT:])
+        return recent[len(recent) // 2] if recent else 1.0
 
     def _keep(self, trial: TrialResult, phase: str, rate_pps: float) -> None:
         """Log the trial and hand it to ``on_trial`` (which stores it) before anything else."""
@@ -322,6 +351,16 @@ class TrialLog:
         self._bar.update(1)
         self._bar.set_postfix_str(f"{phase} {rate_pps / 1e6:.4g} Mpps loss {trial.dut_loss_ratio:.3g}"
                                   + (" disturbed" if trial.disturbed else ""))
+
+    def speed_note(self) -> list[str]:
+        """What speed normalization did to the trials' rates (nothing when it was off)."""
+        normalized = [t for t in self.trials if t.speed_reference_ns and t.dut_speed_ns_per_step]
+        if not normalized:
+            return []
+        factors = [t.speed_factor for t in normalized]
+        return [f"speed-normalized: rates are at the reference CPU speed of {normalized[-1].speed_reference_ns:.4g} ns "
+                f"per probe step; each trial is judged at its offered rate x its DUT cores' time per step / the "
+                f"reference ({min(factors):.3f} .. {max(factors):.3f} in this search)"]
 
     def _note_shortfall(self, trial: TrialResult) -> None:
         note = (f"generator offered {trial.tx_pps:.6g} pps of the intended {trial.intended_pps:.6g} pps; "
@@ -352,7 +391,8 @@ class TrialLog:
             limit = self.limit(lower, upper, 0.0)
         return SearchResult(
             method=method, lower_bound=lower, upper_bound=upper, trials=list(self.trials),
-            goals=goals, params=dataclasses.asdict(params), notes=self.notes + limited + (notes or []),
+            goals=goals, params=dataclasses.asdict(params),
+            notes=self.notes + limited + self.speed_note() + (notes or []),
             generator_limited=limit == "generator" or any(g.limited_by == "generator" for g in goals),
             wall_seconds=self.wall_seconds, limited_by=limit)
 
