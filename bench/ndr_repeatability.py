@@ -37,7 +37,8 @@ from perfkit.scenario import Scenario  # noqa: E402
 from perfkit.search import run_method  # noqa: E402
 
 MODES = {"on": 3, "off": 0}
-"""Disturbance handling: retries of a disturbed trial."""
+"""Host handling: retries of a disturbed trial; "on" also judges trials at a reference CPU speed
+(speed normalization, ``perfkit.search.common``), measured once on the DUT cores at the start."""
 
 
 @dataclass
@@ -81,7 +82,11 @@ def main() -> int:
                     help="a dataplane parameter (default for pgwu: direction=ul sessions=1001000 vlan=true)")
     ap.add_argument("--frame-size", type=int, default=64)
     ap.add_argument("--flow-op", default="random", help="how flows are walked: inc, dec, random (default random)")
-    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s] (default 1)")
+    ap.add_argument("--method", choices=("ndr", "ndrpdr"), default="ndr",
+                    help="ndr: binary search, every trial --duration; ndrpdr: short trials to bracket, "
+                         "lower bounds confirmed by --final-duration trials (default ndr)")
+    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s] (ndrpdr: the short trials; default 1)")
+    ap.add_argument("--final-duration", type=float, default=10.0, help="ndrpdr's confirmation trials [s] (default 10)")
     ap.add_argument("--max-rate", default="2Mpps", help="the search's maximum rate (default 2Mpps)")
     ap.add_argument("--relative-width", type=float, default=0.02, help="search precision (default 0.02)")
     ap.add_argument("--rx-queue", type=int, default=NIC_RX_QUEUE,
@@ -92,24 +97,30 @@ def main() -> int:
     params_in = dict(kv.split("=", 1) for kv in args.param) if args.param else (
         {"direction": "ul", "sessions": 1_001_000, "vlan": True} if args.dataplane == "pgwu" else {})
     sc = Scenario(args.dataplane, frame_size=args.frame_size, flows=args.flows, params=params_in)
-    params = {"duration": args.duration, "relative_width": args.relative_width,
-              "max_rate": Rate.parse(args.max_rate, sc.line_rate).pps(sc.wire_frame_size)}
+    params = {"relative_width": args.relative_width, "max_rate": Rate.parse(args.max_rate, sc.line_rate).pps(sc.wire_frame_size)}
+    params.update({"duration": args.duration} if args.method == "ndr" else
+                  {"goals": [0.0], "initial_duration": args.duration, "final_duration": args.final_duration})
     order = [m for _ in range(args.runs) for m in MODES]  # alternate: drifts hit both modes alike
     results: dict[str, list[Search]] = {m: [] for m in MODES}
     options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue}
     with create("xdp", sc, **options) as gen:
+        reference = gen.measure_speed()
         for mode in tqdm(order, desc="NDR searches", file=sys.stderr):
             gen.disturbed_retries = MODES[mode]
-            r = run_method("ndr", gen, params)
+            gen.speed_reference_ns = reference if mode == "on" else None
+            r = run_method(args.method, gen, params)
             results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
                                         r.wall_seconds, r.limited_by))
-    out = {"scenario": sc.key, "params": params, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
+    out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"NDR of {sc.key}, {args.runs} searches per mode, alternating, {args.duration:g} s trials, "
-          f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames")
+    trials = (f"{args.duration:g} s trials" if args.method == "ndr" else
+              f"{args.duration:g} s trials, lower bounds on {args.final_duration:g} s trials")
+    print(f"NDR ({args.method}) of {sc.key}, {args.runs} searches per mode, alternating, {trials}, "
+          f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames; handling on: disturbed trials "
+          f"retried, rates at the DUT cores' reference speed {reference:.3f} ns per probe step")
     for mode, s in results.items():
         d = out[mode]
         ndrs = ", ".join("-" if n is None else f"{n:.4f}" for n in d["ndr_mpps"])
