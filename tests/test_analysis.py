@@ -311,3 +311,17 @@ def test_dut_cost_model_recovers_a_known_cost_and_sizes_cores(tmp_path):
         assert row["cores_needed"] == math.ceil(need), row
     pivot = analysis.cost_capacity_pivot(cap)
     assert list(pivot.columns) == [("dl", "10 Gbit/s"), ("ul", "10 Gbit/s")]
+
+
+def test_the_trial_frame_judges_speed_normalized_trials_as_the_searches_do():
+    """offered_pps is the rate a search judged the trial at: x its speed factor when normalized,
+    the offered rate for trials that are not (and for records older than the speed probe)."""
+    from perfkit.generators.sim import SimGenerator
+
+    gen = SimGenerator(Scenario(), threshold=1e6, speed_sigma=0.1, seed=1, speed_reference=9.0)
+    normalized = [gen.measure(r, 1.0) for r in (2e5, 4e5)]
+    plain = SimGenerator(Scenario(), threshold=1e6, speed_sigma=0.1, seed=1).measure(3e5, 1.0)
+    old = {k: v for k, v in plain.to_record().items() if k not in ("speed_reference_ns", "dut_speed_ns_per_step")}
+    df = analysis.run.trial_frame(pd.DataFrame([t.to_record() for t in (*normalized, plain)] + [old]))
+    assert df["offered_pps"].tolist() == pytest.approx([t.judged_pps for t in (*normalized, plain)] + [3e5])
+    assert normalized[0].judged_pps != 2e5 and plain.judged_pps == 3e5
