@@ -273,11 +273,14 @@ class _Search:
         return [self._bounds(goal, notes) for goal in self.goals]
 
     def _after_confirm(self, o: _Obs) -> None:
-        """A failed confirmation switches the goals it failed for to full-duration trials."""
+        """A failed confirmation switches the goals it failed for to full-duration trials -- if a
+        short trial was good at or above its rate (a speed-normalized confirmation can land above
+        every good short trial: then it only lowers the upper bound)."""
         for goal in self.goals:
             if o.loss > goal.loss and not goal.long_only:
                 v = _view(self.obs, goal)
-                if v.lo is None or v.lo < o.rate:
+                contradicted = any(p.loss <= goal.loss and not p.full and p.rate >= o.rate for p in self.obs)
+                if contradicted and (v.lo is None or v.lo < o.rate):
                     goal.failures += 1
                     goal.long_only = goal.failures >= LONG_AFTER
                     goal.bisecting = False
