@@ -462,19 +462,38 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
     return out
 
 
-def gateway_trial_ids(endpoints: Endpoints, run_id: str, job: str = JOB) -> set[str] | None:
-    """Trial ids of ``run_id`` the Pushgateway has now (its ``/api/v1/metrics``); None if it cannot tell."""
+def gateway_groups(endpoints: Endpoints) -> list[dict[str, Any]]:
+    """Every group the Pushgateway holds now, as its ``/api/v1/metrics`` lists them (``labels`` is
+    the grouping key; one entry per metric family, ``push_time_seconds`` among them).
+
+    Raises ``MetricsError`` naming the URL when the Pushgateway cannot be asked or answers nonsense.
+    """
     url = endpoints.pushgateway_url.rstrip("/") + "/api/v1/metrics"
+    where = f"Pushgateway {endpoints.pushgateway_url}"
     try:
         r = requests.get(url, auth=endpoints.auth, verify=endpoints.verify_tls, timeout=endpoints.timeout)
-        groups = r.json()["data"] if r.status_code == 200 else None
-    except (requests.RequestException, ValueError, KeyError, TypeError):
-        return None
+    except requests.RequestException as err:
+        raise MetricsError(f"{where}: {describe_request_error(err, endpoints)}") from None
+    if r.status_code != 200:
+        raise MetricsError(f"{where}: {describe_http_status(r.status_code, r.text)} (GET {url})")
+    try:
+        groups = r.json()["data"]
+    except (ValueError, KeyError, TypeError):
+        groups = None
     if not isinstance(groups, list):
+        raise MetricsError(f"{where}: GET {url} is not the Pushgateway API's JSON; is this a Pushgateway URL?")
+    return [g for g in groups if isinstance(g, dict) and isinstance(g.get("labels"), dict)]
+
+
+def gateway_trial_ids(endpoints: Endpoints, run_id: str, job: str = JOB) -> set[str] | None:
+    """Trial ids of ``run_id`` the Pushgateway has now (its ``/api/v1/metrics``); None if it cannot tell."""
+    try:
+        groups = gateway_groups(endpoints)
+    except MetricsError:
         return None
     out = set()
     for g in groups:
-        labels = g.get("labels", {}) if isinstance(g, dict) else {}
+        labels = g["labels"]
         if labels.get("job") == job and labels.get("run_id") == run_id and labels.get("trial_id"):
             out.add(labels["trial_id"])
     return out
