@@ -59,6 +59,8 @@ LOCK_FILE = ".lock"
 CORRUPT_SUFFIX = ".corrupt"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.%+-]{0,200}$")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: What a run id may be (``RunStore.create`` refuses others).
+RUN_ID_PATTERN = _RUN_ID_RE
 
 
 def new_run_id(prefix: str = "") -> str:

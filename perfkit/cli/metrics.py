@@ -1,15 +1,16 @@
-"""``perfkit metrics check|cpu|trials``: ask Prometheus about the endpoints, a run's CPU and its pushed trials."""
+"""``perfkit metrics check|cpu|trials|retire``: ask Prometheus about the endpoints, a run's CPU and its
+pushed trials; retire old runs' trials from the Pushgateway once Prometheus has them."""
 from __future__ import annotations
 
 import argparse
 
 import pandas as pd
 
-from perfkit.cli.options import add_json, check_run, emit
+from perfkit.cli.options import add_json, check_run, emit, number
 from perfkit.cli.push import add_endpoint_options, endpoints_from_args
 from perfkit.errors import ConfigError
-from perfkit.metrics import query
-from perfkit.store import DEFAULT_ROOT, RunStore
+from perfkit.metrics import query, retire
+from perfkit.store import DEFAULT_ROOT, RUN_ID_PATTERN, RunStore
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -57,6 +58,20 @@ def cmd_trials(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_id(text: str) -> str:
+    """An argparse type: a run id as the run store allows them."""
+    if not RUN_ID_PATTERN.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: a run id (letters, digits, '_', '.', "
+                                         "'-'; starting with a letter or digit)")
+    return text
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    res = retire.retire_runs(endpoints_from_args(args), args.keep or (), min_age=args.min_age)
+    emit(res.to_dict(), args.json, lambda _: res.describe())
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("metrics", help="query Prometheus: endpoint health, a run's CPU, its pushed trials",
                        description=__doc__)
@@ -79,3 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr = msub.add_parser("trials", parents=[common], help="the pushed figures of a run, one row per trial")
     tr.add_argument("--run", required=True, metavar="RUN_ID")
     tr.set_defaults(func=cmd_trials)
+    rt = msub.add_parser("retire", parents=[common],
+                         help="delete from the Pushgateway the trials of runs Prometheus has scraped")
+    rt.add_argument("--keep", action="append", type=_run_id, default=None, metavar="RUN_ID",
+                    help="leave this run's trials on the Pushgateway (repeatable)")
+    rt.add_argument("--min-age", type=number(0.0, "a number of seconds"), default=0.0, metavar="SECONDS",
+                    help="also leave runs that pushed within this many seconds (still going; default 0)")
+    rt.set_defaults(func=cmd_retire)
