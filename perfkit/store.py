@@ -349,6 +349,17 @@ class RunStore:
         events, _ = read_lines(self.path / PUSHES_FILE)
         return {e["trial_id"] for e in events if isinstance(e.get("trial_id"), str)}
 
+    def push_times(self) -> dict[str, float]:
+        """Unix time of each trial's latest recorded push: when its group was on the Pushgateway, so
+        when Prometheus scraped it (``perfkit.metrics.query.pushed_trials_frame``)."""
+        events, _ = read_lines(self.path / PUSHES_FILE)
+        out: dict[str, float] = {}
+        for e in events:
+            tid, t = e.get("trial_id"), e.get("time")
+            if isinstance(tid, str) and isinstance(t, (int, float)) and not isinstance(t, bool):
+                out[tid] = max(float(t), out.get(tid, float(t)))
+        return out
+
     def pushes_torn_lines(self) -> list[int]:
         """Line numbers of torn lines in pushes.jsonl (a process died while writing them)."""
         return read_lines(self.path / PUSHES_FILE)[1]

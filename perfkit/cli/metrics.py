@@ -10,7 +10,7 @@ from perfkit.cli.options import add_json, check_run, emit, number
 from perfkit.cli.push import add_endpoint_options, endpoints_from_args
 from perfkit.errors import ConfigError
 from perfkit.metrics import query, retire
-from perfkit.store import DEFAULT_ROOT, RUN_ID_PATTERN, RunStore
+from perfkit.store import DEFAULT_ROOT, RUN_ID_PATTERN, RunStore, list_runs
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -51,8 +51,21 @@ def cmd_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trials_frame(run_id: str, root: str, ep) -> pd.DataFrame:
+    """A run in the local run store is read at its push times (also once retired from the
+    Pushgateway); another run as Prometheus has it now."""
+    if run_id not in list_runs(root):
+        return query.trial_metrics_frame(run_id, ep)
+    store = RunStore.open(run_id, root)
+    times = store.push_times()
+    if not times:       # pushes recorded without their time: the trials ended just before them
+        pushed = store.pushed_trial_ids()
+        times = {r.trial_id: r.end_time for r in store.results() if r.trial_id in pushed and r.end_time}
+    return query.pushed_trials_frame(run_id, ep, times)
+
+
 def cmd_trials(args: argparse.Namespace) -> int:
-    frame = query.trial_metrics_frame(args.run, endpoints_from_args(args))
+    frame = _trials_frame(args.run, args.root, endpoints_from_args(args))
     emit(_records(frame), args.json,
          lambda _: frame.to_string(index=False) if not frame.empty else f"no pushed trials of run {args.run}")
     return 0
@@ -92,7 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     cpu.add_argument("--skip-short", action="store_true", help="skip trials too short to query, with a warning")
     cpu.set_defaults(func=cmd_cpu)
     tr = msub.add_parser("trials", parents=[common], help="the pushed figures of a run, one row per trial")
-    tr.add_argument("--run", required=True, metavar="RUN_ID")
+    tr.add_argument("--run", required=True, metavar="RUN_ID",
+                    help="a run of --root is read at its push times (also once retired), another one as now")
+    tr.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     tr.set_defaults(func=cmd_trials)
     rt = msub.add_parser("retire", parents=[common],
                          help="delete from the Pushgateway the trials of runs Prometheus has scraped")

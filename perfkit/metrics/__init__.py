@@ -4,7 +4,10 @@
 - ``perfkit.metrics.stack``: ``up()``, ``down()``, ``status()`` of a local Prometheus + Pushgateway +
   node-exporter.
 - ``perfkit.metrics.push``: ``push_trial()``, ``store_and_push()``, ``backfill()``.
-- ``perfkit.metrics.query``: ``cpu_frame()``, ``cpu_busy_frame()``, ``trial_metrics_frame()``.
+- ``perfkit.metrics.retire``: ``retire_runs()``: delete old runs' groups from the Pushgateway once
+  Prometheus has scraped them.
+- ``perfkit.metrics.query``: ``cpu_frame()``, ``cpu_busy_frame()``, ``trial_metrics_frame()``,
+  ``pushed_trials_frame()`` (a run read at its push times, also once retired).
 """
 from __future__ import annotations
 

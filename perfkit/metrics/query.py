@@ -50,7 +50,10 @@ the keys of each trial's ``dut_cpu`` (the /proc/stat busy fractions the trial re
 
 ``trial_metrics_frame(run_id, endpoints)`` -- one row per trial
 ----------------------------------------------------------------
-The pushed ``perfkit_trial_*`` series of the run as Prometheus has them now (or at ``at``):
+The pushed ``perfkit_trial_*`` series of the run as Prometheus has them now (or at ``at``; with
+``lookback``, the last sample of each series in that span, also of groups retired since). A run
+retired from the Pushgateway (``perfkit.metrics.retire``) is read at its push times:
+``pushed_trials_frame(run_id, endpoints, store.push_times())``, same columns. Columns:
 ``run_id``, ``trial_id``, the scenario labels (``push.SCENARIO_LABELS``: dataplane, variant,
 scenario_key, frame_size int, flows int, dut_cores int, intended_pps float, duration float,
 generator, method, git_sha), one column per parameter of the trial's dataplane (typed as the
@@ -361,16 +364,21 @@ def _params_of(dataplane: str) -> dict[str, Param]:
 
 
 def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterable[str] | None = None,
-                        wait: float = 0.0, at: float | None = None) -> pd.DataFrame:
+                        wait: float = 0.0, at: float | None = None, lookback: float | None = None) -> pd.DataFrame:
     """The pushed figures of a run's trials, one row per trial (columns in the module doc).
 
     ``trial_ids``: only these, and (with ``wait`` > 0 seconds) wait until Prometheus has scraped them
-    all; a ``MetricsError`` lists those still missing then.
+    all; a ``MetricsError`` lists those still missing then. ``at``: evaluate at that unix time (default
+    now). ``lookback`` [s]: each series' last sample within ``lookback`` before ``at``
+    (``last_over_time``), also of groups deleted from the Pushgateway since (a plain instant query
+    sees those as stale).
     """
     if not run_id:
         raise ConfigError("run_id", run_id, "a run id")
     wanted = set(trial_ids) if trial_ids is not None else None
     selector = f'{{__name__=~"{_push.PREFIX}.+", run_id={_promql_string(run_id)}}}'
+    if lookback is not None:
+        selector = f"last_over_time({selector}[{int(math.ceil(lookback * 1000))}ms])"
     pc = connect(endpoints)
     deadline = time.monotonic() + wait
     try:
@@ -405,8 +413,12 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
                 row[name] = param.parse(m[name])
         extra = {k: v for k, v in m.items() if k not in skip and k not in params}
         row[_push.column_name(m["__name__"], extra)] = float(s["value"][1])
+    return _trial_frame(pd.DataFrame(list(rows.values())))
+
+
+def _trial_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The columns in the documented order (labels, then series by name), trials by start time."""
     fixed = ["run_id", "trial_id", *_push.SCENARIO_LABELS]
-    frame = pd.DataFrame(list(rows.values()))
     if frame.empty:
         return pd.DataFrame(columns=fixed)
     for col in fixed:
@@ -417,6 +429,45 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
     if "start_time" in frame:
         frame = frame.sort_values(["start_time", "trial_id"], kind="stable")
     return frame.reset_index(drop=True)
+
+
+#: ``pushed_trials_frame`` reads pushes back in windows of at most this span [s]: each query then
+#: touches a few minutes of samples, whatever the length of the run.
+PUSH_WINDOW = 300.0
+
+
+def push_windows(times: Iterable[float], span: float = PUSH_WINDOW) -> list[tuple[float, float]]:
+    """Sorted ``times`` cut into windows ``(first, last)`` of at most ``span`` seconds."""
+    out: list[tuple[float, float]] = []
+    for t in sorted(times):
+        if out and t - out[-1][0] <= span:
+            out[-1] = (out[-1][0], t)
+        else:
+            out.append((t, t))
+    return out
+
+
+def pushed_trials_frame(run_id: str, endpoints: Endpoints, push_times: Mapping[str, float]) -> pd.DataFrame:
+    """A run's trials as Prometheus scraped them after their pushes (``trial_metrics_frame`` columns).
+
+    ``push_times``: trial id -> unix time of its latest push (``RunStore.push_times``). Why not a
+    query at now: once a run is retired from the Pushgateway (``perfkit.metrics.retire``) its series
+    are stale, and an instant query at the run's end would miss trials whose groups were deleted
+    before that time. So for each window of push times [a, b] (``push_windows``) this takes each
+    series' last sample in [a - m, b + m] (``last_over_time``; m: a minute or 5 scrape intervals):
+    every pushed group was scraped within it while it was on the Pushgateway. Then the groups on the
+    Pushgateway now (pushed again from elsewhere). A trial found more than once keeps the values
+    of the latest.
+    """
+    margin = max(60.0, 5 * endpoints.scrape_interval)
+    frames = [trial_metrics_frame(run_id, endpoints, at=b + margin, lookback=b - a + 2 * margin)
+              for a, b in push_windows(push_times.values())]
+    frames.append(trial_metrics_frame(run_id, endpoints))
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return _trial_frame(pd.DataFrame())
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates("trial_id", keep="last")
+    return _trial_frame(merged)
 
 
 # -- health --------------------------------------------------------------------------------------
