@@ -11,6 +11,11 @@
    unless another live run still uses them (and never a stack started by hand);
 4. if that fails, or the Pushgateway does not answer: the run goes on without pushing.
 
+Then, with Prometheus reachable, the trials of older runs are retired from the Pushgateway
+(``perfkit.metrics.retire``: only groups Prometheus has scraped; the run's own groups, and those
+of runs that pushed within ``RETIRE_MIN_AGE`` -- still going beside this one -- stay), so that
+pushes and scrapes do not slow down as runs pile up. A failure there is a warning, never the run's.
+
 ``push(store, trial)`` is called after the trial is on disk; a failure is reported once and counted;
 after ``MAX_CONSECUTIVE_FAILURES`` in a row pushing stops for the run (``perfkit push --run ID``
 backfills). ``save_cpu(store)`` keeps Prometheus' view of the DUT CPU per trial in the run directory
@@ -29,6 +34,8 @@ from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 
 MAX_CONSECUTIVE_FAILURES = 3
+#: Runs that pushed within this many seconds are not retired at a session's start: they may be going.
+RETIRE_MIN_AGE = 600.0
 _ENV = ("PERFKIT_METRICS_CONFIG", "PERFKIT_PUSHGATEWAY_URL", "PERFKIT_PROMETHEUS_URL")
 
 
@@ -49,6 +56,8 @@ class MetricsSession:
     consecutive: int = 0
     first_error: str | None = None
     stopped_pushing: bool = False
+    retire_note: str = ""
+    """What retiring older runs from the Pushgateway did (or why it did not)."""
     cpu_note: str = ""
     cpu_missing: dict[str, str] = field(default_factory=dict)
     """Trials long enough for Prometheus that it has no CPU figures for (node-exporter down ...)."""
@@ -60,7 +69,9 @@ class MetricsSession:
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, spec: MetricsSpec, enabled: bool = True, say: Callable[[str], None] = print) -> MetricsSession:
+    def open(cls, spec: MetricsSpec, enabled: bool = True, say: Callable[[str], None] = print,
+             run_id: str | None = None) -> MetricsSession:
+        """Decide what to push to (module doc); with ``run_id``, retire other runs' trials then."""
         s = cls(say=say, stack_dir=spec.stack_dir)
         if not (enabled and spec.enabled):
             s.note = "metrics: off; trials are only written to disk (push them later: perfkit push --run RUN_ID)"
@@ -74,7 +85,26 @@ class MetricsSession:
         except (MetricsError, ConfigError) as err:
             s.endpoints = None
             s.note = f"metrics: not available ({err}); running without pushing"
+        if run_id is not None:
+            s.retire_old_runs(run_id)
         return s
+
+    def retire_old_runs(self, run_id: str) -> None:
+        """Retire the trials of runs other than ``run_id`` that Prometheus has from the Pushgateway;
+        a failure is said once as a warning (nothing is lost: only scraped groups are deleted)."""
+        if self.endpoints is None or not self.prometheus_ok:
+            return
+        from perfkit.metrics.retire import retire_runs
+
+        try:
+            res = retire_runs(self.endpoints, [run_id], min_age=RETIRE_MIN_AGE)
+        except MetricsError as err:
+            self.retire_note = f"old runs not retired from the Pushgateway: {err}"
+            self.say(f"warning: {self.retire_note}; the run goes on")
+            return
+        self.retire_note = res.describe()
+        if res.retired:
+            self.say(f"metrics: {self.retire_note}")
 
     def _start_local(self, spec: MetricsSpec) -> None:
         from perfkit import owners
@@ -190,5 +220,5 @@ class MetricsSession:
         return {"note": self.note, "pushgateway_url": getattr(self.endpoints, "pushgateway_url", None),
                 "prometheus_url": getattr(self.endpoints, "prometheus_url", None), "pushed": self.pushed,
                 "push_failures": self.failures, "first_error": self.first_error,
-                "stopped_pushing": self.stopped_pushing, "cpu": self.cpu_note,
+                "stopped_pushing": self.stopped_pushing, "retire": self.retire_note, "cpu": self.cpu_note,
                 "cpu_missing": sorted(self.cpu_missing)}

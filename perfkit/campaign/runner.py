@@ -442,7 +442,7 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
     ms: MetricsSession | None = None
     bar: tqdm | None = None
     try:
-        ms = MetricsSession.open(campaign.metrics, metrics and bool(todo), say=say)
+        ms = MetricsSession.open(campaign.metrics, metrics and bool(todo), say=say, run_id=store.run_id)
         if todo:
             say(ms.note)
         bar = tqdm(total=len(units), initial=out.units_done_before, desc=campaign.name, unit="unit",
