@@ -56,10 +56,12 @@ def _until_scraped(ep: Endpoints, run_id: str, trial_ids: set[str]) -> None:
 
 @pytest.fixture
 def lone_gateway(tmp_path):
-    """A second Pushgateway that no Prometheus scrapes."""
+    """A second Pushgateway that no Prometheus scrapes (its own persistence file: Debian's default
+    is the system's /var/lib/prometheus/pushgateway.data)."""
     port = free_ports(1)[0]
     url = f"http://127.0.0.1:{port}"
-    argv = [stack.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}"]
+    argv = [stack.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}",
+            f"--persistence.file={tmp_path / 'lone-pushgateway.db'}"]
     with server(argv, url + "/-/ready", tmp_path / "lone-pushgateway.log"):
         yield url
 
@@ -179,3 +181,19 @@ def test_cli_retire_json_and_bad_input(metrics_stack, tmp_path):
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and field in lines[0] and repr(bad[1]) in lines[0] and "allowed" in lines[0], lines
     assert push.gateway_trial_ids(ep, store.run_id) == {results[0].trial_id}
+
+
+def test_backfill_does_not_push_retired_trials_again_but_lost_ones(metrics_stack, tmp_path):
+    ep = metrics_stack.endpoints()
+    store, (kept,) = _pushed_run(ep, tmp_path / "runs", trials=1)
+    _until_scraped(ep, store.run_id, {kept.trial_id})
+    never = make_result()
+    store.append(never)
+    store.mark_pushed(never.trial_id, "http://x")           # recorded as pushed, never reached anything
+    retire.retire_runs(ep, keep=[])
+    _until(lambda: push.gateway_trial_ids(ep, store.run_id) == set(), "the run's group is deleted")
+
+    res = push.backfill(store, ep)
+
+    assert res.retired == [kept.trial_id] and res.lost == [never.trial_id] and res.pushed == [never.trial_id]
+    assert push.gateway_trial_ids(ep, store.run_id) == {never.trial_id}

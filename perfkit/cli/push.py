@@ -40,11 +40,13 @@ def cmd_push(args: argparse.Namespace) -> int:
         print(f"note: {store.path / 'pushes.jsonl'}: torn line(s) {', '.join(map(str, torn))} ignored (a process "
               "died while writing them); their trials were pushed again", file=sys.stderr)
     emit({"run_id": res.run_id, "pushgateway_url": res.url, "pushed": res.pushed, "already_pushed": res.skipped,
-          "lost_by_pushgateway": res.lost},
+          "lost_by_pushgateway": res.lost, "retired_in_prometheus": res.retired},
          args.json, lambda d: f"run {d['run_id']}: pushed {len(d['pushed'])} trial(s) to {d['pushgateway_url']}, "
                               f"{len(d['already_pushed'])} were already pushed"
                               + (f" ({len(d['lost_by_pushgateway'])} pushed again: the Pushgateway had lost them)"
-                                 if d["lost_by_pushgateway"] else ""))
+                                 if d["lost_by_pushgateway"] else "")
+                              + (f" ({len(d['retired_in_prometheus'])} retired from the Pushgateway: Prometheus has "
+                                 "them)" if d["retired_in_prometheus"] else ""))
     return 0
 
 

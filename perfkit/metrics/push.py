@@ -423,7 +423,10 @@ class BackfillResult:
     """Trial ids already pushed before (in pushes.jsonl) and still on the Pushgateway."""
     lost: list[str] = field(default_factory=list)
     """Trial ids recorded as pushed that the Pushgateway no longer has (it restarted and lost them,
-    or was wiped): pushed again, they are in ``pushed`` too."""
+    or was wiped) and Prometheus does not have either: pushed again, they are in ``pushed`` too."""
+    retired: list[str] = field(default_factory=list)
+    """Trial ids recorded as pushed that the Pushgateway no longer has but Prometheus does (retired
+    from the Pushgateway, ``perfkit.metrics.retire``): not pushed again, they are in ``skipped``."""
 
 
 def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
@@ -435,10 +438,12 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
     """
     done = set() if force else store.pushed_trial_ids()
     lost: set[str] = set()
+    retired: set[str] = set()
     if done:
         present = gateway_trial_ids(endpoints, store.run_id)
         if present is not None:
-            lost = done - present
+            retired = _in_prometheus(store, endpoints, done - present)
+            lost = done - present - retired
             done -= lost
     wanted = set(trial_ids) if trial_ids is not None else None
     out = BackfillResult(store.run_id, endpoints.pushgateway_url)
@@ -450,6 +455,7 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
     todo = [r for r in results if r.trial_id not in done]
     out.skipped = [r.trial_id for r in results if r.trial_id in done]
     out.lost = [r.trial_id for r in results if r.trial_id in lost]
+    out.retired = [r.trial_id for r in results if r.trial_id in retired]
     sha = run_git_sha(store)
     for r in todo:
         r.run_id = r.run_id or store.run_id
@@ -460,6 +466,21 @@ def backfill(store: RunStore, endpoints: Endpoints, *, force: bool = False,
                                f"trials, then {err}") from None
         out.pushed.append(r.trial_id)
     return out
+
+
+def _in_prometheus(store: RunStore, endpoints: Endpoints, trial_ids: set[str]) -> set[str]:
+    """Those of ``trial_ids`` Prometheus has, read at their push times (a retired trial is not lost);
+    none when Prometheus cannot be asked (they are pushed again then: nothing is lost either)."""
+    if not trial_ids:
+        return set()
+    from perfkit.metrics.query import pushed_trials_frame   # query imports this module
+
+    times = {t: v for t, v in store.push_times().items() if t in trial_ids}
+    try:
+        frame = pushed_trials_frame(store.run_id, endpoints, times)
+    except MetricsError:
+        return set()
+    return trial_ids & set(frame["trial_id"])
 
 
 def gateway_groups(endpoints: Endpoints) -> list[dict[str, Any]]:
