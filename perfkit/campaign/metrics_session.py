@@ -85,7 +85,9 @@ class MetricsSession:
         except (MetricsError, ConfigError) as err:
             s.endpoints = None
             s.note = f"metrics: not available ({err}); running without pushing"
-        if run_id is not None:
+        # only perfkit's own local stack: a lab's Pushgateway may be shared, and its users may read
+        # other runs' groups from it (``perfkit metrics retire`` does it there by hand)
+        if run_id is not None and not explicit and spec.start_local:
             s.retire_old_runs(run_id)
         return s
 
