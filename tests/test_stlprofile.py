@@ -10,10 +10,12 @@ here, and against perfkit's Python model of them for whole frames.
 from __future__ import annotations
 
 import ipaddress
+import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
@@ -24,6 +26,7 @@ from perfkit import stlprofile, stlvm
 from perfkit.scenario import Scenario
 from perfkit.testbed import stlgen
 from tests.conftest import ROOT
+from tests.script_forks import ScriptForks
 
 IP_A, IP_B = "198.18.0.1", "198.19.0.1"
 BASE = f'Ether()/IP(src="{IP_A}", dst="{IP_B}")/UDP(sport=1025, dport=12)/(b"x" * 40)'
@@ -334,44 +337,52 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "perfkit", *args], capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.fixture(scope="module")
+def cli() -> Iterator[Callable[..., subprocess.CompletedProcess]]:
+    """``python -m perfkit`` processes forked from a server that has imported perfkit's third-party
+    libraries (``tests/script_forks.py``): what ``run_cli`` gives, without 1.3 s of imports each."""
+    with ScriptForks("perfkit", module=True) as forks:
+        yield lambda *args: forks.run(list(args), env=dict(os.environ), cwd=ROOT)
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
-def test_refused_in_one_line(tmp_path, case):
+def test_refused_in_one_line(tmp_path, case, cli):
     """Each mode or instruction the local generator does not send: exit 2, one line naming it."""
     word, streams = REFUSED[case]
     path = write_profile(tmp_path, "", streams=streams)
-    r = run_cli("trex-profile", "show", str(path), "--count", "1")
+    r = cli("trex-profile", "show", str(path), "--count", "1")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert word in lines[0] and "allowed" in lines[0], lines[0]
 
 
-def test_pcap_profile_refused(tmp_path):
+def test_pcap_profile_refused(tmp_path, cli):
     """A pcap as profile (TRex makes bursts chained by next): refused in one line."""
     from scapy.utils import wrpcap
 
     pcap = tmp_path / "p.pcap"
     wrpcap(str(pcap), [Ether() / IP(src=IP_A, dst=IP_B) / UDP() / (b"x" * 30)] * 3)
-    r = run_cli("trex-profile", "show", str(pcap))
+    r = cli("trex-profile", "show", str(pcap))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "pcap" in r.stderr and "allowed" in r.stderr
 
 
-def test_trial_refuses_before_the_testbed(tmp_path):
+def test_trial_refuses_before_the_testbed(tmp_path, cli):
     """perfkit trial --trex-profile with a burst: exit 2, one line, and no testbed came up."""
     path = write_profile(tmp_path, "", streams=REFUSED["single_burst"][1])
-    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", str(path), "--rate", "1kpps", "--duration", "0.1")
+    r = cli("trial", "--dataplane", "pgwu", "--trex-profile", str(path), "--rate", "1kpps", "--duration", "0.1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "single_burst" in r.stderr
 
 
-def test_show_writes_pcap(tmp_path):
+def test_show_writes_pcap(tmp_path, cli):
     """perfkit trex-profile show --pcap: the frames of the generator program, TRex's without signature."""
     from scapy.utils import rdpcap
 
     path = write_profile(tmp_path, DETERMINISTIC)
     out = tmp_path / "o.pcap"
-    r = run_cli("trex-profile", "show", str(path), "--count", "20", "--pcap", str(out), "--no-signature")
+    r = cli("trex-profile", "show", str(path), "--count", "20", "--pcap", str(out), "--no-signature")
     assert r.returncode == 0, r.stderr
     assert [bytes(p) for p in rdpcap(str(out))] == stlvm.frames(load(path), 20)
 
@@ -460,17 +471,20 @@ def test_campaign_options_checked(options, field, monkeypatch):
     (["-t", "flows"], "-t"),
     (["-t", "bogus=1"], "bogus"),
 ])
-def test_trial_bad_trex_options_one_line(args, word):
+def test_trial_bad_trex_options_one_line(args, word, cli):
     """Bad --trex-profile companions: exit 2, one line naming the option, before any testbed."""
-    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", str(ROOT / "trex_profiles" / "pgwu.py"),
+    r = cli("trial", "--dataplane", "pgwu", "--trex-profile", str(ROOT / "trex_profiles" / "pgwu.py"),
                 "--rate", "1kpps", "--duration", "0.1", *args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert word in r.stderr
 
 
-def test_trial_missing_profile_one_line():
-    r = run_cli("trial", "--dataplane", "pgwu", "--trex-profile", "no/such.py", "--rate", "1kpps")
+def test_trial_missing_profile_one_line(cli):
+    args = ("trial", "--dataplane", "pgwu", "--trex-profile", "no/such.py", "--rate", "1kpps")
+    r = cli(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--trex-profile" in r.stderr, r.stderr
+    cold = run_cli(*args)                      # the forked process is what a cold python -m perfkit gives
+    assert (cold.returncode, cold.stdout, cold.stderr) == (r.returncode, r.stdout, r.stderr)
 
 
 def random_vm(rng, tcp: bool) -> str:
