@@ -272,12 +272,19 @@ def _keys(store: RunStore) -> list[tuple[str, float, float]]:
     return list(zip(t["unit"], t["intended_pps"], t["duration"]))
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> RunStore:
+    """The tiny campaign run without interruption (the sim DUT is deterministic: every run of it
+    measures the same trials in the same order)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    produce_run(tiny(tmp), tmp / "runs", "reference")
+    return RunStore.open("reference", tmp / "runs")
+
+
 @pytest.mark.parametrize("stops", [(1,), (4,), (9, 15), (2, 3, 20)])
-def test_resume_after_interruptions_neither_repeats_nor_loses_trials(tmp_path, stops):
+def test_resume_after_interruptions_neither_repeats_nor_loses_trials(tmp_path, stops, reference):
     campaign = tiny(tmp_path)
     root = tmp_path / "runs"
-    produce_run(campaign, root, "reference")
-    reference = RunStore.open("reference", root)
     count = [0]
     written_before: list[str] = []
 
