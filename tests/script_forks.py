@@ -67,8 +67,11 @@ class ScriptForks:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, argv: list[str], *, env: dict[str, str], cwd: Path,
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
+        """One process; ``env`` and ``cwd`` default to this process's, as for ``subprocess.run``."""
+        env = dict(os.environ) if env is None else env
+        cwd = os.getcwd() if cwd is None else cwd
         args = [*([sys.executable, "-m"] if self.module else []), self.script, *argv]
         with tempfile.TemporaryDirectory(prefix="script-forks-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")

@@ -10,7 +10,6 @@ import json
 import random
 import struct
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -692,16 +691,16 @@ def test_trial_forwards_every_packet_at_a_low_rate(size, flows, cores, params):
     assert set(vip_counts.values()) == {n // params.get("vips", 1)} and sum(real_counts) == n
 
 
-def test_cli_offers_the_parameters_and_runs_prog_bench():
-    helptext = subprocess.run([sys.executable, "-m", "perfkit", "prog-bench", "--help"], capture_output=True,
-                              text=True, check=True).stdout
-    assert all(f"--{p.name}" in helptext for p in DP.params)
-    out = subprocess.run([sys.executable, "-m", "perfkit", "prog-bench", "--dataplane", "l4lb", "--protocol", "tcp",
-                          "--frame-size", "70", "--rounds", "3", "--repeat", "2000", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    d = json.loads(out)
+def test_cli_offers_the_parameters_and_runs_prog_bench(perfkit_module):
+    """``python -m perfkit prog-bench`` (forked: ``tests/script_forks.py``)."""
+    helptext = perfkit_module.run(["prog-bench", "--help"])
+    assert helptext.returncode == 0, helptext.stderr
+    assert all(f"--{p.name}" in helptext.stdout for p in DP.params)
+    out = perfkit_module.run(["prog-bench", "--dataplane", "l4lb", "--protocol", "tcp", "--frame-size", "70",
+                              "--rounds", "3", "--repeat", "2000", "--json"])
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
     assert d["path_verified"] is True and d["path_counter"] == "fwd" and d["params"]["protocol"] == "tcp"
     assert d["wire_frame_size"] == 70
-    bad = subprocess.run([sys.executable, "-m", "perfkit", "prog-bench", "--dataplane", "l4lb", "--vips", "0"],
-                         capture_output=True, text=True)
+    bad = perfkit_module.run(["prog-bench", "--dataplane", "l4lb", "--vips", "0"])
     assert bad.returncode == 2 and "vips: '0' is not allowed" in bad.stderr

@@ -5,7 +5,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -23,7 +22,6 @@ from perfkit.store import RunStore
 from perfkit.version import git_sha
 from tests.metrics_fixtures import AUTH, auth_stack, burner, free_ports, make_result, metrics_stack, server  # noqa: F401
 
-PERFKIT = Path(sys.executable).with_name("perfkit")
 WAIT = 30.0      # generous: Prometheus scrapes the Pushgateway every second
 
 
@@ -240,7 +238,7 @@ def test_window_before_prometheus_existed_is_a_clear_error(metrics_stack):
 
 
 # -- server down, backfill -----------------------------------------------------------------------
-def test_pushgateway_down_trial_on_disk_then_backfill(metrics_stack, tmp_path):
+def test_pushgateway_down_trial_on_disk_then_backfill(metrics_stack, tmp_path, perfkit_script):
     ep = metrics_stack.endpoints()
     d = Path(metrics_stack.dir)
     run = _run_id()
@@ -263,15 +261,13 @@ def test_pushgateway_down_trial_on_disk_then_backfill(metrics_stack, tmp_path):
         assert f"Pushgateway {ep.pushgateway_url}: connection refused" in str(e.value)
         with pytest.raises(MetricsError, match="pushed 0 of 1 trials"):
             push.backfill(store, ep)
-        cli = subprocess.run([str(PERFKIT), "push", "--run", run, "--root", str(root)], capture_output=True,
-                             text=True, env=env, timeout=60)
+        cli = perfkit_script.run(["push", "--run", run, "--root", str(root)], env=env, timeout=60)
         assert cli.returncode == 2
         assert cli.stderr.startswith("perfkit: error: backfill of run") and ep.pushgateway_url in cli.stderr
     finally:
         healed = stack.up(d)
     assert healed.started == ["pushgateway"]
-    cli = subprocess.run([str(PERFKIT), "push", "--run", run, "--root", str(root), "--json"], capture_output=True,
-                         text=True, env=env, timeout=60)
+    cli = perfkit_script.run(["push", "--run", run, "--root", str(root), "--json"], env=env, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["pushed"] == [r.trial_id]
     assert store.pushed_trial_ids() == {r.trial_id}

@@ -5,7 +5,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from perfkit.metrics import stack
 from perfkit.metrics.config import load_endpoints
 from tests.metrics_fixtures import free_ports, running_stack, start_stack, wait_for_targets
 
-PERFKIT = Path(sys.executable).with_name("perfkit")
 
 
 def _alive(pid: int) -> bool:
@@ -110,8 +108,6 @@ def test_down_one_component_and_up_restarts_only_it_on_the_same_port(tmp_path):
 
 def test_down_kills_only_the_pids_it_recorded(tmp_path):
     d = tmp_path / "stack"
-    with running_stack(d):
-        pass
     # a state whose pid now belongs to some other process (pid recycled): must be left alone
     other = subprocess.Popen(["sleep", "60"])
     try:
@@ -173,14 +169,14 @@ def test_bad_host_and_component_names(tmp_path):
         stack.down(tmp_path, components=["grafana"])
 
 
-def test_cli_up_status_down(tmp_path):
+def test_cli_up_status_down(tmp_path, perfkit_script):
     d = tmp_path / "stack"
     prom, pgw, node = free_ports(3)
     env = {**os.environ, "PERFKIT_DATA": str(tmp_path / "data")}
 
     def perfkit(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(PERFKIT), "stack", *args, "--stack-dir", str(d)], capture_output=True, text=True,
-                              env=env, timeout=120)
+        """``.venv/bin/perfkit stack ...`` (forked: ``tests/script_forks.py``)."""
+        return perfkit_script.run(["stack", *args, "--stack-dir", str(d)], env=env, timeout=120)
 
     try:
         up = perfkit("up", "--prometheus-port", str(prom), "--pushgateway-port", str(pgw),

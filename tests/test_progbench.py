@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -66,11 +64,12 @@ def test_bad_input_names_the_field():
         prog_bench(rounds=1)
 
 
-def test_cli_json_has_the_figures():
-    out = subprocess.run([sys.executable, "-m", "perfkit", "prog-bench", "--direction", "dl",
-                          "--frame-size", "256", "--rounds", "3", "--repeat", "2000", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    d = json.loads(out)
+def test_cli_json_has_the_figures(perfkit_module):
+    """``python -m perfkit prog-bench --json`` (forked: ``tests/script_forks.py``)."""
+    out = perfkit_module.run(["prog-bench", "--direction", "dl", "--frame-size", "256", "--rounds", "3",
+                              "--repeat", "2000", "--json"])
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
     for key in ("ns_per_packet", "baseline_ns_per_packet", "net_ns_per_packet", "ratio", "path_verified"):
         assert key in d
     assert d["path_verified"] is True

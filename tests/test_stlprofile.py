@@ -10,12 +10,11 @@ here, and against perfkit's Python model of them for whole frames.
 from __future__ import annotations
 
 import ipaddress
-import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
@@ -338,11 +337,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def cli() -> Iterator[Callable[..., subprocess.CompletedProcess]]:
+def cli(perfkit_module: ScriptForks) -> Callable[..., subprocess.CompletedProcess]:
     """``python -m perfkit`` processes forked from a server that has imported perfkit's third-party
     libraries (``tests/script_forks.py``): what ``run_cli`` gives, without 1.3 s of imports each."""
-    with ScriptForks("perfkit", module=True) as forks:
-        yield lambda *args: forks.run(list(args), env=dict(os.environ), cwd=ROOT)
+    return lambda *args: perfkit_module.run(list(args), cwd=ROOT)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
