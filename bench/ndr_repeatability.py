@@ -12,7 +12,8 @@ work_iterations=120``: about 1.6 µs per packet) is DUT-limited anywhere.
 
 Per mode it prints each search's NDR bracket and what limited it, the coefficient of variation of
 the NDRs, whether each result is consistent with every other (their brackets, each widened by its
-own width, overlap) and the disturbed trial count.
+search's width -- the bracket, at least ``--relative-width`` -- overlap) and the disturbed trial
+count. With handling on, the NDRs are rates at the DUT cores' reference speed.
 
     .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--dataplane pgwu] [--param KEY=VALUE ...]
         [--flows 1001000] [--flow-op random] [--duration 1] [--rx-queue FRAMES] [--json]
@@ -50,14 +51,19 @@ class Search:
     disturbed: int
     wall_s: float
     limited_by: str
+    relative_width: float
+    """The precision the search was asked for [1]."""
 
     @property
     def width(self) -> float:
-        return (self.upper_pps or self.ndr_pps or 0.0) - (self.ndr_pps or 0.0)
+        """The search's width [pps]: its bracket, at least the precision it was asked for (a bracket
+        can end narrower: speed-normalized trials land near, not at, the rates asked for)."""
+        upper = self.upper_pps or self.ndr_pps or 0.0
+        return max(upper - (self.ndr_pps or 0.0), self.relative_width * upper)
 
 
 def consistent(a: Search, b: Search) -> bool:
-    """Whether two brackets, each widened by its own width, overlap."""
+    """Whether two brackets, each widened by its own width (``Search.width``), overlap."""
     if a.ndr_pps is None or b.ndr_pps is None:
         return False
     lo_a, hi_a = a.ndr_pps - a.width, (a.upper_pps or a.ndr_pps) + a.width
@@ -110,7 +116,7 @@ def main() -> int:
             gen.speed_reference_ns = reference if mode == "on" else None
             r = run_method(args.method, gen, params)
             results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
-                                        r.wall_seconds, r.limited_by))
+                                        r.wall_seconds, r.limited_by, args.relative_width))
     out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
