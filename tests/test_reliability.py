@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -40,6 +41,7 @@ from perfkit.testbed import netns
 from perfkit.testbed.topology import owner_record
 from tests.conftest import ROOT
 from tests.metrics_fixtures import start_stack
+from tests.script_forks import ScriptForks
 
 #: The SIGKILL points of the drill, in the order the sessions of one run reach them (``name@N``: the
 #: N-th time the session reaches the point): testbed half set up; traffic flowing; a trial file half
@@ -52,15 +54,29 @@ KILL_POINTS = ["testbed.setup", "trial.mid", "store.write@2", "push.sent", "push
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+_forks: ScriptForks | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _perfkit_processes(perfkit_module: ScriptForks) -> Iterator[None]:
+    """``perfkit()``'s processes: forked from the session's ``python -m perfkit`` server."""
+    global _forks
+    _forks = perfkit_module
+    yield
+    _forks = None
+
+
 def perfkit(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
             data: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI; ``data`` is its $PERFKIT_DATA (so a default stack directory is never a
+    """Run the real CLI in a process of its own (``python -m perfkit``, forked from a server that has
+    imported perfkit's third-party libraries: ``tests/script_forks.py``; SIGKILL at a crash point
+    kills that process); ``data`` is its $PERFKIT_DATA (so a default stack directory is never a
     developer's own)."""
     full = {**os.environ, **(env or {})}
     if data is not None:
         full["PERFKIT_DATA"] = str(data)
-    return subprocess.run([sys.executable, "-m", "perfkit", *args], cwd=ROOT, env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    assert _forks is not None
+    return _forks.run(list(args), env=full, cwd=ROOT, timeout=timeout)
 
 
 def start(*args: str, env: dict[str, str] | None = None, data: Path | None = None) -> subprocess.Popen:
