@@ -88,7 +88,10 @@ def lab(tmp_path):
             os.killpg(info["pid"], signal.SIGKILL)
 
 
-def test_lab_serves_the_notebooks_with_its_token_only_and_stops_cleanly(lab):
+def test_lab_serves_the_notebooks_with_its_token_only_and_stops_cleanly(lab, tmp_path):
+    """A lab serves the notebooks with its token only, on loopback, and stops cleanly on SIGTERM; the
+    next start has another token (the first one's is refused) and stops cleanly on Ctrl-C (SIGINT).
+    (One test: each start of JupyterLab takes seconds.)"""
     proc, info = lab
     token, base = info["token"], info["base_url"]
     assert base == f"http://127.0.0.1:{info['port']}" and len(token) >= 32
@@ -110,11 +113,7 @@ def test_lab_serves_the_notebooks_with_its_token_only_and_stops_cleanly(lab):
     # only on loopback
     assert list(_listening(info["port"])) == ["0100007F"] and not _listens_on_other_addresses(info["port"])
     _stopped_cleanly(proc, info, signal.SIGTERM)
-
-
-def test_ctrl_c_stops_the_lab_cleanly_and_the_next_start_has_another_token(lab, tmp_path):
-    proc, info = lab
-    _stopped_cleanly(proc, info, signal.SIGINT)
+    # the next start: another token; Ctrl-C
     proc2, info2 = _start(tmp_path)
     try:
         assert info2["token"] != info["token"]

@@ -86,17 +86,22 @@ def test_clean_removes_leftovers_of_a_killed_run():
     assert owner_record("dead01") is None
 
 
-def test_cli_clean_and_status():
+def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_cli_clean_and_status(perfkit_module):
+    """``python -m perfkit testbed ...`` (processes forked from the session's server:
+    ``tests/script_forks.py``)."""
     leave_testbed_behind("dead02")
-    env = dict(os.environ)
-    status = subprocess.run([sys.executable, "-m", "perfkit", "testbed", "status", "--json"], cwd=ROOT,
-                            capture_output=True, text=True, env=env)
+    status = perfkit_module.run(["testbed", "status", "--json"], cwd=ROOT)
     assert '"dead02"' in status.stdout
-    subprocess.run([sys.executable, "-m", "perfkit", "testbed", "clean"], cwd=ROOT, check=True, env=env)
+    _ok(perfkit_module.run(["testbed", "clean"], cwd=ROOT))
     assert "dead02" not in running()
 
 
-def test_clean_leaves_the_testbed_of_a_live_process_alone():
+def test_clean_leaves_the_testbed_of_a_live_process_alone(perfkit_module):
     """`perfkit clean` (e.g. from a test suite) beside a running campaign: the live process keeps its
     testbed, the dead one's is removed; `--run` removes a given run's testbed."""
     leave_testbed_behind("dead04")
@@ -106,8 +111,7 @@ def test_clean_leaves_the_testbed_of_a_live_process_alone():
     live = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert live.stdout.readline().strip() == "up"
-        out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--json"], cwd=ROOT, capture_output=True,
-                             text=True, check=True)
+        out = _ok(perfkit_module.run(["clean", "--json"], cwd=ROOT))
         removed = json.loads(out.stdout)
         assert any("dead04" in r for r in removed)
         assert not any("a1fe01" in r for r in removed)
@@ -116,8 +120,7 @@ def test_clean_leaves_the_testbed_of_a_live_process_alone():
         assert links("pka1fe01-tester")                          # its links are intact
         assert live.poll() is None
         # a run's own leftovers can be removed by name, even while its process lives
-        out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--run", "run-live", "--json"], cwd=ROOT,
-                             capture_output=True, text=True, check=True)
+        out = _ok(perfkit_module.run(["clean", "--run", "run-live", "--json"], cwd=ROOT))
         assert any("a1fe01" in r for r in json.loads(out.stdout))
         assert "a1fe01" not in running()
     finally:
@@ -126,17 +129,15 @@ def test_clean_leaves_the_testbed_of_a_live_process_alone():
     clean(run_id="run-live")
 
 
-def test_one_command_removes_testbeds_and_metrics_servers(tmp_path):
+def test_one_command_removes_testbeds_and_metrics_servers(tmp_path, perfkit_module):
     stack_dir = tmp_path / "stack"
-    up = [sys.executable, "-m", "perfkit", "stack", "up", "--stack-dir", str(stack_dir), "--prometheus-port", "0",
-          "--pushgateway-port", "0", "--node-exporter-port", "0"]
-    subprocess.run(up, cwd=ROOT, check=True, capture_output=True)
+    _ok(perfkit_module.run(["stack", "up", "--stack-dir", str(stack_dir), "--prometheus-port", "0",
+                            "--pushgateway-port", "0", "--node-exporter-port", "0"], cwd=ROOT))
     state = json.loads((stack_dir / "state.json").read_text())
     pids = [c["pid"] for c in state["components"].values()]
     assert all(os.path.exists(f"/proc/{p}") for p in pids)
     Testbed(testbed_id="dead03").up(keep=True)
-    out = subprocess.run([sys.executable, "-m", "perfkit", "clean", "--stack-dir", str(stack_dir), "--json"],
-                         cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    out = _ok(perfkit_module.run(["clean", "--stack-dir", str(stack_dir), "--json"], cwd=ROOT)).stdout
     removed = json.loads(out)
     assert any("dead03" in r for r in removed) and sum("metrics server" in r for r in removed) == 3
     assert "dead03" not in running()
