@@ -183,10 +183,10 @@ def test_missing_tools_are_named(monkeypatch):
 
 
 # -- the command line ------------------------------------------------------------------------------------
-def test_cli_trial_perf_keeps_folded_stacks_and_a_flame_graph(tmp_path):
-    out = subprocess.run([PERFKIT, "trial", "--dataplane", "pgwu", "--direction", "ul", "--frame-size", "64",
-                          "--duration", "1", "--perf", str(tmp_path), "--json"], capture_output=True, text=True,
-                         timeout=300)
+def test_cli_trial_perf_keeps_folded_stacks_and_a_flame_graph(tmp_path, perfkit_script):
+    """``.venv/bin/perfkit trial --perf`` (forked from the session's server: ``tests/script_forks.py``)."""
+    out = perfkit_script.run(["trial", "--dataplane", "pgwu", "--direction", "ul", "--frame-size", "64",
+                              "--duration", "1", "--perf", str(tmp_path), "--json"], timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     p = d["perf"]
@@ -199,7 +199,7 @@ def test_cli_trial_perf_keeps_folded_stacks_and_a_flame_graph(tmp_path):
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "xdp_pgwu" in svg and "<script" in svg
 
 
-def test_cli_perf_refusals_are_one_line_and_exit_2(tmp_path):
+def test_cli_perf_refusals_are_one_line_and_exit_2(tmp_path, perfkit_script):
     env = {**os.environ, "PATH": str(tmp_path), "HOME": str(tmp_path)}        # no perf anywhere
     cases = [
         (["--perf", str(tmp_path)], env, "needs perf, not found"),
@@ -207,8 +207,7 @@ def test_cli_perf_refusals_are_one_line_and_exit_2(tmp_path):
         (["--perf", str(tmp_path), "--generator", "sim", "--rate", "1Mpps"], None, "only with --generator xdp"),
     ]
     for extra, e, message in cases:
-        out = subprocess.run([PERFKIT, "trial", "--duration", "1", *extra], capture_output=True, text=True, env=e,
-                             timeout=120)
+        out = perfkit_script.run(["trial", "--duration", "1", *extra], env=e, timeout=120)
         assert out.returncode == 2, out.stderr
         assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
