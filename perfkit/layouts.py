@@ -187,7 +187,7 @@ STALL_MAX_CPUS, STALL_HIST_BUCKETS = 64, 16
 
 
 class stall_config(Struct):
-    _fields_ = [("period_ns", u64), ("report_ns", u64), ("speed_steps", u64)]
+    _fields_ = [("period_ns", u64), ("report_ns", u64), ("speed_steps", u64), ("speed_every", u64)]
 
 
 class stall_cpu(Struct):

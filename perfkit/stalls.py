@@ -12,7 +12,7 @@ the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOC
   from wake-up or preemption to running. A real-time hog on the DUT core delays these and not the
   timer.
 
-- **speed**: each tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
+- **speed**: every ``SPEED_PERIOD_US``, a tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
   DUT's kind). A vCPU the host shares with other guests runs slower without stopping, and a
   CPU-bound DUT forwards proportionally less: the probe's time per step is the CPU's speed where
   the DUT runs (``CpuStalls.speed_ns_per_step``).
@@ -60,8 +60,9 @@ OBJECT = BUILD_DIR / "stallprobe.o"
 #: Timer period and stall threshold of trials: ring overflows need stalls of ~1 ms, and 5000 ticks
 #: a second cost under 1 % of a core.
 TRIAL_PERIOD_US, TRIAL_REPORT_US = 200.0, 100.0
-#: Steps of the speed probe per tick: about 1 µs, 0.5 % of a core at 5000 ticks a second.
-SPEED_STEPS = 64
+#: Steps of the speed probe, and the time from one probe to the next [µs]: about 11 µs every 1.6 ms,
+#: 0.7 % of a core (see ``bpf/stallprobe.bpf.c`` for why long and sparse).
+SPEED_STEPS, SPEED_PERIOD_US = 1024, 1600.0
 #: Ring drops the summed stall time may explain, relative to rate x stall time (a generator that
 #: catches up after its own stall sends faster than the average rate for a moment).
 STALL_SLACK = 1.5
@@ -139,11 +140,13 @@ class StallProbe:
         if not self.cpus or max(self.cpus) >= STALL_MAX_CPUS:
             raise PerfkitError(f"stall probe: cpus {self.cpus} (at most cpu {STALL_MAX_CPUS - 1})")
         self.period_us, self.report_us, self.speed_steps = period_us, report_us, speed_steps
+        speed_every = max(1, round(SPEED_PERIOD_US / period_us))
         self.obj = BpfObject(OBJECT)
         self._events: list[Stall] = []
         try:
             self.obj.map("probe_config").update(ctypes.c_uint32(0), stall_config(int(period_us * 1e3),
-                                                                                   int(report_us * 1e3), speed_steps))
+                                                                                   int(report_us * 1e3), speed_steps,
+                                                                                   speed_every))
             self.obj.attach("stall_wakeup")
             self.obj.attach("stall_switch")
             self._stats = self.obj.map("stall_cpu")

@@ -14,7 +14,8 @@
 struct stall_config {
 	__u64 period_ns;	/* timer period */
 	__u64 report_ns;	/* ticks later than the period by more than this, and waits longer, are stalls */
-	__u64 speed_steps;	/* steps of the speed probe per tick (0: no probe) */
+	__u64 speed_steps;	/* steps of the speed probe (0: no probe) */
+	__u64 speed_every;	/* ticks from one speed probe to the next (0, 1: every tick) */
 };
 
 /* Per CPU, cumulative since the probe was armed (userspace takes differences). */
