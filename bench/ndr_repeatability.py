@@ -16,7 +16,7 @@ search's width -- the bracket, at least ``--relative-width`` -- overlap) and the
 count. With handling on, the NDRs are rates at the DUT cores' reference speed.
 
     .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--dataplane pgwu] [--param KEY=VALUE ...]
-        [--flows 1001000] [--flow-op random] [--duration 1] [--rx-queue FRAMES] [--json]
+        [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--json]
 """
 from __future__ import annotations
 
@@ -91,6 +91,9 @@ def main() -> int:
     ap.add_argument("--method", choices=("ndr", "ndrpdr"), default="ndr",
                     help="ndr: binary search, every trial --duration; ndrpdr: short trials to bracket, "
                          "lower bounds confirmed by --final-duration trials (default ndr)")
+    ap.add_argument("--rule", choices=("single", "majority"), default="single",
+                    help="ndr: a rate's verdict is one trial, or the majority of up to -n trials (default single)")
+    ap.add_argument("-n", type=int, default=3, help="N of --rule majority (default 3)")
     ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s] (ndrpdr: the short trials; default 1)")
     ap.add_argument("--final-duration", type=float, default=10.0, help="ndrpdr's confirmation trials [s] (default 10)")
     ap.add_argument("--max-rate", default="2Mpps", help="the search's maximum rate (default 2Mpps)")
@@ -104,7 +107,8 @@ def main() -> int:
         {"direction": "ul", "sessions": 1_001_000, "vlan": True} if args.dataplane == "pgwu" else {})
     sc = Scenario(args.dataplane, frame_size=args.frame_size, flows=args.flows, params=params_in)
     params = {"relative_width": args.relative_width, "max_rate": Rate.parse(args.max_rate, sc.line_rate).pps(sc.wire_frame_size)}
-    params.update({"duration": args.duration} if args.method == "ndr" else
+    params.update({"duration": args.duration, **({"rule": "majority", "n": args.n} if args.rule == "majority" else {})}
+                  if args.method == "ndr" else
                   {"goals": [0.0], "initial_duration": args.duration, "final_duration": args.final_duration})
     order = [m for _ in range(args.runs) for m in MODES]  # alternate: drifts hit both modes alike
     results: dict[str, list[Search]] = {m: [] for m in MODES}
@@ -122,7 +126,8 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    trials = (f"{args.duration:g} s trials" if args.method == "ndr" else
+    trials = (f"{args.duration:g} s trials" + (f", majority of {args.n}" if args.rule == "majority" else "")
+              if args.method == "ndr" else
               f"{args.duration:g} s trials, lower bounds on {args.final_duration:g} s trials")
     print(f"NDR ({args.method}) of {sc.key}, {args.runs} searches per mode, alternating, {trials}, "
           f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames; handling on: disturbed trials "

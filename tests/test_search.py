@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -126,6 +127,40 @@ def test_worst_of_n_needs_n_good_trials_for_a_good_verdict() -> None:
     assert [t.intended_pps for t in best[:2]] == [5e5, 7e5]  # good: decided by the first
     bad_rate = next(t.intended_pps for t in best if t.loss_ratio > 0)
     assert sum(t.intended_pps == bad_rate for t in best) == 4  # bad: only after N bad
+
+
+def test_majority_of_n_stops_once_the_vote_is_decided() -> None:
+    res = binary_search(sim(), BinarySearch(rule="majority", n=3, start_rate=5e5, start_step=2e5))
+    rates = [t.intended_pps for t in res.trials]
+    assert rates[:4] == [5e5, 5e5, 7e5, 7e5]  # every trial of the sharp DUT agrees: 2 of 3 decide
+    assert all(rates.count(r) == 2 for r in rates)
+    assert res.goals[0].name == "majority3" and brackets(res.lower_bound, res.upper_bound, T)
+    tie = binary_search(sim("noisy", seed=4, sigma=0.05), BinarySearch(rule="majority", n=4, relative_width=0.01))
+    votes = {rate: [t.loss_ratio == 0 for t in tie.trials if t.intended_pps == rate]
+             for rate in {t.intended_pps for t in tie.trials}}
+    for v in votes.values():  # of 4, good takes 3 good votes, bad 2 bad ones (a tie is bad): no more
+        ends = [i for i in range(1, len(v) + 1) if v[:i].count(True) == 3 or v[:i].count(False) == 2]
+        assert ends == [len(v)], v
+    assert votes[tie.lower_bound].count(True) == 3 and votes[tie.upper_bound].count(False) == 2
+    assert any(v.count(True) == 2 for v in votes.values())  # a 2:2 tie happened, and was bad
+
+
+def test_majority_of_n_scatters_less_than_single_runs_where_zero_loss_is_chance() -> None:
+    """The noisy DUT's threshold moves from trial to trial (5 %): single-run NDRs land anywhere it
+    went; majority-of-5 verdicts flip where a trial is as likely lossy as not, near T."""
+    def ndrs(**rule: object) -> list[float]:
+        return [binary_search(sim("noisy", seed=seed, sigma=0.05), BinarySearch(relative_width=0.01, **rule)).lower_bound / T
+                for seed in range(12)]
+    single, majority = ndrs(), ndrs(rule="majority", n=5)
+    assert statistics.pstdev(majority) < 0.5 * statistics.pstdev(single)
+    assert all(abs(x - 1) < 0.05 for x in majority), majority
+
+
+def test_cli_ndr_takes_a_majority_rule(capsys) -> None:
+    rc = main(["search", "ndr", "--generator", "sim", "--rule", "majority", "-n", "3", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["params"]["rule"] == "majority" and d["params"]["n"] == 3
+    assert [g["name"] for g in d["goals"]] == ["majority3"]
 
 
 # -- max rate, sweep, latency -------------------------------------------------------------------

@@ -65,6 +65,10 @@ def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool =
     g.add_argument("--relative-width", default="0.5%", help="else stop at this relative width (default 0.5%%)")
     if n:
         g.add_argument("-n", type=integer(1), default=5, help="N of best-of-N / worst-of-N (default 5)")
+    else:
+        g.add_argument("--rule", choices=("single", "majority"), default="single",
+                       help="a rate's verdict: one trial, or the majority of up to -n trials (default single)")
+        g.add_argument("-n", type=integer(1), default=3, help="N of majority-of-N (default 3)")
 
 
 def _binary_params(args: argparse.Namespace, sc: Scenario, tolerance: float) -> Params:
@@ -103,12 +107,16 @@ def build_sweep(args: argparse.Namespace, sc: Scenario) -> Params:
                 duration=_duration(args, 2.0), loss_tolerance=_tolerance(args))
 
 
+def _rule(args: argparse.Namespace) -> Params:
+    return {"rule": "majority", "n": args.n} if args.rule == "majority" else {}
+
+
 def build_ndr(args: argparse.Namespace, sc: Scenario) -> Params:
-    return _binary_params(args, sc, 0.0)
+    return {**_binary_params(args, sc, 0.0), **_rule(args)}
 
 
 def build_pdr(args: argparse.Namespace, sc: Scenario) -> Params:
-    return _binary_params(args, sc, _tolerance(args))
+    return {**_binary_params(args, sc, _tolerance(args)), **_rule(args)}
 
 
 def build_bestworst(args: argparse.Namespace, sc: Scenario) -> Params:
@@ -136,7 +144,7 @@ def opts_latency(p: argparse.ArgumentParser) -> None:
 
 
 def build_latency(args: argparse.Namespace, sc: Scenario) -> Params:
-    return {**_binary_params(args, sc, 0.0), "fractions": parse_fractions("fractions", args.fractions)}
+    return {**_binary_params(args, sc, 0.0), **_rule(args), "fractions": parse_fractions("fractions", args.fractions)}
 
 
 #: name -> (help, add method options, the method's parameters from the options)

@@ -10,8 +10,13 @@ The algorithm (vNet-SLA, FD.io/OPNFV vsperf 2015):
 
 A verdict is one trial for *single run*. *best-of-N* calls a rate bad only after N bad trials
 (one good trial is enough for good); *worst-of-N* calls it good only after N good trials: the two
-give the highest and the lowest throughput to expect when repeating the test. They are the same
-search with another ``Rule``. A rate already judged is not measured again.
+give the highest and the lowest throughput to expect when repeating the test. *majority-of-N*
+calls it good when more than half of up to N trials are good (it stops once the vote is decided):
+the rate up to which a trial is more likely lossless than not, MLRsearch's exceed ratio 0.5 for
+trials of one duration. Where a host makes zero loss near the limit a matter of chance (a VM:
+``bench/ndr_repeatability.py``), single-run NDRs scatter over the rates where a trial may or may
+not lose; the majority's verdict flips at one rate. They are the same search with another rule.
+A rate already judged is not measured again.
 """
 from __future__ import annotations
 
@@ -23,8 +28,9 @@ from perfkit.search.common import (Bounds, Measurer, OnTrial, SearchResult, Tria
                                    check_rate_range, check_ratio, goal_name, is_good, narrow,
                                    offered_rate, resolve_max_rate)
 
-#: How many trials a verdict takes: ``single`` one; ``best``/``worst`` up to N (see module doc).
-RULES = ("single", "best", "worst")
+#: How many trials a verdict takes: ``single`` one; ``best``/``worst``/``majority`` up to N (see
+#: module doc).
+RULES = ("single", "best", "worst", "majority")
 #: Speed-normalized trials in a row that may land outside the bracket before the search stops.
 OFF_BRACKET_MAX = 10
 
@@ -51,9 +57,9 @@ class BinarySearch:
     relative_width: float = 0.005
     """Stop when (upper - lower) / upper <= this [1] (if no ``resolution``)."""
     rule: str = "single"
-    """``single``, ``best`` (best-of-N) or ``worst`` (worst-of-N)."""
+    """``single``, ``best`` (best-of-N), ``worst`` (worst-of-N) or ``majority`` (majority-of-N)."""
     n: int = 1
-    """N of best-of-N / worst-of-N: trials per verdict at most [1]."""
+    """N of best-of-N / worst-of-N / majority-of-N: trials per verdict at most [1]."""
 
     def __post_init__(self) -> None:
         check_ratio("loss_tolerance", self.loss_tolerance)
@@ -83,7 +89,7 @@ class BinarySearch:
 
     @property
     def label(self) -> str:
-        """``ndr``/``pdr0.5%`` for single runs, ``best5``/``worst5`` for best/worst-of-N."""
+        """``ndr``/``pdr0.5%`` for single runs, ``best5``/``worst5``/``majority3`` for the others."""
         return goal_name(self.loss_tolerance) if self.rule == "single" else f"{self.rule}{self.n}"
 
 
@@ -103,19 +109,30 @@ class _Judge:
             rate = min(rate, self.log.ceiling)
         if rate in self.memo:
             return self.memo[rate], rate
-        decisive = self.p.rule != "worst"  # best: one good decides; worst: one bad decides
-        tries = 1 if self.p.rule == "single" else self.p.n
-        good = not decisive
-        for _ in range(tries):
-            trial = self.log.run(rate, self.p.duration, phase)
+        asked, votes, landed = rate, [], []
+        while (good := _verdict(self.p.rule, self.p.n, votes)) is None:
+            trial = self.log.run(asked, self.p.duration, phase)
             # speed-normalized trials land near, not at, the rate asked for: take it as judged
             self.normalized = bool(trial.speed_reference_ns)
-            rate = offered_rate(trial) if self.normalized else min(rate, offered_rate(trial))
-            if is_good(trial, self.p.loss_tolerance) == decisive:
-                good = decisive
-                break
+            landed.append(offered_rate(trial) if self.normalized else min(asked, offered_rate(trial)))
+            votes.append(is_good(trial, self.p.loss_tolerance))
+        rate = sum(landed) / len(landed) if self.normalized else min(landed)
         self.memo[rate] = good
         return good, rate
+
+
+def _verdict(rule: str, n: int, votes: list[bool]) -> bool | None:
+    """The verdict of ``votes`` (good trials True) under ``rule``, or None while it is open."""
+    good, bad = votes.count(True), votes.count(False)
+    if rule == "single":
+        return votes[0] if votes else None
+    if rule == "best":  # one good decides; bad after n bad
+        return True if good else (False if bad >= n else None)
+    if rule == "worst":  # one bad decides; good after n good
+        return False if bad else (True if good >= n else None)
+    if good > n / 2:  # majority: more than half of n good; a tie is bad
+        return True
+    return False if bad >= n - n // 2 else None
 
 
 def _linear_phase(judge: _Judge, p: BinarySearch) -> tuple[float | None, float | None]:
