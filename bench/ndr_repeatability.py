@@ -16,7 +16,7 @@ search's width -- the bracket, at least ``--relative-width`` -- overlap) and the
 count. With handling on, the NDRs are rates at the DUT cores' reference speed.
 
     .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--dataplane pgwu] [--param KEY=VALUE ...]
-        [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--json]
+        [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--trials FILE] [--json]
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from perfkit.generators.xdp import NIC_RX_QUEUE  # noqa: E402
 from perfkit.rate import Rate  # noqa: E402
 from perfkit.scenario import Scenario  # noqa: E402
 from perfkit.search import run_method  # noqa: E402
+from perfkit.search.common import trial_dict  # noqa: E402
 
 MODES = {"on": 3, "off": 0}
 """Host handling: retries of a disturbed trial; "on" also judges trials at a reference CPU speed
@@ -101,6 +102,8 @@ def main() -> int:
     ap.add_argument("--rx-queue", type=int, default=NIC_RX_QUEUE,
                     help=f"frames of the DUT's receive queue (0: the veth rings; default {NIC_RX_QUEUE})")
     ap.add_argument("--flows", type=int, default=1_001_000, help="flows the traffic walks (default 1001000)")
+    ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
+                    help="also write every trial as a JSON line (its search's number and mode added)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     params_in = dict(kv.split("=", 1) for kv in args.param) if args.param else (
@@ -113,12 +116,18 @@ def main() -> int:
     order = [m for _ in range(args.runs) for m in MODES]  # alternate: drifts hit both modes alike
     results: dict[str, list[Search]] = {m: [] for m in MODES}
     options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue}
+    trial_file = args.trials.open("w") if args.trials else None
     with create("xdp", sc, **options) as gen:
         reference = gen.measure_speed()
         for mode in tqdm(order, desc="NDR searches", file=sys.stderr):
             gen.disturbed_retries = MODES[mode]
             gen.speed_reference_ns = reference if mode == "on" else None
             r = run_method(args.method, gen, params)
+            if trial_file:
+                for t in r.trials:
+                    trial_file.write(json.dumps({"search": len(results["on"]) + len(results["off"]), "mode": mode,
+                                                 **trial_dict(t)}) + "\n")
+                trial_file.flush()
             results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
                                         r.wall_seconds, r.limited_by, args.relative_width))
     out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
