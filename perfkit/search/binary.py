@@ -89,8 +89,9 @@ class BinarySearch:
 
     @property
     def label(self) -> str:
-        """``ndr``/``pdr0.5%`` for single runs, ``best5``/``worst5``/``majority3`` for the others."""
-        return goal_name(self.loss_tolerance) if self.rule == "single" else f"{self.rule}{self.n}"
+        """``ndr``/``pdr0.5%`` for single runs and majorities (the same goal, judged more surely),
+        ``best5``/``worst5`` for best/worst-of-N (the two ends of the run-to-run range)."""
+        return goal_name(self.loss_tolerance) if self.rule in ("single", "majority") else f"{self.rule}{self.n}"
 
 
 class _Judge:
@@ -184,7 +185,8 @@ def bracket(log: TrialLog, params: BinarySearch) -> Bounds:
     """Run one binary search through ``log``; ``params`` must be resolved."""
     judge = _Judge(log, params)
     lower, upper = _linear_phase(judge, params)
-    notes: list[str] = []
+    notes: list[str] = [f"{params.label}: each rate's verdict is the majority of up to {params.n} trials"
+                        ] if params.rule == "majority" else []
     if lower is None:
         notes.append(f"{params.label}: loss above {params.loss_tolerance:g} even at the minimum "
                      f"rate {params.min_rate:.6g} pps")
