@@ -3,9 +3,10 @@
 ``session_runs()`` runs the campaign named by ``$PERFKIT_TEST_CAMPAIGN`` (default ``campaigns/smoke.yaml``,
 simulated DUTs) once into a temporary data root: ``current``.
 ``runs_on_testbed()`` runs ``campaigns/smoke-xdp.yaml`` on the real local testbed (XDP generator,
-PGW-U in the kernel) as ``current``, and a real baseline for it cut down to its first frame size and
-flow count (a quarter of its scenarios, without perf): the report tests execute the notebooks on
-them, and the comparison page gets figures compared and figures new.
+PGW-U in the kernel) as ``current``, its trials cut to at most ``SHORT_DURATIONS``, and a real
+baseline for it cut down to its first frame size and flow count (a quarter of its scenarios, without
+perf): the report tests execute the notebooks on them, and the comparison page gets figures compared
+and figures new.
 Metrics are off for these runs (tests of pushing make their own runs).
 """
 from __future__ import annotations
@@ -59,19 +60,41 @@ def runs_on_testbed() -> SessionRuns:
     campaign on the first frame size and flow count only, without perf (about a quarter of the
     time of the whole campaign)."""
     campaign = Path(os.environ.get("PERFKIT_TEST_TESTBED_CAMPAIGN", TESTBED_CAMPAIGN))
-    raw = yaml.safe_load(campaign.read_text())
+    raw = _shorter_trials(yaml.safe_load(campaign.read_text()))
+    current_text = yaml.safe_dump(raw, sort_keys=False)
     flows = raw["flows"]
     raw.update(frame_sizes=raw["frame_sizes"][:1], perf=False,
                flows=dict(list(flows.items())[:1]) if isinstance(flows, dict) else flows[:1])
-    return _runs(campaign, baseline_text=yaml.safe_dump(raw, sort_keys=False))
+    return _runs(campaign, baseline_text=yaml.safe_dump(raw, sort_keys=False), current_text=current_text)
 
 
-def _runs(campaign: Path, baseline_text: str | None = None) -> SessionRuns:
-    """``current`` from ``campaign``, after ``baseline`` from ``baseline_text`` if given."""
+#: The trial durations of the testbed runs, at most (seconds): the reports show the same figures,
+#: tables and search paths of shorter real trials.
+SHORT_DURATIONS = {"duration": 0.5, "initial_duration": 0.1, "final_duration": 0.25}
+
+
+def _shorter_trials(raw: dict) -> dict:
+    """``raw`` (a campaign) with its methods' trial durations capped at ``SHORT_DURATIONS``."""
+    for method in raw.get("methods") or []:
+        params = method.get("params") or {}
+        for key, cap in SHORT_DURATIONS.items():
+            if key in params:
+                params[key] = min(float(params[key]), cap)
+    return raw
+
+
+def _runs(campaign: Path, baseline_text: str | None = None, current_text: str | None = None) -> SessionRuns:
+    """``current`` from ``campaign`` (or from ``current_text``, the file's name kept), after
+    ``baseline`` from ``baseline_text`` if given."""
     tmp = Path(tempfile.mkdtemp(prefix="perfkit-test-runs-"))
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     root = tmp / "runs"
-    runs = [("current", campaign)]
+    current = campaign
+    if current_text is not None:
+        (tmp / "current").mkdir()
+        current = tmp / "current" / campaign.name
+        current.write_text(current_text)
+    runs = [("current", current)]
     if baseline_text is not None:
         baseline = tmp / f"baseline-{campaign.name}"
         baseline.write_text(baseline_text)
