@@ -1,7 +1,10 @@
 """Shared fixtures. The suite needs root (BPF, namespaces) and the objects built by `make bpf`."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -11,6 +14,15 @@ from tests.script_forks import ScriptForks
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bpf"
+
+# The Python processes the tests start (the CLI's, papermill's kernels) cache the bytecode of what
+# they import (perfkit) in a directory of the session's, as Python does in __pycache__ unless
+# PYTHONDONTWRITEBYTECODE is set (some machines' environments set it: each process would compile
+# perfkit from source, ~0.2 s of CPU). The source tree is left as it is.
+_BYTECODE = tempfile.mkdtemp(prefix="perfkit-test-pyc-")
+atexit.register(shutil.rmtree, _BYTECODE, ignore_errors=True)
+os.environ["PYTHONPYCACHEPREFIX"] = _BYTECODE
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
