@@ -13,7 +13,8 @@ work_iterations=120``: about 1.6 µs per packet) is DUT-limited anywhere.
 Per mode it prints each search's NDR bracket and what limited it, the coefficient of variation of
 the NDRs, whether each result is consistent with every other (their brackets, each widened by its
 search's width -- the bracket, at least ``--relative-width`` -- overlap) and the disturbed trial
-count. With handling on, the NDRs are rates at the DUT cores' reference speed.
+count. With handling on, the NDRs are rates at the DUT cores' reference speed and kernel path
+cost (``TrialResult.speed_factor``), both measured by one saturating trial at the start.
 
     .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--dataplane pgwu] [--param KEY=VALUE ...]
         [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--trials FILE] [--json]
@@ -38,9 +39,11 @@ from perfkit.scenario import Scenario  # noqa: E402
 from perfkit.search import run_method  # noqa: E402
 from perfkit.search.common import trial_dict  # noqa: E402
 
-MODES = {"on": 3, "off": 0}
-"""Host handling: retries of a disturbed trial; "on" also judges trials at a reference CPU speed
-(speed normalization, ``perfkit.search.common``), measured once on the DUT cores at the start."""
+MODES = {"on": (3, True, True), "speed": (3, True, False), "off": (0, False, False)}
+"""Host handling: (retries of a disturbed trial, judged at the DUT cores' reference speed, and at the
+kernel path's reference cost; ``TrialResult.speed_factor``). The references are measured once, by
+one saturating trial at the start (``Generator.measure_reference``). "speed" (``--modes
+on,speed,off``) tells what the kernel path's reference adds."""
 
 
 @dataclass
@@ -102,6 +105,7 @@ def main() -> int:
     ap.add_argument("--rx-queue", type=int, default=NIC_RX_QUEUE,
                     help=f"frames of the DUT's receive queue (0: the veth rings; default {NIC_RX_QUEUE})")
     ap.add_argument("--flows", type=int, default=1_001_000, help="flows the traffic walks (default 1001000)")
+    ap.add_argument("--modes", default="on,off", help=f"host handling modes, in turn (of {', '.join(MODES)}; default on,off)")
     ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
                     help="also write every trial as a JSON line (its search's number and mode added)")
     ap.add_argument("--json", action="store_true")
@@ -113,24 +117,29 @@ def main() -> int:
     params.update({"duration": args.duration, **({"rule": "majority", "n": args.n} if args.rule == "majority" else {})}
                   if args.method == "ndr" else
                   {"goals": [0.0], "initial_duration": args.duration, "final_duration": args.final_duration})
-    order = [m for _ in range(args.runs) for m in MODES]  # alternate: drifts hit both modes alike
-    results: dict[str, list[Search]] = {m: [] for m in MODES}
+    modes = args.modes.split(",")
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes: {args.modes!r}; allowed: a comma-separated list of {', '.join(MODES)}")
+    order = [m for _ in range(args.runs) for m in modes]  # alternate: drifts hit every mode alike
+    results: dict[str, list[Search]] = {m: [] for m in modes}
     options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue}
     trial_file = args.trials.open("w") if args.trials else None
     with create("xdp", sc, **options) as gen:
-        reference = gen.measure_speed()
+        reference, kernel = gen.measure_reference()
         for mode in tqdm(order, desc="NDR searches", file=sys.stderr):
-            gen.disturbed_retries = MODES[mode]
-            gen.speed_reference_ns = reference if mode == "on" else None
+            gen.disturbed_retries, speed, kernel_too = MODES[mode]
+            gen.speed_reference_ns = reference if speed else None
+            gen.kernel_reference_ns = kernel if kernel_too else None
             r = run_method(args.method, gen, params)
             if trial_file:
                 for t in r.trials:
-                    trial_file.write(json.dumps({"search": len(results["on"]) + len(results["off"]), "mode": mode,
+                    trial_file.write(json.dumps({"search": sum(map(len, results.values())), "mode": mode,
                                                  **trial_dict(t)}) + "\n")
                 trial_file.flush()
             results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
                                         r.wall_seconds, r.limited_by, args.relative_width))
-    out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
+    out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference,
+           "kernel_reference_ns": kernel, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -140,13 +149,15 @@ def main() -> int:
               f"{args.duration:g} s trials, lower bounds on {args.final_duration:g} s trials")
     print(f"NDR ({args.method}) of {sc.key}, {args.runs} searches per mode, alternating, {trials}, "
           f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames; handling on: disturbed trials "
-          f"retried, rates at the DUT cores' reference speed {reference:.3f} ns per probe step")
+          f"retried, rates at the DUT cores' reference speed {reference:.3f} ns per probe step"
+          + (f" and kernel path cost {kernel:.0f} ns per packet" if kernel else "")
+          + ("; handling speed: the same at the reference speed alone" if "speed" in results else ""))
     for mode, s in results.items():
         d = out[mode]
         ndrs = ", ".join("-" if n is None else f"{n:.4f}" for n in d["ndr_mpps"])
         cv = "-" if d["cv"] is None else f"{d['cv'] * 100:.1f} %"
         limits = ", ".join(sorted({x["limited_by"] for x in d["searches"]}))
-        print(f"handling {mode:3s}: NDR [Mpps] {ndrs} (limited by {limits}); CV {cv}; consistent with the others: "
+        print(f"handling {mode:5s}: NDR [Mpps] {ndrs} (limited by {limits}); CV {cv}; consistent with the others: "
               f"{d['consistent_with_others']} of {args.runs - 1}; disturbed trials {d['disturbed_trials']} "
               f"of {d['trials']}")
     return 0

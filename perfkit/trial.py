@@ -127,6 +127,13 @@ class TrialResult:
     of the speed probe] this trial is judged at. Searches then judge it at its offered rate x
     ``speed_factor``: the rate that loads a DUT on CPUs of the reference speed as this trial loaded
     this one (``judged_pps``). None: judged at its offered rate."""
+    kernel_reference_ns: float | None = None
+    """Speed normalization of the testbed's part: the reference cost of the DUT's kernel path per
+    packet [ns] (NAPI, veth, redirect: ``kernel_ns_per_packet`` of a trial that saturated the DUT
+    cores at set-up). The veth path's cost moves between trials by itself (by 10 % on the 2-vCPU
+    VM, where the program's cost follows the speed probe within 1 %), so a trial that kept the DUT
+    cores at least ``KERNEL_BUSY_MIN`` busy is judged with its program at the reference speed and
+    its kernel path at this cost (``speed_factor``). None: the CPU speed alone."""
     sink_gap_us: float | None = None
     """Longest time between two arrivals at the sink [µs]."""
     gen_slip_us: float | None = None
@@ -171,9 +178,11 @@ class TrialResult:
 
     @property
     def speed_factor(self) -> float:
-        """``dut_speed_ns_per_step / speed_reference_ns`` (> 1: the DUT cores ran slower than the
-        reference), or 1 when the trial is not speed-normalized or its speed was not measured."""
-        return speed_factor(self.dut_speed_ns_per_step, self.speed_reference_ns)
+        """How much more this trial loaded the DUT than its offered rate would at the reference
+        (> 1: the DUT cores ran slower than the reference; ``speed_factor()``), or 1 when the trial
+        is not speed-normalized or its speed was not measured."""
+        return speed_factor(self.dut_speed_ns_per_step, self.speed_reference_ns, self.bpf_ns_per_packet,
+                            self.kernel_ns_per_packet, self.kernel_reference_ns, self.dut_busy)
 
     @property
     def judged_pps(self) -> float:
@@ -269,13 +278,17 @@ class TrialResult:
         for name in ("shared_cores", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
-        for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
+        for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
+                     "kernel_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
                      "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)
 
 
+#: The DUT cores' busy share from which a trial's kernel path cost counts in its speed factor (as in
+#: the cost model: below it, wake-ups of an idle DUT dominate it).
+KERNEL_BUSY_MIN = 0.8
 #: Relative shortfall of the offered rate below the intended one that counts (beyond the rounding
 #: of packet counts): below it a trial is judged at the intended rate.
 OFFER_EPS = 1e-3
@@ -293,13 +306,30 @@ def judged_pps(tx_pps: Any, intended_pps: Any, factor: Any = 1.0) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
-def speed_factor(speed_ns: Any, reference_ns: Any) -> Any:
-    """``speed_ns / reference_ns`` where both are known (a speed-normalized trial), else 1.
+def speed_factor(speed_ns: Any, reference_ns: Any, bpf_ns: Any = None, kernel_ns: Any = None,
+                 kernel_reference_ns: Any = None, busy: Any = None) -> Any:
+    """A speed-normalized trial's load relative to its offered rate at the reference, else 1.
+
+    - ``speed_ns / reference_ns`` (the speed probe's time per step against the reference) where both
+      are known;
+    - ``(bpf_ns + kernel_ns) / (bpf_ns x reference_ns / speed_ns + kernel_reference_ns)`` where the
+      kernel path's reference is known too and the DUT cores were at least ``KERNEL_BUSY_MIN``
+      busy: the trial's time per packet over the time the same packets take with the program at
+      the reference speed and the kernel path at its reference cost. (An idle DUT pays a wake-up
+      per packet: below that load the kernel path's cost says little, and such a trial is far
+      below the DUT's limit anyway.)
+
     Scalars or arrays (missing values None or NaN)."""
-    speed = np.asarray(speed_ns if speed_ns is not None else np.nan, dtype=float)
-    ref = np.asarray(reference_ns if reference_ns is not None else np.nan, dtype=float)
+    def num(x: Any) -> np.ndarray:
+        return np.asarray(x if x is not None else np.nan, dtype=float)
+
+    speed, ref = num(speed_ns), num(reference_ns)
     ok = np.isfinite(speed) & np.isfinite(ref) & (ref > 0) & (speed > 0)
-    out = np.where(ok, speed / np.where(ok, ref, 1.0), 1.0)
+    base = np.where(ok, speed / np.where(ok, ref, 1.0), 1.0)
+    bpf, kern, kref, load = num(bpf_ns), num(kernel_ns), num(kernel_reference_ns), num(busy)
+    with np.errstate(invalid="ignore"):
+        kok = ok & (bpf > 0) & (kern > 0) & (kref > 0) & (load >= KERNEL_BUSY_MIN)
+    out = np.where(kok, (bpf + kern) / np.where(kok, bpf / base + kref, 1.0), base)
     return float(out) if out.ndim == 0 else out
 
 
@@ -351,6 +381,7 @@ RECORD_COLUMNS = {
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
     "dut_speed_ns_per_step": "the DUT cores' speed: time of one step of the stall probe's speed probe [ns]; higher is slower",
     "speed_reference_ns": "speed normalization: the reference CPU speed the trial is judged at [ns per step] (empty: not normalized)",
+    "kernel_reference_ns": "speed normalization: the reference cost of the DUT's kernel path per packet [ns] (empty: the CPU speed alone)",
     "sink_gap_us": "longest time between two arrivals at the sink [µs]",
     "gen_slip_us": "how much later than intended the generator finished sending [µs]",
     "disturbed": "the loss is explained by measured host stalls (searches retried the trial)",

@@ -5,6 +5,7 @@ import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 
 from perfkit.cli import main
@@ -562,6 +563,19 @@ def test_a_speed_normalized_trial_is_judged_at_the_reference_speed():
     assert any("speed-normalized" in n and "8 ns" in n for n in res.notes), res.notes
     off = sim(speed_sigma=0.1, seed=3).measure(0.5 * T, 1.0)
     assert off.speed_reference_ns is None and off.speed_factor == 1.0 and offered_rate(off) == 0.5 * T
+
+
+def test_a_busy_trials_speed_factor_takes_its_kernel_path_at_the_reference_cost():
+    from perfkit.trial import speed_factor
+
+    # program 2000 ns at a CPU 10 % slower than the reference, kernel path 1000 ns against 800:
+    # at the reference, the same packets take 2000 / 1.1 + 800 ns
+    assert speed_factor(11.0, 10.0, 2000.0, 1000.0, 800.0, 0.9) == pytest.approx(3000 / (2000 / 1.1 + 800))
+    assert speed_factor(11.0, 10.0, 2000.0, 1000.0, 800.0, 0.5) == pytest.approx(1.1)  # idle: speed alone
+    assert speed_factor(11.0, 10.0, 2000.0, 1000.0, None, 0.9) == pytest.approx(1.1)   # no kernel reference
+    assert speed_factor(None, 10.0, 2000.0, 1000.0, 800.0, 0.9) == 1.0                 # not normalized
+    arr = speed_factor([11.0, 11.0, np.nan], [10.0] * 3, [2000.0] * 3, [1000.0] * 3, [800.0, np.nan, 800.0], [0.9] * 3)
+    assert arr == pytest.approx([3000 / (2000 / 1.1 + 800), 1.1, 1.0])
 
 
 @pytest.mark.parametrize("value", ["fast", 0, -1.0, 1e9, True])

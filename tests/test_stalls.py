@@ -184,6 +184,26 @@ def test_speed_normalized_trials_are_judged_at_the_dut_cores_reference_speed(ul)
     assert ul.measure(100_000, 0.2).speed_reference_ns is None
 
 
+def test_auto_reference_takes_the_kernel_path_of_a_saturated_dut(ul):
+    ul.set_speed_reference("auto")  # the PGW-U with one session outruns the generator ...
+    assert ul.speed_reference_ns and ul.kernel_reference_ns is None  # ... so: the CPU speed alone
+    ul.set_speed_reference(None)
+    # the calibrated DUT at 200 iterations (~0.4 Mpps) is saturated by the reference trial
+    with create("xdp", Scenario("calib", frame_size=64, flows=1, params={"work_iterations": 200}), rx_queue=0,
+                speed_reference="auto") as calib:
+        speed, kernel = calib.speed_reference_ns, calib.kernel_reference_ns
+        low = calib.measure(50_000, 0.5)  # an idle DUT pays a wake-up per packet ...
+        busy = calib.measure(1_000_000, 0.5)  # over twice what it forwards: saturated
+    assert 1.0 < speed < 200.0 and kernel and (low.speed_reference_ns, low.kernel_reference_ns) == (speed, kernel)
+    assert low.kernel_ns_per_packet > kernel  # ... that a saturated one does not
+    assert low.dut_busy < 0.8  # so its speed factor is the CPU speed's alone
+    assert low.speed_factor == pytest.approx(low.dut_speed_ns_per_step / speed)
+    assert busy.dut_busy >= 0.8 and busy.speed_factor == pytest.approx(
+        (busy.bpf_ns_per_packet + busy.kernel_ns_per_packet)
+        / (busy.bpf_ns_per_packet * speed / busy.dut_speed_ns_per_step + kernel))
+    assert any("kernel path" in n for n in busy.notes), busy.notes
+
+
 def test_a_dut_that_drops_by_its_program_is_never_disturbed(ul, hog):
     sessions = ul.dut.nf.pgwu.map("ul_sessions")
     saved = {k: sessions.lookup(k) for k in sessions.keys()}

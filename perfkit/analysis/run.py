@@ -99,7 +99,8 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     repeats = {s["unit"]: s.get("repeat", 1) for s in searches}
     df["label"] = [labels.get(u, m) for u, m in zip(df["unit"], df["method_name"])]
     df["repeat"] = [int(repeats.get(u, 1)) for u in df["unit"]]
-    factor = speed_factor(_column(df, "dut_speed_ns_per_step"), _column(df, "speed_reference_ns"))
+    factor = speed_factor(*(_column(df, c) for c in ("dut_speed_ns_per_step", "speed_reference_ns", "bpf_ns_per_packet",
+                                                     "kernel_ns_per_packet", "kernel_reference_ns", "dut_busy")))
     df["offered_pps"] = judged_pps(df["tx_pps"].to_numpy(), df["intended_pps"].to_numpy(), factor)
     df["offered_mpps"] = df["offered_pps"] / 1e6
     df["tx_mpps"] = df["tx_pps"] / 1e6

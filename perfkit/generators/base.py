@@ -20,6 +20,9 @@ class Generator(ABC):
     #: every trial is judged at (``TrialResult.speed_reference_ns``; ``perfkit.search.common``).
     #: None: off, trials are judged at their offered rate.
     speed_reference_ns: float | None = None
+    #: The reference cost of the DUT's kernel path per packet [ns] that speed-normalized trials are
+    #: judged at (``TrialResult.kernel_reference_ns``); None: the CPU speed alone.
+    kernel_reference_ns: float | None = None
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -32,16 +35,23 @@ class Generator(ABC):
         """
 
     def set_speed_reference(self, reference: float | str | None) -> None:
-        """Turn speed normalization on at ``reference`` [ns per step], at the speed the generator
-        measures on its DUT cores (``"auto"``), or off (None)."""
+        """Turn speed normalization on at ``reference`` [ns per step], at what the generator
+        measures on its DUT cores (``"auto"``: ``measure_reference``, the kernel path's cost too
+        where it can), or off (None)."""
+        self.kernel_reference_ns = None
         if reference is None:
             self.speed_reference_ns = None
         elif reference == "auto":
-            self.speed_reference_ns = self.measure_speed()
+            self.speed_reference_ns, self.kernel_reference_ns = self.measure_reference()
         elif isinstance(reference, (int, float)) and not isinstance(reference, bool) and 0 < reference < 1e4:
             self.speed_reference_ns = float(reference)
         else:
             raise ConfigError("speed_reference", reference, "auto, a CPU speed in ns per probe step (0 < x < 10000), or none")
+
+    def measure_reference(self) -> tuple[float, float | None]:
+        """The references of ``"auto"``: the DUT cores' speed [ns per probe step] and the DUT's kernel
+        path cost per packet [ns] (None: not measured; here the speed alone, ``measure_speed``)."""
+        return self.measure_speed(), None
 
     def measure_speed(self) -> float:
         """The DUT cores' speed now [ns per step of the speed probe] (generators that can measure it)."""

@@ -36,7 +36,8 @@ from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
-from perfkit.trial import TrialResult
+from perfkit.rate import Rate
+from perfkit.trial import KERNEL_BUSY_MIN, TrialResult
 from perfkit.units import FCS_LEN
 
 #: How long the sink must see nothing new before a trial counts as drained [s].
@@ -53,8 +54,9 @@ RING_FRAMES = 256
 #: must see through host stalls (see ``perfkit.testbed.dut``).
 RX_QUEUE = 0
 NIC_RX_QUEUE = 4096
-#: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s].
-SPEED_REFERENCE_S = 1.0
+#: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s]: the reference
+#: trial, or the idle cores when that trial could not load them.
+SPEED_REFERENCE_S = REFERENCE_TRIAL_S = 1.0
 #: The CPUs this process may use, as it started (generators narrow the affinity while they run).
 _CPUS = sorted(os.sched_getaffinity(0))
 
@@ -189,6 +191,17 @@ class XdpGenerator(Generator):
             self.close()
             raise
 
+    def measure_reference(self) -> tuple[float, float | None]:
+        """The DUT cores' speed and the kernel path's cost per packet, from one ``REFERENCE_TRIAL_S``
+        trial at the scenario's line rate, which saturates any DUT the generator can outrun: the
+        references are the loaded DUT's (an idle core reads slower than a busy one). When the
+        generator could not keep the DUT cores ``KERNEL_BUSY_MIN`` busy, the speed is measured
+        without traffic and the kernel path has no reference."""
+        r = self.measure(Rate(100, "%", self.scenario.line_rate).pps(self.scenario.wire_frame_size), REFERENCE_TRIAL_S)
+        if r.dut_speed_ns_per_step and r.kernel_ns_per_packet and (r.dut_busy or 0) >= KERNEL_BUSY_MIN:
+            return r.dut_speed_ns_per_step, r.kernel_ns_per_packet
+        return self.measure_speed(), None
+
     def measure_speed(self) -> float:
         """The DUT cores' speed [ns per probe step], measured for ``SPEED_REFERENCE_S`` without traffic."""
         assert self.stalls
@@ -271,6 +284,7 @@ class XdpGenerator(Generator):
                        window1 - window0, len(self.dut_cores)),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
         result.speed_reference_ns = self.speed_reference_ns
+        result.kernel_reference_ns = self.kernel_reference_ns
         result.disturbance = stalls.disturbance(result, self.rx_queue or RING_FRAMES, self.dut_cores)
         result.disturbed = bool(result.disturbance)
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
@@ -313,7 +327,9 @@ class XdpGenerator(Generator):
         if r.speed_reference_ns and r.dut_speed_ns_per_step:
             notes.append(f"speed-normalized: judged at {r.judged_pps:.0f} pps, the offered rate x {r.speed_factor:.3f} "
                          f"(DUT cores at {r.dut_speed_ns_per_step:.3f} ns per probe step, reference "
-                         f"{r.speed_reference_ns:.3f})")
+                         f"{r.speed_reference_ns:.3f}" + (f"; kernel path {r.kernel_ns_per_packet:.0f} ns per packet, "
+                                                          f"reference {r.kernel_reference_ns:.0f}"
+                                                          if r.kernel_reference_ns and r.kernel_ns_per_packet else "") + ")")
         if r.intended_pps and r.elapsed > 0 and r.tx_pps < 0.95 * r.intended_pps:
             notes.append(f"generator offered {r.tx_pps:.0f} pps of the {r.intended_pps:.0f} intended")
         return notes

@@ -15,10 +15,13 @@ vCPUs' physical cores runs them slower at times, and a CPU-bound DUT's capacity 
 speed, so its NDR on a VM depends on the moments its trials ran in. A speed-normalized trial
 carries the reference speed and is judged at ``offered x speed_factor`` (its DUT cores' time per
 step of the stall probe's speed probe / the reference's): the rate at which a DUT on CPUs of the
-reference speed is loaded as this one was. Every bound is then a rate at the reference speed,
-and the result's notes say so. It suits DUTs whose cost scales with the CPU's speed (compare
-``dut_ns_per_packet`` with ``dut_speed_ns_per_step`` across trials); the generator's ceiling is
-still compared at the offered rate.
+reference speed is loaded as this one was. With a reference for the DUT's kernel path too
+(``Generator.kernel_reference_ns``; ``"auto"`` measures both on a saturated DUT), a busy trial's
+program cost is scaled by the speed and its kernel path (veth, redirect: the testbed's part, whose
+cost moves by itself) is taken at the reference cost (``TrialResult.speed_factor``). Every bound
+is then a rate at the reference, and the result's notes say so. It suits DUTs whose cost scales
+with the CPU's speed (compare ``bpf_ns_per_packet`` with ``dut_speed_ns_per_step`` across trials);
+the generator's ceiling is still compared at the offered rate.
 
 Loss is the DUT's loss (``TrialResult.dut_loss_ratio``): offered - received - what the tester's own
 receive ring dropped (``tester_drops``), against the *offered* packets. Frames the tester failed to
@@ -358,9 +361,11 @@ class TrialLog:
         if not normalized:
             return []
         factors = [t.speed_factor for t in normalized]
+        kernel = normalized[-1].kernel_reference_ns
         return [f"speed-normalized: rates are at the reference CPU speed of {normalized[-1].speed_reference_ns:.4g} ns "
-                f"per probe step; each trial is judged at its offered rate x its DUT cores' time per step / the "
-                f"reference ({min(factors):.3f} .. {max(factors):.3f} in this search)"]
+                f"per probe step" + (f" and the reference kernel path cost of {kernel:.4g} ns per packet" if kernel else "")
+                + "; each trial is judged at its offered rate x its speed factor (``TrialResult.speed_factor``: "
+                f"{min(factors):.3f} .. {max(factors):.3f} in this search)"]
 
     def _note_shortfall(self, trial: TrialResult) -> None:
         note = (f"generator offered {trial.tx_pps:.6g} pps of the intended {trial.intended_pps:.6g} pps; "
