@@ -15,7 +15,9 @@ DUTs are ``perfkit.generators.sim`` models (sharp, noisy, smooth; ``--models`` a
 each run with ``--seeds`` seeds (only the noisy one differs between seeds). ``--testbed`` adds the
 real veth testbed (``perfkit.generators.create('xdp', scenario)``): PGW-U uplink by default, or any
 dataplane (``--dataplane``, ``--param``, ``--flows``), with the veth ring or a NIC-sized receive
-queue (``--rx-queue``), ``--runs`` searches per tool taking turns.
+queue (``--rx-queue``), ``--runs`` searches per tool taking turns; with two or more, each tool's
+searches are also compared with each other (how consistent a tool is with itself bounds how
+consistent two tools can be).
 
 Printed per DUT and tool: mean trials, mean total trial seconds, the bounds of the first seed, the
 ratio perfkit / MLRsearch of trial seconds, and in how many seeds each tool's lower bound lies
@@ -274,7 +276,15 @@ def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_q
                 runs[tool].append(RUNNERS[tool](gen, s))
     report("testbed", runs, None, verbose)
     for tool in TOOLS:
-        print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search")
+        print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search"
+              + (f"; its own searches consistent with each other (NDR): {self_consistency(runs[tool])}" if n > 1 else ""))
+
+
+def self_consistency(rs: list[Run]) -> str:
+    """In how many ordered pairs of one tool's searches the first's NDR lower bound lies within the
+    second's bounds (``within``): what the tool's own repeatability allows between two tools."""
+    pairs = [(a, b) for a in rs for b in rs if a is not b]
+    return count([within(a.bounds[0.0], b.bounds[0.0]) for a, b in pairs])
 
 
 if __name__ == "__main__":

@@ -55,18 +55,30 @@ def test_bad_mtu_and_testbed_id_are_refused():
         Testbed(testbed_id="nothex")
 
 
+#: The child's signals as a shell would start it, whatever the test process (a long suite) did to
+#: its own, which a child inherits: Python's Ctrl-C handler, SIGTERM's default action, none blocked.
+AS_FROM_A_SHELL = ("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                   "signal.signal(signal.SIGTERM, signal.SIG_DFL)\nsignal.pthread_sigmask(signal.SIG_SETMASK, [])\n")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_clean_up(sig):
-    code = ("import time\nfrom perfkit.testbed.topology import Testbed\n"
+    code = (AS_FROM_A_SHELL + "import time\nfrom perfkit.testbed.topology import Testbed\n"
             "with Testbed(testbed_id='abc123'):\n    print('up', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up"
         assert "abc123" in running()
         proc.send_signal(sig)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            pytest.fail(f"{sig.name} did not end the process in 20 s: "
+                        + ", ".join(ln for ln in status.splitlines() if ln.startswith(("State", "SigBlk", "SigIgn", "SigCgt"))))
     finally:
         proc.kill()
+        proc.wait()  # reaped: a zombie would still own the testbed for the next case
     assert "abc123" not in running()
 
 

@@ -218,8 +218,9 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
                         "256-frame rings (default 0); 4096: a NIC's ring, for searches on a VM")
     g.add_argument("--speed-reference", default=None, metavar="auto|NS",
                    help="xdp, sim: speed normalization: judge every trial at this reference CPU speed [ns per "
-                        "step of the stall probe's speed probe], or auto: the DUT cores' speed measured at set-up "
-                        "(default: off, trials are judged at their offered rate)")
+                        "step of the stall probe's speed probe], or auto: the DUT cores' speed, and the DUT's kernel path "
+                        "cost, measured by a 1 s line-rate trial at set-up (default: off, trials are judged at "
+                        "their offered rate)")
     s = parser.add_argument_group("simulated DUT (--generator sim)")
     s.add_argument("--sim-model", default="sharp", choices=MODELS, help="the simulated DUT's model (default sharp)")
     s.add_argument("--sim-threshold", default="1Mpps", help="the simulated DUT's capacity (default 1Mpps)")
