@@ -132,7 +132,7 @@ class TrialResult:
     packet [ns] (NAPI, veth, redirect: ``kernel_ns_per_packet`` of a trial that saturated the DUT
     cores at set-up). The veth path's cost moves between trials by itself (by 10 % on the 2-vCPU
     VM, where the program's cost follows the speed probe within 1 %), so a trial that kept the DUT
-    cores at least ``KERNEL_BUSY_MIN`` busy is judged with its program at the reference speed and
+    cores at least ``BUSY_MIN`` busy is judged with its program at the reference speed and
     its kernel path at this cost (``speed_factor``). None: the CPU speed alone."""
     sink_gap_us: float | None = None
     """Longest time between two arrivals at the sink [µs]."""
@@ -286,9 +286,10 @@ class TrialResult:
         return cls(**kw)
 
 
-#: The DUT cores' busy share from which a trial's kernel path cost counts in its speed factor (as in
-#: the cost model: below it, wake-ups of an idle DUT dominate it).
-KERNEL_BUSY_MIN = 0.8
+#: The DUT cores' busy share from which a trial's cost per packet says what the DUT can do: below
+#: it the DUT had time to spare and paid wake-ups a busy one does not (the cost model, the
+#: ``testbed`` limit and a trial's kernel path in its speed factor all use it).
+BUSY_MIN = 0.8
 #: Relative shortfall of the offered rate below the intended one that counts (beyond the rounding
 #: of packet counts): below it a trial is judged at the intended rate.
 OFFER_EPS = 1e-3
@@ -313,7 +314,7 @@ def speed_factor(speed_ns: Any, reference_ns: Any, bpf_ns: Any = None, kernel_ns
     - ``speed_ns / reference_ns`` (the speed probe's time per step against the reference) where both
       are known;
     - ``(bpf_ns + kernel_ns) / (bpf_ns x reference_ns / speed_ns + kernel_reference_ns)`` where the
-      kernel path's reference is known too and the DUT cores were at least ``KERNEL_BUSY_MIN``
+      kernel path's reference is known too and the DUT cores were at least ``BUSY_MIN``
       busy: the trial's time per packet over the time the same packets take with the program at
       the reference speed and the kernel path at its reference cost. (An idle DUT pays a wake-up
       per packet: below that load the kernel path's cost says little, and such a trial is far
@@ -328,7 +329,7 @@ def speed_factor(speed_ns: Any, reference_ns: Any, bpf_ns: Any = None, kernel_ns
     base = np.where(ok, speed / np.where(ok, ref, 1.0), 1.0)
     bpf, kern, kref, load = num(bpf_ns), num(kernel_ns), num(kernel_reference_ns), num(busy)
     with np.errstate(invalid="ignore"):
-        kok = ok & (bpf > 0) & (kern > 0) & (kref > 0) & (load >= KERNEL_BUSY_MIN)
+        kok = ok & (bpf > 0) & (kern > 0) & (kref > 0) & (load >= BUSY_MIN)
     out = np.where(kok, (bpf + kern) / np.where(kok, bpf / base + kref, 1.0), base)
     return float(out) if out.ndim == 0 else out
 

@@ -36,8 +36,8 @@ from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
-from perfkit.rate import Rate
-from perfkit.trial import KERNEL_BUSY_MIN, TrialResult
+from perfkit.search.common import line_rate_pps
+from perfkit.trial import BUSY_MIN, TrialResult
 from perfkit.units import FCS_LEN
 
 #: How long the sink must see nothing new before a trial counts as drained [s].
@@ -56,7 +56,7 @@ RX_QUEUE = 0
 NIC_RX_QUEUE = 4096
 #: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s]: the reference
 #: trial, or the idle cores when that trial could not load them.
-SPEED_REFERENCE_S = REFERENCE_TRIAL_S = 1.0
+SPEED_REFERENCE_S = 1.0
 #: The CPUs this process may use, as it started (generators narrow the affinity while they run).
 _CPUS = sorted(os.sched_getaffinity(0))
 
@@ -192,13 +192,13 @@ class XdpGenerator(Generator):
             raise
 
     def measure_reference(self) -> tuple[float, float | None]:
-        """The DUT cores' speed and the kernel path's cost per packet, from one ``REFERENCE_TRIAL_S``
+        """The DUT cores' speed and the kernel path's cost per packet, from one ``SPEED_REFERENCE_S``
         trial at the scenario's line rate, which saturates any DUT the generator can outrun: the
         references are the loaded DUT's (an idle core reads slower than a busy one). When the
-        generator could not keep the DUT cores ``KERNEL_BUSY_MIN`` busy, the speed is measured
+        generator could not keep the DUT cores ``BUSY_MIN`` busy, the speed is measured
         without traffic and the kernel path has no reference."""
-        r = self.measure(Rate(100, "%", self.scenario.line_rate).pps(self.scenario.wire_frame_size), REFERENCE_TRIAL_S)
-        if r.dut_speed_ns_per_step and r.kernel_ns_per_packet and (r.dut_busy or 0) >= KERNEL_BUSY_MIN:
+        r = self.measure(line_rate_pps(self.scenario), SPEED_REFERENCE_S)
+        if r.dut_speed_ns_per_step and r.kernel_ns_per_packet and (r.dut_busy or 0) >= BUSY_MIN:
             return r.dut_speed_ns_per_step, r.kernel_ns_per_packet
         return self.measure_speed(), None
 

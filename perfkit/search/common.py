@@ -63,7 +63,7 @@ from tqdm import tqdm
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import TrialResult, judged_pps
+from perfkit.trial import BUSY_MIN, TrialResult, judged_pps
 
 #: Relative shortfall of the offered rate below the intended one that counts as generator-limited.
 OFFER_SHORTFALL = 0.05
@@ -74,7 +74,7 @@ LIMITS = ("dut", "generator", "host stalls", "testbed", "max rate")
 #: The limits whose figures are lower bounds of the DUT's capacity.
 LOWER_BOUNDS = ("generator", "host stalls", "testbed", "max rate")
 #: DUT cores busy below this share had time to spare (the cost model trusts only trials above it).
-SPARE_BUSY = 0.8
+SPARE_BUSY = BUSY_MIN
 #: Frames in flight that a trial may lose besides its counted ring overflows.
 RING_SLACK = 256
 #: Retries of a disturbed trial when the measurer does not say (``Generator.disturbed_retries``).
