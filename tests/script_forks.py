@@ -12,7 +12,7 @@ like are read at import), and the child ends the way the command's process would
 uncaught exception, a signal). ``run`` returns a ``subprocess.CompletedProcess`` with the child's
 exit status (negative: killed by that signal), its stdout and its stderr.
 
-The server lives in this file too (``python script_forks.py -s SCRIPT|-m MODULE PYCACHE PRELOAD...``): it
+The server lives in this file too (``python script_forks.py -s SCRIPT|-m MODULE PRELOAD...``): it
 reads one JSON request a line on stdin and answers two lines on stdout: the child's pid once forked,
 its exit status once reaped. It handles one request at a time: use one ``ScriptForks`` per thread.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -45,9 +44,8 @@ class ScriptForks:
             interpreter = sys.executable
         else:
             interpreter = Path(script).read_text().splitlines()[0].removeprefix("#!").strip()
-        self.bytecode = tempfile.mkdtemp(prefix="script-forks-pyc-")
-        self.proc = subprocess.Popen([interpreter, __file__, "-m" if module else "-s", self.script, self.bytecode,
-                                      *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([interpreter, __file__, "-m" if module else "-s", self.script, *preload],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._buf = b""
         ready = self._line(120)
         if ready != {"ready": True}:
@@ -99,7 +97,6 @@ class ScriptForks:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
-        shutil.rmtree(self.bytecode, ignore_errors=True)
 
     def __enter__(self) -> ScriptForks:
         return self
@@ -133,17 +130,13 @@ def _child(kind: str, script: str, req: dict) -> None:
     sys.exit(0)                                       # it returned: the interpreter would exit 0
 
 
-def _serve(kind: str, script: str, bytecode: str, preload: list[str]) -> None:
+def _serve(kind: str, script: str, preload: list[str]) -> None:
     import gc
     import importlib
 
     for name in preload:
         importlib.import_module(name)
     gc.freeze()            # the children's collections and exits leave the server's objects (and pages) alone
-    # The children cache the bytecode of what they import (perfkit) in ``bytecode`` (a temporary
-    # directory), as Python does in __pycache__ unless PYTHONDONTWRITEBYTECODE is set (this VM's
-    # environment sets it: each process would compile perfkit from source, ~0.15 s).
-    sys.pycache_prefix, sys.dont_write_bytecode = bytecode, False
     reply = sys.stdout
     print(json.dumps({"ready": True}), file=reply, flush=True)
     for line in sys.stdin:
@@ -159,4 +152,4 @@ def _serve(kind: str, script: str, bytecode: str, preload: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    _serve(sys.argv[1], sys.argv[2], sys.argv[3:])
