@@ -290,7 +290,10 @@ def test_a_nic_sized_queue_turns_a_5ms_stall_into_latency_not_loss(ul_queue):
         hog.close()
     # the same stall and rate that overflow the veth ring (500 frames) fit in the queue
     assert r.dut_stall_us >= 4500
-    assert r.lost_packets == 0 and not r.disturbed, (r.dut_drops, r.tester_drops, r.notes)
+    # the DUT lost nothing; the sink's own ring may overflow as the queue drains the stall's backlog
+    # at the DUT's full speed (the tester's, counted apart: 0 to 135 frames here, host-dependent)
+    assert not r.dut_drops and r.dut_loss_ratio == 0 and not r.disturbed, (r.dut_drops, r.tester_drops, r.notes)
+    assert r.lost_packets == sum(r.tester_drops.values())
     assert r.latency_ns["max"] >= 4e6  # the frames waited out the stall
     # the hand-off is the NIC's: the DUT's cost is the DUT program's, in the cpumap kthread
     assert r.dut_ns_per_packet and r.bpf_ns_per_packet and r.dut_ns_per_packet > r.bpf_ns_per_packet
