@@ -208,9 +208,12 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 	 * ns, refreshed by the clock update that precedes every switch. */
 	bpf_map_update_elem(&steal_seen, &cpu, &steal, BPF_ANY);
 
-	/* Preempted while runnable: it waits from now (a thread that blocks waits for a wake-up). */
-	if (since && prev->__state == 0)
-		*since = now;
+	/* Preempted while runnable: it waits from now. A thread that blocks waits for a wake-up, not
+	 * for the CPU: forget any stamp, since a wake-up that finds it still running (it had only
+	 * announced that it would sleep, as NAPI and cpumap kthreads do before checking their queue)
+	 * stamps it too, and that stamp would otherwise count its whole sleep as a wait. */
+	if (since)
+		*since = prev->__state == 0 ? now : 0;
 	tid = next->pid;
 	since = bpf_map_lookup_elem(&watched, &tid);
 	if (!since || !*since)
