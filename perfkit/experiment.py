@@ -50,7 +50,8 @@ OUTPUTS_DIR = "experiment"
 KEPT_NOTEBOOK = "experiment.ipynb"
 #: Generator keys of a campaign that are notebook parameters of their own (campaign key -> parameter).
 _GENERATOR_PARAMS = {"backend": "generator", "options": "generator_options", "jumbo_mtu": "jumbo_mtu",
-                     "setup_seconds": "setup_seconds", "trial_overhead_seconds": "trial_overhead_seconds"}
+                     "setup_seconds": "setup_seconds", "trial_overhead_seconds": "trial_overhead_seconds",
+                     "host_check_seconds": "host_check_seconds"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ class Experiment:
     """Estimate: generator set-up per scenario [s]; None: the backend's default."""
     trial_overhead_seconds: float | None = None
     """Estimate: time per trial on top of its duration [s]; None: the backend's default."""
+    host_check_seconds: float | None = None
+    """``generator: xdp``: how long ``perfkit host check`` measures at the start [s]; None: 5."""
     perf: Any = False
     """``perf record`` the DUT cores: false, true or a list of method labels."""
     metrics: Any = True
@@ -150,6 +153,8 @@ class Experiment:
             gen["setup_seconds"] = self.setup_seconds
         if self.trial_overhead_seconds is not None:
             gen["trial_overhead_seconds"] = self.trial_overhead_seconds
+        if self.host_check_seconds is not None:
+            gen["host_check_seconds"] = self.host_check_seconds
         out.update(generator=gen, methods=_plain(self.methods), perf=_plain(self.perf), metrics=_plain(self.metrics))
         return out
 
@@ -242,6 +247,7 @@ _TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
     ("jumbo_mtu", (str, int), "auto or an MTU [bytes]"),
     ("setup_seconds", (int, float, type(None)), "None or a number of seconds"),
     ("trial_overhead_seconds", (int, float, type(None)), "None or a number of seconds"),
+    ("host_check_seconds", (int, float, type(None)), "None or a number of seconds"),
     ("perf", (bool, list, tuple), "false, true or a list of method labels"),
     ("metrics", (bool, dict), "true, false or a mapping with enabled, start_local, prometheus_url ..."),
 )

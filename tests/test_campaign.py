@@ -116,6 +116,8 @@ _DELETE = object()
     ({"generator__backend": "dpdk"}, "campaign.generator.backend: 'dpdk' is not allowed; allowed: xdp, trex, sim"),
     ({"generator__options": {"mtu": 9000}}, "campaign.generator.options.mtu: 9000 is not allowed"),
     ({"generator__jumbo_mtu": 1400}, "campaign.generator.jumbo_mtu: 1400 is not allowed; allowed: an integer, 1501"),
+    ({"generator__host_check_seconds": 0}, "campaign.generator.host_check_seconds: 0 is not allowed; allowed: a "
+                                           "number of seconds, 0 < x <= 600"),
     ({"methods__0__method": "fastest"}, "campaign.methods[0].method: 'fastest' is not allowed; allowed: maxrate"),
     ({"methods__1__params__relative_width": 2}, "campaign.methods[1].params.relative_width: 2 is not allowed; "
                                                 "allowed: 0 < x < 1"),

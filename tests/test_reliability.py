@@ -125,7 +125,7 @@ def sim_run(campaign: Path, root: Path, run_id: str):
 def campaign_file(tmp: Path, name: str = "rel", **changes: object) -> Path:
     """A small real campaign: PGW-U UL and DL on the veth testbed, max rate and a short NDR search."""
     raw = {"name": name, "dataplane": "pgwu", "params": {"direction": ["ul", "dl"]}, "frame_sizes": [64, 512],
-           "flows": [1], "dut_cores": [1], "repeats": 1, "generator": {"backend": "xdp", "options": {}},
+           "flows": [1], "dut_cores": [1], "repeats": 1, "generator": {"backend": "xdp", "options": {}, "host_check_seconds": 1},
            "methods": [{"method": "maxrate", "params": {"duration": 0.2}},
                        {"method": "ndrpdr", "params": {"goals": [0.0], "initial_duration": 0.1,
                                                        "final_duration": 0.2, "relative_width": 0.1,

@@ -23,6 +23,7 @@ from PIL import Image
 
 from perfkit.cli import main
 from perfkit.report import INDEX, PAGES, NOTEBOOKS_DIR, PageSpec, build_report, links_html
+from perfkit.store import RunStore
 from tests.campaign_fixtures import runs_on_testbed
 
 IMG_RE = re.compile(r'<img[^>]+src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"')
@@ -79,6 +80,9 @@ def test_pages_say_what_they_show(report):
     assert runs.current in index and runs.baseline in index
     # the host check each campaign on the testbed starts with, and what limited each figure
     assert "host check" in index and "stalls/min" in index and "What limited each figure" in index
+    # as long as the campaign's generator.host_check_seconds asked (campaigns/smoke-xdp.yaml: 1 s)
+    seconds = RunStore.open(runs.current, runs.root).metadata()["host_check"]["seconds"]
+    assert 0.9 < seconds < 2
     cpu = (rdir / "cpu_regression.html").read_text()
     assert "CPU source:" in cpu and "multivariate" in cpu and "Gbit/s" in cpu
     cmp = (rdir / "compare.html").read_text()

@@ -222,23 +222,20 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
     cls = preflight(campaign)
     facts = host_facts()
     if campaign.generator.backend == "xdp":  # the host's stalls decide what zero loss can mean here
-        facts["host_check"] = _host_check(say)
+        facts["host_check"] = _host_check(campaign.generator.host_check_seconds, say)
     store = RunStore.create(run_id, root, _new_metadata(campaign, facts))
     store.lock()
     return _execute(store, campaign, cls, resumed=False, metrics=metrics, progress=progress,
                     on_trial=on_trial, say=say)
 
 
-#: Seconds ``perfkit host check`` measures at the start of every campaign on the local testbed.
-HOST_CHECK_SECONDS = 5.0
-
-
-def _host_check(say: Callable[[str], None]) -> dict[str, Any]:
-    """``perfkit host check`` before any traffic, for the run's metadata and the report's index."""
+def _host_check(seconds: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """``perfkit host check`` for ``seconds`` before any traffic, for the run's metadata and the
+    report's index."""
     from perfkit.host import check_host
 
     try:
-        hc = check_host(HOST_CHECK_SECONDS)
+        hc = check_host(seconds)
     except PerfkitError as err:
         say(f"host check: {err}")
         return {"error": str(err)}

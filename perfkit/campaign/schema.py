@@ -17,6 +17,7 @@ each with. Example (``campaigns/default.yaml`` is the full one)::
       backend: xdp                                        # xdp, trex, sim
       options: {}                                         # constructor options of the backend
       jumbo_mtu: auto                                     # MTU for frames that need > 1500 (auto: the generator's)
+      host_check_seconds: 5                               # xdp: perfkit host check at the start [s]
     methods:                                              # run in this order for every scenario
       - method: maxrate
         params: {duration: 3}
@@ -60,7 +61,7 @@ from perfkit.units import FCS_LEN, LINE_RATES
 #: The keys a campaign file may have at the top level.
 TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
             "repeats", "generator", "methods", "metrics", "perf")
-GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds")
+GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds", "host_check_seconds")
 METHOD_KEYS = ("method", "label", "params")
 METRICS_KEYS = ("enabled", "start_local", "stack_dir", "config", "prometheus_url", "pushgateway_url")
 #: Method parameters that are rates: a number [pps] or a string Rate.parse understands.
@@ -71,6 +72,8 @@ TRIAL_OVERHEAD_SECONDS = {"xdp": 0.5, "trex": 1.0, "sim": 0.0}
 #: Backends whose DUT is this machine (``dut_cores`` is checked against its CPUs).
 LOCAL_BACKENDS = ("xdp", "sim")
 STANDARD_MTU = 1500
+#: Default seconds of ``perfkit host check`` at the start of every campaign on the local testbed.
+HOST_CHECK_SECONDS = 5.0
 
 
 def machine_cpus() -> int:
@@ -121,6 +124,9 @@ class GeneratorSpec:
     """Expected set-up time of the generator for one scenario, for the estimate [s]."""
     trial_overhead_seconds: float = 0.5
     """Expected time per trial on top of its duration (start, drain, counters), for the estimate [s]."""
+    host_check_seconds: float = HOST_CHECK_SECONDS
+    """How long ``perfkit host check`` measures the cores at the start of a campaign on the local
+    testbed (backend ``xdp``) [s]; longer counts rarer stalls."""
 
 
 @dataclass(frozen=True)
@@ -399,7 +405,16 @@ def _generator(raw: Any) -> GeneratorSpec:
     return GeneratorSpec(backend=backend, options=dict(options),
                          jumbo_mtu=None if jumbo == "auto" else _int("campaign.generator.jumbo_mtu", jumbo, 1501, 65535),
                          setup_seconds=_number("campaign.generator.setup_seconds", setup),
-                         trial_overhead_seconds=_number("campaign.generator.trial_overhead_seconds", overhead))
+                         trial_overhead_seconds=_number("campaign.generator.trial_overhead_seconds", overhead),
+                         host_check_seconds=_host_check_seconds(raw.get("host_check_seconds", HOST_CHECK_SECONDS)))
+
+
+def _host_check_seconds(value: Any) -> float:
+    from perfkit.host import MAX_SECONDS
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
+        raise ConfigError("campaign.generator.host_check_seconds", value, f"a number of seconds, 0 < x <= {MAX_SECONDS:g}")
+    return float(value)
 
 
 def _trex_profile(backend: str, options: dict[str, Any]) -> None:
