@@ -17,7 +17,11 @@ real veth testbed (``perfkit.generators.create('xdp', scenario)``): PGW-U uplink
 dataplane (``--dataplane``, ``--param``, ``--flows``), with the veth ring or a NIC-sized receive
 queue (``--rx-queue``), ``--runs`` searches per tool taking turns; with two or more, each tool's
 searches are also compared with each other (how consistent a tool is with itself bounds how
-consistent two tools can be).
+consistent two tools can be). On the testbed every tool gets the same host handling (``--handling``,
+on by default): a trial whose loss measured host stalls explain is run again (up to 3 times, every
+run's seconds counted), and rates are judged at the DUT cores' reference speed (one saturating
+trial at the start, ``Generator.set_speed_reference("auto")``); MLRsearch gets it through perfkit's
+``TrialLog``, so that the tools differ only in how they search.
 
 Printed per DUT and tool: mean trials, mean total trial seconds, the bounds of the first seed, the
 ratio perfkit / MLRsearch of trial seconds, and in how many seeds each tool's lower bound lies
@@ -28,6 +32,7 @@ Figures only: nothing here asserts a timing.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -43,6 +48,7 @@ from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E40
 from perfkit.generators.base import Generator  # noqa: E402
 from perfkit.generators.sim import SimGenerator  # noqa: E402
 from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
+from perfkit.search.common import TrialLog, trial_dict  # noqa: E402
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult  # noqa: E402
@@ -62,6 +68,8 @@ class Run:
     bounds: dict[float, tuple[float | None, float | None]]
     """goal loss ratio -> (lower, upper) [pps]."""
     wall: float
+    disturbed: int = 0
+    """Trials whose loss measured host stalls explained (each run again; their seconds count)."""
 
     @property
     def seconds(self) -> float:
@@ -74,29 +82,37 @@ class Settings:
     max_rate: float
     initial: float
     final: float
+    on_trial: Callable[[TrialResult], None] | None = None
+    """Called with every trial (``--trials``)."""
 
 
 # -- the two tools -----------------------------------------------------------------------------
 def run_perfkit(gen: Generator, s: Settings) -> Run:
     start = time.monotonic()
     res = ndrpdr(gen, NdrPdr(goals=GOALS, relative_width=WIDTH, initial_duration=s.initial,
-                             final_duration=s.final, min_rate=s.min_rate, max_rate=s.max_rate))
+                             final_duration=s.final, min_rate=s.min_rate, max_rate=s.max_rate),
+                 on_trial=s.on_trial)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in res.trials]
     bounds = {b.loss_tolerance: (b.lower_bound, b.upper_bound) for b in res.goals}
-    return Run("perfkit", trials, bounds, time.monotonic() - start)
+    return Run("perfkit", trials, bounds, time.monotonic() - start, res.disturbed_trials)
 
 
 class _MlrMeasurer(AbstractMeasurer):
-    """MLRsearch's measurer interface over a perfkit generator."""
+    """MLRsearch's measurer interface over a perfkit generator, through perfkit's ``TrialLog``: the
+    same host handling as perfkit's searches get (a disturbed trial is run again, the rate asked
+    for is corrected for the DUT cores' predicted speed), so that the tools differ only in how
+    they search. MLRsearch files a trial under the load it asked for; perfkit judges at the
+    (speed-normalized) offered rate, which lands within a few per cent of it."""
 
-    def __init__(self, gen: Generator):
-        self.gen = gen
-        self.trials: list[TrialResult] = []
+    def __init__(self, gen: Generator, on_trial: Callable[[TrialResult], None] | None = None):
+        self.log = TrialLog(gen, "mlrsearch", on_trial)
+
+    @property
+    def trials(self) -> list[TrialResult]:
+        return self.log.trials
 
     def measure(self, intended_duration: float, intended_load: float) -> MeasurementResult:
-        t = self.gen.measure(intended_load, intended_duration)
-        t.method = "mlrsearch"
-        self.trials.append(t)
+        t = self.log.run(intended_load, intended_duration, "trial")
         # the DUT's loss, as perfkit judges it: frames the tester's own ring dropped were forwarded
         forwarded = t.tx_packets - round(t.dut_loss_ratio * t.tx_packets)
         return MeasurementResult(intended_duration=intended_duration, intended_load=intended_load,
@@ -114,7 +130,7 @@ def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
     config.max_load = s.max_rate
     config.warmup_duration = None
     config.search_duration_max = 1e9
-    measurer = _MlrMeasurer(gen)
+    measurer = _MlrMeasurer(gen, s.on_trial)
     start = time.monotonic()
     result = MultipleLossRatioSearch(config).search(measurer, debug=lambda _msg: None)
     bounds = {}
@@ -122,7 +138,8 @@ def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
         lo, hi = gr.relevant_lower_bound, gr.relevant_upper_bound
         bounds[goal.loss_ratio] = (float(lo) if lo else None, float(hi) if hi else None)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in measurer.trials]
-    return Run("mlr-strict" if strict else "mlr-default", trials, bounds, time.monotonic() - start)
+    return Run("mlr-strict" if strict else "mlr-default", trials, bounds, time.monotonic() - start,
+               sum(t.disturbed for t in measurer.trials))
 
 
 RUNNERS: dict[str, Callable[[Generator, Settings], Run]] = {
@@ -224,6 +241,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--flows", type=int, default=None, help="testbed: flows (default: the dataplane's)")
     ap.add_argument("--rx-queue", type=int, default=0,
                     help="testbed: frames of the DUT's receive queue (0: the veth rings; 4096: a NIC's)")
+    ap.add_argument("--handling", choices=("on", "off"), default="on",
+                    help="testbed: host handling for every tool -- on: disturbed trials run again and rates "
+                         "judged at the DUT cores' reference speed and kernel path cost, measured once at the "
+                         "start; off: raw trials (default on)")
+    ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
+                    help="testbed: write every trial as a JSON line as it ends (the tool and search number added)")
     ap.add_argument("--verbose", action="store_true", help="print every trial of the first seed")
     return ap.parse_args(argv)
 
@@ -256,27 +279,44 @@ def main(argv: list[str] | None = None) -> int:
             {"direction": "ul"} if args.dataplane == "pgwu" else {})
         bed = Scenario(args.dataplane, frame_size=64, params=params,
                        **({"flows": args.flows} if args.flows else {}))
-        run_testbed(bed, settings(args, bed), args.verbose, args.runs, args.rx_queue)
+        run_testbed(bed, settings(args, bed), args.verbose, args.runs, args.rx_queue, args.handling == "on",
+                    args.trials)
     print("pk/mlr: perfkit's mean trial seconds / the MLRsearch row's; pk∈mlr: seeds where perfkit's lower bound "
           "lies within MLRsearch's bounds (mlr∈pk: the reverse), one width of allowance below the lower bound")
     return 0
 
 
-def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_queue: int = 0) -> None:
+def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_queue: int = 0,
+                handling: bool = True, trial_file: Path | None = None) -> None:
     """The same comparison on the real veth testbed: ``n`` searches per tool, the tools taking
-    turns (the host's drifts hit every tool alike)."""
+    turns (the host's drifts hit every tool alike), every tool with the same host handling."""
     from perfkit.generators import create
 
-    print(f"testbed: {scenario.key}, DUT receive queue {rx_queue or 'the veth ring (256)'} frames, "
-          f"rates {s.min_rate:.6g}..{s.max_rate:.6g} pps, {n} search(es) per tool")
-    runs: dict[str, list[Run]] = {tool: [] for tool in TOOLS}
-    with create("xdp", scenario, rx_queue=rx_queue) as gen:
-        for _ in range(n):
+    with create("xdp", scenario, rx_queue=rx_queue, disturbed_retries=3 if handling else 0) as gen:
+        if handling:
+            gen.set_speed_reference("auto")
+        ref = (f"disturbed trials run again, rates at the reference speed {gen.speed_reference_ns:.3f} ns per "
+               f"probe step" + (f" and kernel path cost {gen.kernel_reference_ns:.0f} ns per packet"
+                                if gen.kernel_reference_ns else "")) if handling else "off (raw trials)"
+        print(f"testbed: {scenario.key}, DUT receive queue {rx_queue or 'the veth ring (256)'} frames, "
+              f"rates {s.min_rate:.6g}..{s.max_rate:.6g} pps, {n} search(es) per tool; host handling: {ref}")
+        runs: dict[str, list[Run]] = {tool: [] for tool in TOOLS}
+        out = trial_file.open("w") if trial_file else None
+        for i in range(n):
             for tool in TOOLS:
-                runs[tool].append(RUNNERS[tool](gen, s))
+                if out:
+                    s.on_trial = lambda t, tool=tool, i=i: (out.write(json.dumps({"tool": tool, "search": i, **trial_dict(t)},
+                                                                                 default=str) + "\n"), out.flush())
+                run = RUNNERS[tool](gen, s)
+                runs[tool].append(run)
+                print(f"testbed search {i + 1}/{n} {tool}: {len(run.trials)} trials, {run.seconds:.1f} trial s, "
+                      f"{run.disturbed} disturbed, NDR {fmt_bounds(run.bounds[0.0])}, PDR {fmt_bounds(run.bounds[0.005])} "
+                      f"Mpps", file=sys.stderr, flush=True)
     report("testbed", runs, None, verbose)
     for tool in TOOLS:
-        print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search"
+        disturbed = statistics.mean(r.disturbed for r in runs[tool])
+        print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search, "
+              f"{disturbed:.1f} disturbed trials"
               + (f"; its own searches consistent with each other (NDR): {self_consistency(runs[tool])}" if n > 1 else ""))
 
 
