@@ -17,7 +17,7 @@ count. With handling on, the NDRs are rates at the DUT cores' reference speed an
 cost (``TrialResult.speed_factor``), both measured by one saturating trial at the start.
 
     .venv/bin/python bench/ndr_repeatability.py [--runs 5] [--dataplane pgwu] [--param KEY=VALUE ...]
-        [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--trials FILE] [--json]
+        [--flows 1001000] [--flow-op random] [--duration 1] [--rule majority -n 3] [--rx-queue FRAMES] [--shield] [--trials FILE] [--json]
 """
 from __future__ import annotations
 
@@ -105,6 +105,8 @@ def main() -> int:
     ap.add_argument("--rx-queue", type=int, default=NIC_RX_QUEUE,
                     help=f"frames of the DUT's receive queue (0: the veth rings; default {NIC_RX_QUEUE})")
     ap.add_argument("--flows", type=int, default=1_001_000, help="flows the traffic walks (default 1001000)")
+    ap.add_argument("--shield", action="store_true",
+                    help="move every other task off the DUT core for the whole run (perfkit.testbed.shield)")
     ap.add_argument("--modes", default="on,off", help=f"host handling modes, in turn (of {', '.join(MODES)}; default on,off)")
     ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
                     help="also write every trial as a JSON line (its search's number and mode added)")
@@ -122,7 +124,7 @@ def main() -> int:
         ap.error(f"--modes: {args.modes!r}; allowed: a comma-separated list of {', '.join(MODES)}")
     order = [m for _ in range(args.runs) for m in modes]  # alternate: drifts hit every mode alike
     results: dict[str, list[Search]] = {m: [] for m in modes}
-    options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue}
+    options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue, "shield": args.shield}
     trial_file = args.trials.open("w") if args.trials else None
     with create("xdp", sc, **options) as gen:
         reference, kernel = gen.measure_reference()
@@ -139,7 +141,7 @@ def main() -> int:
             results[mode].append(Search(mode, r.lower_bound, r.upper_bound, r.trial_count, r.disturbed_trials,
                                         r.wall_seconds, r.limited_by, args.relative_width))
     out = {"scenario": sc.key, "method": args.method, "params": params, "speed_reference_ns": reference,
-           "kernel_reference_ns": kernel, "rx_queue": gen.rx_queue, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
+           "kernel_reference_ns": kernel, "rx_queue": gen.rx_queue, "shield": args.shield, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -148,7 +150,8 @@ def main() -> int:
               if args.method == "ndr" else
               f"{args.duration:g} s trials, lower bounds on {args.final_duration:g} s trials")
     print(f"NDR ({args.method}) of {sc.key}, {args.runs} searches per mode, alternating, {trials}, "
-          f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames; handling on: disturbed trials "
+          f"DUT receive queue {out['rx_queue'] or 'the veth ring (256)'} frames"
+          + ("; the DUT core shielded" if args.shield else "") + f"; handling on: disturbed trials "
           f"retried, rates at the DUT cores' reference speed {reference:.3f} ns per probe step"
           + (f" and kernel path cost {kernel:.0f} ns per packet" if kernel else "")
           + ("; handling speed: the same at the reference speed alone" if "speed" in results else ""))

@@ -245,6 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="testbed: host handling for every tool -- on: disturbed trials run again and rates "
                          "judged at the DUT cores' reference speed and kernel path cost, measured once at the "
                          "start; off: raw trials (default on)")
+    ap.add_argument("--shield", action="store_true",
+                    help="testbed: move every other task off the DUT core for the whole run (perfkit.testbed.shield)")
     ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
                     help="testbed: write every trial as a JSON line as it ends (the tool and search number added)")
     ap.add_argument("--verbose", action="store_true", help="print every trial of the first seed")
@@ -280,26 +282,27 @@ def main(argv: list[str] | None = None) -> int:
         bed = Scenario(args.dataplane, frame_size=64, params=params,
                        **({"flows": args.flows} if args.flows else {}))
         run_testbed(bed, settings(args, bed), args.verbose, args.runs, args.rx_queue, args.handling == "on",
-                    args.trials)
+                    args.trials, args.shield)
     print("pk/mlr: perfkit's mean trial seconds / the MLRsearch row's; pk∈mlr: seeds where perfkit's lower bound "
           "lies within MLRsearch's bounds (mlr∈pk: the reverse), one width of allowance below the lower bound")
     return 0
 
 
 def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_queue: int = 0,
-                handling: bool = True, trial_file: Path | None = None) -> None:
+                handling: bool = True, trial_file: Path | None = None, shield: bool = False) -> None:
     """The same comparison on the real veth testbed: ``n`` searches per tool, the tools taking
     turns (the host's drifts hit every tool alike), every tool with the same host handling."""
     from perfkit.generators import create
 
-    with create("xdp", scenario, rx_queue=rx_queue, disturbed_retries=3 if handling else 0) as gen:
+    with create("xdp", scenario, rx_queue=rx_queue, disturbed_retries=3 if handling else 0, shield=shield) as gen:
         if handling:
             gen.set_speed_reference("auto")
         ref = (f"disturbed trials run again, rates at the reference speed {gen.speed_reference_ns:.3f} ns per "
                f"probe step" + (f" and kernel path cost {gen.kernel_reference_ns:.0f} ns per packet"
                                 if gen.kernel_reference_ns else "")) if handling else "off (raw trials)"
         print(f"testbed: {scenario.key}, DUT receive queue {rx_queue or 'the veth ring (256)'} frames, "
-              f"rates {s.min_rate:.6g}..{s.max_rate:.6g} pps, {n} search(es) per tool; host handling: {ref}")
+              f"rates {s.min_rate:.6g}..{s.max_rate:.6g} pps, {n} search(es) per tool; host handling: {ref}"
+              + ("; the DUT core shielded" if shield else ""))
         runs: dict[str, list[Run]] = {tool: [] for tool in TOOLS}
         out = trial_file.open("w") if trial_file else None
         for i in range(n):

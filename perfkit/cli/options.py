@@ -216,6 +216,9 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
     g.add_argument("--rx-queue", type=integer(0), default=None, metavar="FRAMES",
                    help="xdp: frames of the DUT's NIC-sized receive queue, 8 .. 16384; 0: the veth ports' own "
                         "256-frame rings (default 0); 4096: a NIC's ring, for searches on a VM")
+    g.add_argument("--shield", action="store_true", default=None,
+                   help="xdp: move every other task that may run elsewhere off the DUT cores while measuring "
+                        "(guest tasks that take the DUT core for milliseconds make zero loss random)")
     g.add_argument("--speed-reference", default=None, metavar="auto|NS",
                    help="xdp, sim: speed normalization: judge every trial at this reference CPU speed [ns per "
                         "step of the stall probe's speed probe], or auto: the DUT cores' speed, and the DUT's kernel path "
@@ -245,6 +248,8 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
 
         check_rx_queue(args.rx_queue)
         options["rx_queue"] = args.rx_queue
+    if args.generator == "xdp" and getattr(args, "shield", None):
+        options["shield"] = True
     if getattr(args, "speed_reference", None) is not None:
         options["speed_reference"] = speed_reference(args.speed_reference, args.generator)
     if args.generator == "sim":

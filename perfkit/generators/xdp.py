@@ -35,6 +35,7 @@ from perfkit.stlprofile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
+from perfkit.testbed.shield import Shield
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 from perfkit.search.common import line_rate_pps
 from perfkit.trial import BUSY_MIN, TrialResult
@@ -136,19 +137,23 @@ class XdpGenerator(Generator):
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
-                 rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None):
+                 rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None, shield: bool = False):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
         see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.common``)
         at a reference CPU speed [ns per probe step], or ``"auto"``: the DUT cores' speed measured at
         set-up (``SPEED_REFERENCE_S``); None: off. ``trex_profile``: a TRex STL profile (an ``StlProfile`` or the
         path of one, loaded with ``trex_tunables``) whose streams the generator sends instead of the
-        scenario's traffic; the scenario still configures the DUT (``perfkit.testbed.stlgen``)."""
+        scenario's traffic; the scenario still configures the DUT (``perfkit.testbed.stlgen``).
+        ``shield``: move every other task that may run elsewhere off the DUT cores while the generator
+        lives (``perfkit.testbed.shield``; not with shared cores, where the tester needs them)."""
         super().__init__(scenario)
         check_rx_queue(rx_queue)
         self.rx_queue = rx_queue
         if isinstance(disturbed_retries, bool) or not isinstance(disturbed_retries, int) or disturbed_retries < 0:
             raise ConfigError("disturbed_retries", disturbed_retries, "an integer >= 0")
         self.disturbed_retries = disturbed_retries
+        if not isinstance(shield, bool):
+            raise ConfigError("shield", shield, "true or false")
         self.profile = profile or scenario.traffic()
         # a TRex STL profile replaces the traffic; the scenario still configures the DUT
         if trex_profile is not None and not isinstance(trex_profile, StlProfile):
@@ -167,6 +172,7 @@ class XdpGenerator(Generator):
         self.sink: Sink | None = None
         self.gen: LiveGenerator | None = None
         self.stalls: StallProbe | None = None
+        self.shield: Shield | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
@@ -186,6 +192,8 @@ class XdpGenerator(Generator):
                                      batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl)
             # keep this process's own threads off the DUT cores
             os.sched_setaffinity(0, set(self.tester_cores))
+            if shield and not self.shared:
+                self.shield = Shield(self.testbed.rid, frozenset(self.dut_cores))
             self.set_speed_reference(speed_reference)
         except BaseException:
             self.close()
@@ -335,13 +343,13 @@ class XdpGenerator(Generator):
         return notes
 
     def close(self) -> None:
-        for part in (self.stalls, self.gen, self.sink, self.dut):
+        for part in (self.shield, self.stalls, self.gen, self.sink, self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
-        self.stalls = self.gen = self.sink = self.dut = None
+        self.shield = self.stalls = self.gen = self.sink = self.dut = None
         self.testbed.down()
         try:
             os.sched_setaffinity(0, self._affinity)

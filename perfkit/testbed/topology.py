@@ -38,7 +38,7 @@ from pathlib import Path
 from perfkit import owners
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
-from perfkit.testbed import netns
+from perfkit.testbed import netns, shield
 
 PREFIX = "pk"
 _NS_RE = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-(tester|dut)$")
@@ -258,6 +258,17 @@ def owned_by_live() -> dict[str, str]:
     return out
 
 
+def _clean_shields(run_id: str | None) -> list[str]:
+    """Give back the CPUs that shields of gone owners (or of ``run_id``) took (``perfkit.testbed.shield``)."""
+    out = []
+    for rid in shield.records():
+        owner = (owners.read_json(shield.record_path(rid)) or {}).get("owner")
+        if (run_id is not None and (owner or {}).get("run_id") != run_id) or (run_id is None and owners.alive(owner)):
+            continue
+        out += shield.clean(rid)
+    return out
+
+
 def clean(run_id: str | None = None) -> list[str]:
     """Remove the perfkit testbeds (namespaces with their links and XDP attachments, stray links,
     owner records) whose owner process is gone; with ``run_id``, those that run owns, whatever
@@ -284,6 +295,7 @@ def clean(run_id: str | None = None) -> list[str]:
             subprocess.run(["ip", "link", "del", dev], capture_output=True)
             removed.append(f"link {dev}")
         record_path(rid).unlink(missing_ok=True)
+    removed += _clean_shields(run_id)
     if PIN_DIR.exists() and not owned_by_live():
         for p in sorted(PIN_DIR.rglob("*"), reverse=True):
             p.rmdir() if p.is_dir() else p.unlink()

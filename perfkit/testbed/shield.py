@@ -1,0 +1,128 @@
+"""Shielding the DUT cores: every other task that may run elsewhere is moved off them while a
+testbed measures (the idea of ``cset shield`` and of isolated cores, without a reboot).
+
+Why: on a VM, guest tasks that may run on any CPU -- the VM's agent, RCU's kthreads, kdamond --
+took the DUT core for 8-64 ms at a time here, and the DUT's packet thread waited behind them
+(``perfkit.stalls`` counts those waits). Such a wait overflows a NIC-sized queue at a few hundred
+kpps, and it decided NDR: ``bench/ndr_repeatability.py`` gave a CV of 5.5 % with the waits and
+1.6 % with the DUT core shielded, in the same hour.
+
+What moves: every thread whose CPU affinity includes a DUT core and some other CPU; its affinity
+loses the DUT cores. Threads bound to the DUT cores alone (per-CPU kthreads, the DUT's own packet
+threads) and this process's threads stay. Threads started later inherit their parent's affinity,
+so most stay off too.
+
+Nothing is lost: the record of what moved, with each thread's start time, is on disk
+(``$PERFKIT_STATE_DIR/shields/<testbed_id>.json``, fsynced) before anything moves. ``close()``
+gives each thread that still runs its affinity back; ``perfkit clean`` does it for a shield whose
+owner is gone (``clean``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from perfkit import owners
+
+
+def record_path(testbed_id: str) -> Path:
+    return owners.STATE_DIR / "shields" / f"{testbed_id}.json"
+
+
+@dataclass
+class Shield:
+    """The DUT cores of one testbed, shielded until ``close()`` (a context manager)."""
+
+    testbed_id: str
+    cores: frozenset[int]
+    moved: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    """Thread id -> (its start time [clock ticks after boot], its CPUs before)."""
+
+    def __post_init__(self) -> None:
+        mine = _threads_of(os.getpid())
+        plan = {}
+        for tid in _all_threads():
+            cpus = _affinity(tid)
+            if tid in mine or cpus is None or not cpus & self.cores or cpus <= self.cores:
+                continue
+            start = owners.proc_start(tid)
+            if start is not None:
+                plan[tid] = (start, sorted(cpus))
+        owners.write_json(record_path(self.testbed_id), self._record(plan))
+        for tid, (start, cpus) in plan.items():
+            try:
+                os.sched_setaffinity(tid, set(cpus) - self.cores)
+                self.moved[tid] = (start, cpus)
+            except OSError:  # gone, or bound (a kthread of one CPU): nothing to give back
+                pass
+
+    def _record(self, moved: dict[int, tuple[int, list[int]]]) -> dict:
+        return {"owner": owners.me(), "cores": sorted(self.cores),
+                "moved": [{"tid": t, "start_ticks": s, "cpus": c} for t, (s, c) in moved.items()]}
+
+    def close(self) -> None:
+        """Give every moved thread that still runs its CPUs back, and forget the record (idempotent)."""
+        restore(self.moved)
+        self.moved = {}
+        record_path(self.testbed_id).unlink(missing_ok=True)
+
+    def __enter__(self) -> Shield:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def restore(moved: dict[int, tuple[int, list[int]]]) -> int:
+    """Give each thread its CPUs back, if it is the same thread (start time checked). Returns how many."""
+    done = 0
+    for tid, (start, cpus) in moved.items():
+        if owners.proc_start(tid) != start:
+            continue
+        try:
+            os.sched_setaffinity(tid, set(cpus))
+            done += 1
+        except OSError:
+            pass
+    return done
+
+
+def clean(testbed_id: str) -> list[str]:
+    """``perfkit clean``: restore what the shield of ``testbed_id`` moved (its owner is gone)."""
+    path = record_path(testbed_id)
+    rec = owners.read_json(path)
+    if rec is None:
+        path.unlink(missing_ok=True)
+        return []
+    moved = {int(m["tid"]): (int(m["start_ticks"]), [int(c) for c in m["cpus"]]) for m in rec.get("moved", [])}
+    n = restore(moved)
+    path.unlink(missing_ok=True)
+    return [f"shield {testbed_id} (CPUs {','.join(map(str, rec.get('cores', [])))}): {n} threads given their CPUs back"]
+
+
+def _all_threads() -> Iterator[int]:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            yield from _threads_of(int(pid))
+
+
+def _threads_of(pid: int) -> set[int]:
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return set()
+
+
+def _affinity(tid: int) -> set[int] | None:
+    try:
+        return os.sched_getaffinity(tid)
+    except OSError:
+        return None
+
+
+def records() -> Iterable[str]:
+    """Testbed ids that have a shield record."""
+    d = owners.STATE_DIR / "shields"
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
