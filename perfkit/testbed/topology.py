@@ -258,15 +258,18 @@ def owned_by_live() -> dict[str, str]:
     return out
 
 
+def _cleanable(owner: dict | None, run_id: str | None) -> bool:
+    """Whether ``clean`` may undo what ``owner`` set up: it is gone, or it works for ``run_id``."""
+    if run_id is not None:
+        return bool(owner) and owner.get("run_id") == run_id
+    return not owners.alive(owner)
+
+
 def _clean_shields(run_id: str | None) -> list[str]:
     """Give back the CPUs that shields of gone owners (or of ``run_id``) took (``perfkit.testbed.shield``)."""
-    out = []
-    for rid in shield.records():
-        owner = (owners.read_json(shield.record_path(rid)) or {}).get("owner")
-        if (run_id is not None and (owner or {}).get("run_id") != run_id) or (run_id is None and owners.alive(owner)):
-            continue
-        out += shield.clean(rid)
-    return out
+    return [line for rid in shield.records()
+            if _cleanable((owners.read_json(shield.record_path(rid)) or {}).get("owner"), run_id)
+            for line in shield.clean(rid)]
 
 
 def clean(run_id: str | None = None) -> list[str]:
@@ -280,12 +283,7 @@ def clean(run_id: str | None = None) -> list[str]:
     records = {f.stem for f in (owners.STATE_DIR / "testbeds").glob("*.json")} \
         if (owners.STATE_DIR / "testbeds").is_dir() else set()
     for rid in sorted(set(running()) | set(links) | records):
-        rec = owner_record(rid) or {}
-        owner = rec.get("owner")
-        if run_id is not None:
-            if not owner or owner.get("run_id") != run_id:
-                continue
-        elif owners.alive(owner):
+        if not _cleanable((owner_record(rid) or {}).get("owner"), run_id):
             continue
         for ns in (f"{PREFIX}{rid}-tester", f"{PREFIX}{rid}-dut"):
             if netns.exists(ns):
