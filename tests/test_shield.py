@@ -87,6 +87,17 @@ def test_the_generator_shields_its_dut_core_while_it_lives():
         assert os.sched_getaffinity(free) == ALL
 
 
+def test_a_task_started_after_the_shield_is_moved_before_the_next_trial():
+    with create("xdp", Scenario(frame_size=64, flows=1, params={"direction": "ul"}), shield=True) as gen:
+        with sleeper(ALL) as late:                                        # asks for every CPU itself
+            assert os.sched_getaffinity(late) == ALL
+            gen.measure(100_000, 0.2)
+            assert os.sched_getaffinity(late) == set(gen.tester_cores)
+            rec = json.loads(shield.record_path(gen.shield.testbed_id).read_text())
+            assert late in [m["tid"] for m in rec["moved"]]               # on disk, to be given back
+        assert gen.shield.refresh() == 0                                  # nothing new: nothing moves
+
+
 def test_shield_must_be_a_bool():
     from perfkit.errors import ConfigError
 

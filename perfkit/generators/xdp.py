@@ -230,6 +230,8 @@ class XdpGenerator(Generator):
             raise ConfigError("duration", duration, "a positive number of seconds")
         if packets is not None and (isinstance(packets, bool) or not isinstance(packets, int) or packets < 1):
             raise ConfigError("packets", packets, "an integer >= 1")  # the quota is unsigned in the program
+        if self.shield:
+            self.shield.refresh()
         self.sink.reset(self.capture_count)
         self.gen.reset()
         dut0 = self.dut.counters()

@@ -9,8 +9,9 @@ waits, 2.2 % with this shield and 1.6 % with every other task moved by hand, the
 
 What moves: every thread whose CPU affinity includes a DUT core and some other CPU; its affinity
 loses the DUT cores. Threads bound to the DUT cores alone (per-CPU kthreads, the DUT's own packet
-threads) and this process's threads stay. Threads started later inherit their parent's affinity,
-so most stay off too.
+threads) and this process's threads stay. Threads started later mostly inherit an affinity without
+the DUT cores; those that do not are moved by ``refresh()``, which the generator calls before every
+trial.
 
 Nothing is lost: the record of what moved, with each thread's start time, is on disk
 (``$PERFKIT_STATE_DIR/shields/<testbed_id>.json``, fsynced) before anything moves. ``close()``
@@ -41,22 +42,35 @@ class Shield:
     """Thread id -> (its start time [clock ticks after boot], its CPUs before)."""
 
     def __post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> int:
+        """Move the threads that appeared since (a process started after the shield, a new worker
+        thread of an old one: inherited affinity keeps most of them off, not all). The generator
+        calls it before every trial; it costs a walk of ``/proc`` (a few ms). Returns how many moved."""
         mine = _threads_of(os.getpid())
         plan = {}
         for tid in _all_threads():
+            if tid in mine or tid in self.moved:
+                continue
             cpus = _affinity(tid)
-            if tid in mine or cpus is None or not cpus & self.cores or cpus <= self.cores:
+            if cpus is None or not cpus & self.cores or cpus <= self.cores:
                 continue
             start = owners.proc_start(tid)
             if start is not None:
                 plan[tid] = (start, sorted(cpus))
-        owners.write_json(record_path(self.testbed_id), self._record(plan))
+        if not plan:
+            return 0
+        owners.write_json(record_path(self.testbed_id), self._record({**self.moved, **plan}))
+        moved = 0
         for tid, (start, cpus) in plan.items():
             try:
                 os.sched_setaffinity(tid, set(cpus) - self.cores)
                 self.moved[tid] = (start, cpus)
+                moved += 1
             except OSError:  # gone, or bound (a kthread of one CPU): nothing to give back
                 pass
+        return moved
 
     def _record(self, moved: dict[int, tuple[int, list[int]]]) -> dict:
         return {"owner": owners.me(), "cores": sorted(self.cores),
