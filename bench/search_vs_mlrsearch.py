@@ -12,7 +12,9 @@ MLRsearch runs in two configurations:
   rule: a lower bound needs one good full-duration trial, any bad trial makes an upper bound.
 
 DUTs are ``perfkit.generators.sim`` models (sharp, noisy, smooth; ``--models`` adds ``buffered``),
-each run with ``--seeds`` seeds (only the noisy one differs between seeds). ``--testbed`` adds the
+each run with ``--seeds`` seeds (only the noisy one differs between seeds, unless ``--speed-sigma``:
+then every trial runs at a CPU speed drawn afresh, and trials are speed-normalized as on the
+testbed: the host noise of a VM, reproducible and in seconds). ``--testbed`` adds the
 real veth testbed (``perfkit.generators.create('xdp', scenario)``): PGW-U uplink by default, or any
 dataplane (``--dataplane``, ``--param``, ``--flows``), with the veth ring or a NIC-sized receive
 queue (``--rx-queue``), ``--runs`` searches per tool taking turns; with two or more, each tool's
@@ -26,13 +28,15 @@ trial at the start, ``Generator.set_speed_reference("auto")``); MLRsearch gets i
 Printed per DUT and tool: mean trials, mean total trial seconds, the bounds of the first seed, the
 ratio perfkit / MLRsearch of trial seconds, and in how many seeds each tool's lower bound lies
 within the other's bounds (B.lower x (1 - width) <= A.lower <= B.upper; the width allowance is
-there because two correct lower bounds may each sit up to one width below the truth).
-Figures only: nothing here asserts a timing.
+there because two correct lower bounds may each sit up to one width below the truth); for the
+simulated DUTs also in how many seeds each tool's bounds bracket the truth, and with two or more
+seeds or runs, how consistent each tool's searches are with each other. Figures only: nothing here asserts a timing.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -193,11 +197,19 @@ def report(dut: str, runs: dict[str, list[Run]], truth: dict[float, float] | Non
     if any(spread):
         print(f"{'':10s}  lower bounds over seeds, mean (min..max) [Mpps]: " + "; ".join(filter(None, spread)))
     if truth:
-        brackets = {tool: count([all(_brackets(r.bounds[g], truth[g], noise) for g in GOALS)
-                                 for r in runs[tool]]) for tool in TOOLS}
         allowance = f" +-{noise:.0%} (2 sigma of the threshold noise)" if noise else ""
         print(f"{'':10s}  truth: NDR {truth[0.0] / 1e6:.4f} Mpps, PDR {truth[0.005] / 1e6:.4f} Mpps; "
-              f"bounds bracket the truth{allowance}: " + ", ".join(f"{t} {c}" for t, c in brackets.items()))
+              f"bounds bracket the truth{allowance}: " + _coverage(runs, truth, noise)
+              + (f"; exactly: {_coverage(runs, truth, 0.0)}" if noise else ""))
+    if len(pk) > 1:
+        print(f"{'':10s}  each tool's searches consistent with each other (NDR, ordered pairs): "
+              + ", ".join(f"{t} {self_consistency(runs[t])}" for t in TOOLS))
+
+
+def _coverage(runs: dict[str, list[Run]], truth: dict[float, float], tolerance: float) -> str:
+    """Per tool: in how many searches both goals' bounds bracket the truth (within ``tolerance``)."""
+    return ", ".join(f"{t} {count([all(_brackets(r.bounds[g], truth[g], tolerance) for g in GOALS) for r in rs])}"
+                     for t, rs in runs.items())
 
 
 def _spread(tool: str, rs: list[Run]) -> str:
@@ -230,6 +242,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threshold", default="1Mpps", help="simulated DUT capacity (1Mpps)")
     ap.add_argument("--sigma", type=float, default=0.01, help="noisy DUT: relative threshold sigma (0.01)")
     ap.add_argument("--seeds", type=int, default=10, help="runs per simulated DUT (10)")
+    ap.add_argument("--speed-sigma", type=float, default=0.0,
+                    help="simulated DUTs: relative standard deviation of the CPU's speed from trial to trial, "
+                         "trials speed-normalized as on the testbed (a VM's host noise; 0: none)")
     ap.add_argument("--models", default="sharp,noisy,smooth", help="simulated DUTs (sharp,noisy,smooth[,buffered])")
     ap.add_argument("--max-rate", default="100%", help="max rate, e.g. 100%% (of 10GbE) or 5Mpps")
     ap.add_argument("--min-rate", default=None, help="min rate (default max / 1000)")
@@ -272,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         sim = None
         for seed in range(args.seeds):
             for tool in TOOLS:
-                sim = SimGenerator(scenario, model=model, threshold=args.threshold, sigma=args.sigma, seed=seed)
+                sim = SimGenerator(scenario, model=model, threshold=args.threshold, sigma=args.sigma, seed=seed,
+                                   **({"speed_sigma": args.speed_sigma, "speed_reference": "auto"}
+                                      if args.speed_sigma else {}))
                 runs[tool].append(RUNNERS[tool](sim, s))
         truth = {g: sim.model.pdr(g, s.final) for g in GOALS} if sim else None
-        report(model, runs, truth, args.verbose, noise=2 * args.sigma if model == "noisy" else 0.0)
+        noise = 2 * math.hypot(args.sigma if model == "noisy" else 0.0, args.speed_sigma)
+        report(model + (f"+speed{args.speed_sigma:g}" if args.speed_sigma else ""), runs, truth, args.verbose, noise)
     if args.testbed:
         params = dict(kv.split("=", 1) for kv in args.param) if args.param else (
             {"direction": "ul"} if args.dataplane == "pgwu" else {})
