@@ -13,8 +13,8 @@ MLRsearch runs in two configurations:
 
 DUTs are ``perfkit.generators.sim`` models (sharp, noisy, smooth; ``--models`` adds ``buffered``),
 each run with ``--seeds`` seeds (only the noisy one differs between seeds, unless ``--speed-sigma``:
-then every trial runs at a CPU speed drawn afresh, and trials are speed-normalized as on the
-testbed: the host noise of a VM, reproducible and in seconds). ``--testbed`` adds the
+then every trial runs at a CPU speed drawn afresh, varying less in longer trials, and trials are
+speed-normalized as on the testbed: the host noise of a VM, reproducible and in seconds). ``--testbed`` adds the
 real veth testbed (``perfkit.generators.create('xdp', scenario)``): PGW-U uplink by default, or any
 dataplane (``--dataplane``, ``--param``, ``--flows``), with the veth ring or a NIC-sized receive
 queue (``--rx-queue``), ``--runs`` searches per tool taking turns; with two or more, each tool's
@@ -243,8 +243,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sigma", type=float, default=0.01, help="noisy DUT: relative threshold sigma (0.01)")
     ap.add_argument("--seeds", type=int, default=10, help="runs per simulated DUT (10)")
     ap.add_argument("--speed-sigma", type=float, default=0.0,
-                    help="simulated DUTs: relative standard deviation of the CPU's speed from trial to trial, "
-                         "trials speed-normalized as on the testbed (a VM's host noise; 0: none)")
+                    help="simulated DUTs: relative standard deviation of the CPU's speed in 1 s trials, averaging "
+                         "down as 1/sqrt(duration) in longer ones, trials speed-normalized as on the testbed "
+                         "(a VM's host noise: this VM's was 0.08; 0: none)")
     ap.add_argument("--models", default="sharp,noisy,smooth", help="simulated DUTs (sharp,noisy,smooth[,buffered])")
     ap.add_argument("--max-rate", default="100%", help="max rate, e.g. 100%% (of 10GbE) or 5Mpps")
     ap.add_argument("--min-rate", default=None, help="min rate (default max / 1000)")
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.seeds):
             for tool in TOOLS:
                 sim = SimGenerator(scenario, model=model, threshold=args.threshold, sigma=args.sigma, seed=seed,
-                                   **({"speed_sigma": args.speed_sigma, "speed_reference": "auto"}
+                                   **({"speed_sigma": args.speed_sigma, "speed_per_second": True, "speed_reference": "auto"}
                                       if args.speed_sigma else {}))
                 runs[tool].append(RUNNERS[tool](sim, s))
         truth = {g: sim.model.pdr(g, s.final) for g in GOALS} if sim else None

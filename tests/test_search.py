@@ -551,6 +551,25 @@ def test_speed_normalized_searches_find_the_capacity_at_the_reference_speed(meth
     assert max(raw) - min(raw) > 0.06 * T  # the spread normalization removes
 
 
+def test_the_speed_a_trial_is_asked_for_is_predicted_from_trials_of_its_duration():
+    """A VM's CPU ran 1 s trials at the reference speed and 10 s ones 20 % slower: a 10 s trial is
+    asked for 1/1.2 of the rate wanted (its own duration's factors), a 1 s trial for all of it."""
+    from perfkit.search.common import TrialLog
+
+    class SlowLongTrials(SimGenerator):
+        def measure(self, rate_pps: float, duration: float, packets: int | None = None):
+            trial = super().measure(rate_pps, duration, packets)
+            trial.dut_speed_ns_per_step = 8.0 * (1.2 if duration >= 10 else 1.0)
+            return trial
+
+    with TrialLog(SlowLongTrials(SCENARIO, threshold=T, speed_reference=8.0), "t") as log:
+        for duration in (1.0, 1.0, 10.0, 1.0, 1.0, 1.0):
+            log.run(0.5 * T, duration, "p")
+        long, short = log.run(0.5 * T, 10.0, "p"), log.run(0.5 * T, 1.0, "p")
+    assert long.intended_pps == pytest.approx(0.5 * T / 1.2) and long.judged_pps == pytest.approx(0.5 * T)
+    assert short.intended_pps == pytest.approx(0.5 * T)
+
+
 def test_a_speed_normalized_trial_is_judged_at_the_reference_speed():
     from perfkit.search.common import offered_rate
 
