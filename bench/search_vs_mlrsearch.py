@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """perfkit's ndrpdr search against FD.io CSIT's MLRsearch 1.2.1 (PyPI ``MLRsearch``).
 
-Both tools search NDR (loss 0) and PDR (loss 0.5 %) at relative width 0.5 % on the same DUTs with
-the same min/max rate and the same final trial duration (``--final-duration``) and initial trial
-duration (``--initial-duration``); MLRsearch's warm-up trial is off, since perfkit has none.
+Both tools search NDR (loss 0) and PDR (loss 0.5 %) at relative width 0.5 % (``--width``) on the
+same DUTs with the same min/max rate and the same final trial duration (``--final-duration``) and
+initial trial duration (``--initial-duration``); MLRsearch's warm-up trial is off, since perfkit
+has none.
 MLRsearch runs in two configurations:
 
 - ``mlr-default``: MLRsearch's own goal defaults for everything else (exceed ratio 0.5, duration
@@ -59,6 +60,7 @@ from perfkit.trial import TrialResult  # noqa: E402
 
 GOALS = (0.0, 0.005)
 WIDTH = 0.005
+"""The relative width both tools search to, unless ``--width`` says otherwise (issue 5: 0.5 %)."""
 TOOLS = ("perfkit", "mlr-default", "mlr-strict")
 
 
@@ -86,6 +88,8 @@ class Settings:
     max_rate: float
     initial: float
     final: float
+    width: float = WIDTH
+    """Relative width of every goal [1]."""
     on_trial: Callable[[TrialResult], None] | None = None
     """Called with every trial (``--trials``)."""
 
@@ -93,7 +97,7 @@ class Settings:
 # -- the two tools -----------------------------------------------------------------------------
 def run_perfkit(gen: Generator, s: Settings) -> Run:
     start = time.monotonic()
-    res = ndrpdr(gen, NdrPdr(goals=GOALS, relative_width=WIDTH, initial_duration=s.initial,
+    res = ndrpdr(gen, NdrPdr(goals=GOALS, relative_width=s.width, initial_duration=s.initial,
                              final_duration=s.final, min_rate=s.min_rate, max_rate=s.max_rate),
                  on_trial=s.on_trial)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in res.trials]
@@ -126,7 +130,7 @@ class _MlrMeasurer(AbstractMeasurer):
 
 def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
     extra = dict(exceed_ratio=0.0, duration_sum=s.final) if strict else dict(duration_sum=max(21.0, s.final))
-    goals = [SearchGoal(loss_ratio=g, relative_width=WIDTH, initial_trial_duration=s.initial,
+    goals = [SearchGoal(loss_ratio=g, relative_width=s.width, initial_trial_duration=s.initial,
                         final_trial_duration=s.final, **extra) for g in GOALS]
     config = Config()
     config.goals = goals
@@ -154,12 +158,13 @@ RUNNERS: dict[str, Callable[[Generator, Settings], Run]] = {
 
 
 # -- comparing ---------------------------------------------------------------------------------
-def within(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> bool | None:
+def within(a: tuple[float | None, float | None], b: tuple[float | None, float | None],
+           width: float = WIDTH) -> bool | None:
     """Whether a's lower bound lies within b's bounds (with one width of allowance below)."""
     if a[0] is None or b[0] is None:
         return None if a[0] is None and b[0] is None else False
     upper = b[1] if b[1] is not None else float("inf")
-    return b[0] * (1 - WIDTH) <= a[0] <= upper
+    return b[0] * (1 - width) <= a[0] <= upper
 
 
 def fmt_bounds(b: tuple[float | None, float | None]) -> str:
@@ -172,7 +177,7 @@ def count(flags: list[bool | None]) -> str:
 
 
 def report(dut: str, runs: dict[str, list[Run]], truth: dict[float, float] | None, verbose: bool,
-           noise: float = 0.0) -> None:
+           noise: float = 0.0, width: float = WIDTH) -> None:
     pk = runs["perfkit"]
     pk_seconds = statistics.mean(r.seconds for r in pk)
     for tool in TOOLS:
@@ -186,8 +191,8 @@ def report(dut: str, runs: dict[str, list[Run]], truth: dict[float, float] | Non
         else:
             cols.append(f"{pk_seconds / seconds:6.2f}")
             for g in GOALS:
-                a_in_b = count([within(p.bounds[g], m.bounds[g]) for p, m in zip(pk, rs)])
-                b_in_a = count([within(m.bounds[g], p.bounds[g]) for p, m in zip(pk, rs)])
+                a_in_b = count([within(p.bounds[g], m.bounds[g], width) for p, m in zip(pk, rs)])
+                b_in_a = count([within(m.bounds[g], p.bounds[g], width) for p, m in zip(pk, rs)])
                 cols.append(f"{a_in_b:>7s} {b_in_a:>9s}")
         print("  ".join(cols))
         if verbose:
@@ -197,13 +202,13 @@ def report(dut: str, runs: dict[str, list[Run]], truth: dict[float, float] | Non
     if any(spread):
         print(f"{'':10s}  lower bounds over seeds, mean (min..max) [Mpps]: " + "; ".join(filter(None, spread)))
     if truth:
-        allowance = f" +-{noise:.0%} (2 sigma of the threshold noise)" if noise else ""
+        allowance = f" +-{noise:.0%} (2 sigma of the threshold and speed noise)" if noise else ""
         print(f"{'':10s}  truth: NDR {truth[0.0] / 1e6:.4f} Mpps, PDR {truth[0.005] / 1e6:.4f} Mpps; "
               f"bounds bracket the truth{allowance}: " + _coverage(runs, truth, noise)
               + (f"; exactly: {_coverage(runs, truth, 0.0)}" if noise else ""))
     if len(pk) > 1:
         print(f"{'':10s}  each tool's searches consistent with each other (NDR, ordered pairs): "
-              + ", ".join(f"{t} {self_consistency(runs[t])}" for t in TOOLS))
+              + ", ".join(f"{t} {self_consistency(runs[t], width)}" for t in TOOLS))
 
 
 def _coverage(runs: dict[str, list[Run]], truth: dict[float, float], tolerance: float) -> str:
@@ -238,6 +243,7 @@ HEADER = (f"{'DUT':10s}  {'tool':11s}  {'trials':>6s}  {'trial s':>8s}  {'NDR lo
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--final-duration", type=float, default=10.0, help="final trial duration [s] (10)")
+    ap.add_argument("--width", type=float, default=WIDTH, help=f"relative width of both goals ({WIDTH})")
     ap.add_argument("--initial-duration", type=float, default=1.0, help="initial trial duration [s] (1)")
     ap.add_argument("--threshold", default="1Mpps", help="simulated DUT capacity (1Mpps)")
     ap.add_argument("--sigma", type=float, default=0.01, help="noisy DUT: relative threshold sigma (0.01)")
@@ -266,21 +272,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
                     help="testbed: write every trial as a JSON line as it ends (the tool and search number added)")
     ap.add_argument("--verbose", action="store_true", help="print every trial of the first seed")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if not 0 < args.width < 1:
+        ap.error(f"--width {args.width:g}: a relative width, 0 < x < 1 (0.005 = 0.5 %)")
+    if not 0 <= args.speed_sigma < 0.5:
+        ap.error(f"--speed-sigma {args.speed_sigma:g}: a relative standard deviation, 0 <= x < 0.5")
+    return args
 
 
 def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
     wire = scenario.traffic().wire_frame_size
     top = Rate.parse(args.max_rate, scenario.line_rate).pps(wire) if args.max_rate else line_rate_pps(scenario)
     low = Rate.parse(args.min_rate, scenario.line_rate).pps(wire) if args.min_rate else top / 1000
-    return Settings(min_rate=low, max_rate=top, initial=args.initial_duration, final=args.final_duration)
+    return Settings(min_rate=low, max_rate=top, initial=args.initial_duration, final=args.final_duration,
+                    width=args.width)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     scenario = Scenario("pgwu", frame_size=64, params={"direction": "ul"})
     s = settings(args, scenario)
-    print(f"NDR (0) and PDR (0.5%) at relative width {WIDTH:.1%}; rates {s.min_rate:.6g}..{s.max_rate:.6g} pps; "
+    print(f"NDR (0) and PDR (0.5%) at relative width {s.width:.1%}; rates {s.min_rate:.6g}..{s.max_rate:.6g} pps; "
           f"trials {s.initial:g} s initial, {s.final:g} s final; {args.seeds} seed(s) per simulated DUT")
     print(HEADER)
     for model in args.models.split(","):
@@ -294,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[tool].append(RUNNERS[tool](sim, s))
         truth = {g: sim.model.pdr(g, s.final) for g in GOALS} if sim else None
         noise = 2 * math.hypot(args.sigma if model == "noisy" else 0.0, args.speed_sigma)
-        report(model + (f"+speed{args.speed_sigma:g}" if args.speed_sigma else ""), runs, truth, args.verbose, noise)
+        report(model + (f"+speed{args.speed_sigma:g}" if args.speed_sigma else ""), runs, truth, args.verbose, noise, s.width)
     if args.testbed:
         params = dict(kv.split("=", 1) for kv in args.param) if args.param else (
             {"direction": "ul"} if args.dataplane == "pgwu" else {})
@@ -334,19 +346,19 @@ def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_q
                 print(f"testbed search {i + 1}/{n} {tool}: {len(run.trials)} trials, {run.seconds:.1f} trial s, "
                       f"{run.disturbed} disturbed, NDR {fmt_bounds(run.bounds[0.0])}, PDR {fmt_bounds(run.bounds[0.005])} "
                       f"Mpps", file=sys.stderr, flush=True)
-    report("testbed", runs, None, verbose)
+    report("testbed", runs, None, verbose, width=s.width)
     for tool in TOOLS:
         disturbed = statistics.mean(r.disturbed for r in runs[tool])
         print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search, "
               f"{disturbed:.1f} disturbed trials"
-              + (f"; its own searches consistent with each other (NDR): {self_consistency(runs[tool])}" if n > 1 else ""))
+              + (f"; its own searches consistent with each other (NDR): {self_consistency(runs[tool], s.width)}" if n > 1 else ""))
 
 
-def self_consistency(rs: list[Run]) -> str:
+def self_consistency(rs: list[Run], width: float = WIDTH) -> str:
     """In how many ordered pairs of one tool's searches the first's NDR lower bound lies within the
     second's bounds (``within``): what the tool's own repeatability allows between two tools."""
     pairs = [(a, b) for a in rs for b in rs if a is not b]
-    return count([within(a.bounds[0.0], b.bounds[0.0]) for a, b in pairs])
+    return count([within(a.bounds[0.0], b.bounds[0.0], width) for a, b in pairs])
 
 
 if __name__ == "__main__":
