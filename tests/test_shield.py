@@ -95,7 +95,12 @@ def test_a_task_started_after_the_shield_is_moved_before_the_next_trial():
             assert os.sched_getaffinity(late) == set(gen.tester_cores)
             rec = json.loads(shield.record_path(gen.shield.testbed_id).read_text())
             assert late in [m["tid"] for m in rec["moved"]]               # on disk, to be given back
-        assert gen.shield.refresh() == 0                                  # nothing new: nothing moves
+            os.sched_setaffinity(late, ALL)                               # asks for them again
+            gen.measure(100_000, 0.2)
+            assert os.sched_getaffinity(late) == set(gen.tester_cores)
+        stamp = shield.record_path(gen.shield.testbed_id).stat().st_mtime_ns
+        assert gen.shield.refresh() == 0                                  # nothing new: nothing moves,
+        assert shield.record_path(gen.shield.testbed_id).stat().st_mtime_ns == stamp  # nor is rewritten
 
 
 def test_shield_must_be_a_bool():

@@ -18,8 +18,8 @@ Models (``SimModel.kind``), with ``T`` = ``threshold`` [pps]:
   is lost only once the queue is full, so short trials look better than long ones.
 
 A VM's varying CPU speed (``speed_sigma``, any model): each trial runs at a speed drawn from a
-normal law (mean 1, relative standard deviation ``speed_sigma``, for 1 s trials and averaged over
-longer ones with ``speed_per_second``); T scales with it, and the trial
+normal law (mean 1, relative standard deviation ``speed_sigma``; with ``speed_per_second`` that
+is for 1 s trials, and a trial of d seconds gets ``speed_sigma / sqrt(d)``); T scales with it, and the trial
 reports ``dut_speed_ns_per_step = SIM_STEP_NS / speed`` as the speed probe would. With
 ``speed_reference`` (``"auto"``: ``SIM_STEP_NS``) trials are speed-normalized, and a search finds
 T at the reference speed.

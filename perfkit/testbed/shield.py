@@ -40,36 +40,43 @@ class Shield:
     cores: frozenset[int]
     moved: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
     """Thread id -> (its start time [clock ticks after boot], its CPUs before)."""
+    refused: set[tuple[int, int]] = field(default_factory=set)
+    """(thread id, start time) of threads that would not move: not tried again."""
 
     def __post_init__(self) -> None:
         self.refresh()
 
     def refresh(self) -> int:
-        """Move the threads that appeared since (a process started after the shield, a new worker
-        thread of an old one: inherited affinity keeps most of them off, not all). The generator
-        calls it before every trial; it costs a walk of ``/proc`` (a few ms). Returns how many moved."""
+        """Move the threads that may run on the DUT cores since the last call: new ones (a process
+        started after the shield, a new worker thread of an old one: inherited affinity keeps most of
+        them off, not all), and moved ones that asked for them again (their CPUs before the shield
+        stay on record). The generator calls it before every trial; it costs a walk of ``/proc`` (a
+        few ms). Returns how many moved."""
         mine = _threads_of(os.getpid())
-        plan = {}
+        plan: dict[int, tuple[int, list[int]]] = {}
+        again: list[int] = []
         for tid in _all_threads():
-            if tid in mine or tid in self.moved:
-                continue
             cpus = _affinity(tid)
-            if cpus is None or not cpus & self.cores or cpus <= self.cores:
+            if tid in mine or cpus is None or not cpus & self.cores or cpus <= self.cores:
                 continue
             start = owners.proc_start(tid)
-            if start is not None:
+            if start is None or (tid, start) in self.refused or _kernel_keeps_affinity(tid):
+                continue
+            if self.moved.get(tid, (None,))[0] == start:
+                again.append(tid)
+            else:
                 plan[tid] = (start, sorted(cpus))
-        if not plan:
-            return 0
-        owners.write_json(record_path(self.testbed_id), self._record({**self.moved, **plan}))
+        if plan:
+            owners.write_json(record_path(self.testbed_id), self._record({**self.moved, **plan}))
         moved = 0
         for tid, (start, cpus) in plan.items():
-            try:
-                os.sched_setaffinity(tid, set(cpus) - self.cores)
+            if _move_off(tid, set(cpus) - self.cores):
                 self.moved[tid] = (start, cpus)
                 moved += 1
-            except OSError:  # gone, or bound (a kthread of one CPU): nothing to give back
-                pass
+            else:  # gone, or it will not move: nothing to give back
+                self.refused.add((tid, start))
+        for tid in again:
+            moved += _move_off(tid, set(self.moved[tid][1]) - self.cores)
         return moved
 
     def _record(self, moved: dict[int, tuple[int, list[int]]]) -> dict:
@@ -114,6 +121,28 @@ def clean(testbed_id: str) -> list[str]:
     n = restore(moved)
     path.unlink(missing_ok=True)
     return [f"shield {testbed_id} (CPUs {','.join(map(str, rec.get('cores', [])))}): {n} threads given their CPUs back"]
+
+
+#: ``PF_NO_SETAFFINITY`` (include/linux/sched.h): the kernel refuses to move the thread (unbound
+#: kworkers, which may run anywhere).
+PF_NO_SETAFFINITY = 0x04000000
+
+
+def _kernel_keeps_affinity(tid: int) -> bool:
+    try:
+        text = Path(f"/proc/{tid}/stat").read_text()
+    except OSError:
+        return False
+    return bool(int(text[text.rfind(")") + 2:].split()[6]) & PF_NO_SETAFFINITY)
+
+
+def _move_off(tid: int, cpus: set[int]) -> bool:
+    """Give the thread ``cpus``; False when it is gone or will not move."""
+    try:
+        os.sched_setaffinity(tid, cpus)
+        return True
+    except OSError:
+        return False
 
 
 def _all_threads() -> Iterator[int]:
