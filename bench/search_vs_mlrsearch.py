@@ -76,6 +76,10 @@ class Run:
     wall: float
     disturbed: int = 0
     """Trials whose loss measured host stalls explained (each run again; their seconds count)."""
+    limited_by: str = ""
+    """What limited the NDR (``perfkit.search.common.LIMITS``). MLRsearch's bounds are loads it asked
+    for, which speed-normalized trials seldom land on exactly, so the loss behind its upper bound is
+    seldom found: its NDR is told ``dut`` unless the generator or the maximum rate limited it."""
 
     @property
     def seconds(self) -> float:
@@ -102,7 +106,7 @@ def run_perfkit(gen: Generator, s: Settings) -> Run:
                  on_trial=s.on_trial)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in res.trials]
     bounds = {b.loss_tolerance: (b.lower_bound, b.upper_bound) for b in res.goals}
-    return Run("perfkit", trials, bounds, time.monotonic() - start, res.disturbed_trials)
+    return Run("perfkit", trials, bounds, time.monotonic() - start, res.disturbed_trials, res.limited_by)
 
 
 class _MlrMeasurer(AbstractMeasurer):
@@ -147,7 +151,7 @@ def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
         bounds[goal.loss_ratio] = (float(lo) if lo else None, float(hi) if hi else None)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in measurer.trials]
     return Run("mlr-strict" if strict else "mlr-default", trials, bounds, time.monotonic() - start,
-               sum(t.disturbed for t in measurer.trials))
+               sum(t.disturbed for t in measurer.trials), measurer.log.limit(*bounds[0.0], 0.0))
 
 
 RUNNERS: dict[str, Callable[[Generator, Settings], Run]] = {
@@ -345,13 +349,13 @@ def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_q
                 run = RUNNERS[tool](gen, s)
                 runs[tool].append(run)
                 print(f"testbed search {i + 1}/{n} {tool}: {len(run.trials)} trials, {run.seconds:.1f} trial s, "
-                      f"{run.disturbed} disturbed, NDR {fmt_bounds(run.bounds[0.0])}, PDR {fmt_bounds(run.bounds[0.005])} "
-                      f"Mpps", file=sys.stderr, flush=True)
+                      f"{run.disturbed} disturbed, NDR {fmt_bounds(run.bounds[0.0])} (limited by {run.limited_by}), "
+                      f"PDR {fmt_bounds(run.bounds[0.005])} Mpps", file=sys.stderr, flush=True)
     report("testbed", runs, None, verbose, 0.0, s.width)
     for tool in TOOLS:
         disturbed = statistics.mean(r.disturbed for r in runs[tool])
         print(f"{'':10s}  {tool}: wall {statistics.mean(r.wall for r in runs[tool]):.1f} s per search, "
-              f"{disturbed:.1f} disturbed trials")
+              f"{disturbed:.1f} disturbed trials, NDR limited by {', '.join(r.limited_by for r in runs[tool])}")
 
 
 def self_consistency(rs: list[Run], width: float) -> str:

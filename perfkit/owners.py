@@ -35,14 +35,20 @@ def current_run() -> str | None:
     return _run_id
 
 
-def proc_start(pid: int) -> int | None:
-    """Start time [clock ticks after boot] of a live, non-zombie process; None if there is none."""
+def stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` from its third field (state) on: ``[2]`` of proc(5) is ``[0]`` here; None
+    if there is no such process or thread."""
     try:
         text = Path(f"/proc/{int(pid)}/stat").read_text()
     except (OSError, ValueError):
         return None
-    rest = text[text.rfind(")") + 2:].split()
-    if rest[0] in ("Z", "X"):
+    return text[text.rfind(")") + 2:].split()
+
+
+def proc_start(pid: int) -> int | None:
+    """Start time [clock ticks after boot] of a live, non-zombie process; None if there is none."""
+    rest = stat_fields(pid)
+    if rest is None or rest[0] in ("Z", "X"):
         return None
     return int(rest[19])
 

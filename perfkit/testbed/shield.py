@@ -98,16 +98,8 @@ class Shield:
 
 def restore(moved: dict[int, tuple[int, list[int]]]) -> int:
     """Give each thread its CPUs back, if it is the same thread (start time checked). Returns how many."""
-    done = 0
-    for tid, (start, cpus) in moved.items():
-        if owners.proc_start(tid) != start:
-            continue
-        try:
-            os.sched_setaffinity(tid, set(cpus))
-            done += 1
-        except OSError:
-            pass
-    return done
+    return sum(_move_off(tid, set(cpus)) for tid, (start, cpus) in moved.items()
+               if owners.proc_start(tid) == start)
 
 
 def clean(testbed_id: str) -> list[str]:
@@ -129,15 +121,12 @@ PF_NO_SETAFFINITY = 0x04000000
 
 
 def _kernel_keeps_affinity(tid: int) -> bool:
-    try:
-        text = Path(f"/proc/{tid}/stat").read_text()
-    except OSError:
-        return False
-    return bool(int(text[text.rfind(")") + 2:].split()[6]) & PF_NO_SETAFFINITY)
+    fields = owners.stat_fields(tid)  # [6]: flags
+    return fields is not None and bool(int(fields[6]) & PF_NO_SETAFFINITY)
 
 
 def _move_off(tid: int, cpus: set[int]) -> bool:
-    """Give the thread ``cpus``; False when it is gone or will not move."""
+    """Give the thread ``cpus`` (off the DUT cores, or back); False when it is gone or will not move."""
     try:
         os.sched_setaffinity(tid, cpus)
         return True
