@@ -22,8 +22,9 @@ A busy loop on the same CPU sees the same gaps (``tests/test_host.py`` compares 
 the timer is not delayed by other threads taking the CPU, so only the CPU's own unavailability is
 counted. That is what a packet thread in softirq (NAPI) or a real-time NAPI thread suffers too.
 The timer costs 15-20 % of a vCPU on a KVM guest (about 17,000 ticks a second, each a timer
-interrupt of ~10 µs with its VM exit) while the check runs, and nothing afterwards; at a 200 µs
-period (the trials') the cost is not measurable, but a gap is then only known to ± 100 µs.
+interrupt of ~10 µs with its VM exit) while the check runs, and nothing afterwards. Trials tick
+every ``stalls.TRIAL_PERIOD_US`` (500 µs, ~4 % of a core here: ``bench/probe_cost.py``), and know a
+gap to within that period.
 
 Steal is the hypervisor's steal clock (KVM ``steal_time``) as the scheduler reads it, in µs per
 second of the window (and %): time the host ran something else on this vCPU's physical CPU.

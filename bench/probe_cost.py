@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""What does the stall probe cost the CPU it watches? prog-bench of the calibrated DUT with and
+without a ``perfkit.stalls.StallProbe`` armed on the bench CPU, alternated, at each timer period.
+
+Every tick of the probe is a timer interrupt and a BPF callback on the probed CPU; on a VM the
+interrupt and re-arming the timer are exits to the hypervisor, far dearer than on bare metal. Its
+time is taken from whatever runs there: prog-bench's runs (the probe's softirq runs between them)
+and, in a trial, the DUT's packet threads. The paired ratio (with / without, same round) is the
+factor by which the probe slows the work; ``(ratio - 1) x period`` is the CPU time one tick costs.
+
+    .venv/bin/python bench/probe_cost.py [--periods 200,500,1000,1600] [--rounds 15] [--work 400] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tqdm import tqdm  # noqa: E402
+
+from perfkit.dataplanes.calib import bench_work  # noqa: E402
+from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK  # noqa: E402
+from perfkit.stalls import SPEED_STEPS, TRIAL_PERIOD_US, StallProbe  # noqa: E402
+
+
+#: prog-bench rounds per measurement: short, so that the two of a pair see the same host (its speed
+#: drifts by some 10 % over seconds); many pairs make the median.
+BENCH_ROUNDS = 5
+
+
+def _refuse(field: str, value: str, allowed: str) -> int:
+    print(f"probe_cost: {field} = {value!r}: {allowed}", file=sys.stderr)
+    return 2
+
+
+def _periods(text: str) -> list[float] | None:
+    try:
+        out = [float(p) for p in text.split(",")]
+    except ValueError:
+        return None
+    return out if out and all(50 <= p <= 100_000 for p in out) else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--periods", default="200,500,1000,1600",
+                    help=f"probe timer periods to compare [µs], comma-separated (trials use {TRIAL_PERIOD_US:g})")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds; each measures every period with and without")
+    ap.add_argument("--work", type=int, default=400, help="the calibrated DUT's work iterations per packet")
+    ap.add_argument("--cpu", type=int, default=None, help="CPU to bench on (default: the last this process may use)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    periods = _periods(args.periods)
+    if periods is None:
+        return _refuse("--periods", args.periods, "comma-separated periods between 50 and 100000 µs")
+    if args.rounds < 1:
+        return _refuse("--rounds", str(args.rounds), "an integer >= 1")
+    if not 0 < args.work <= CALIB_MAX_WORK:
+        return _refuse("--work", str(args.work), f"an integer between 1 and {CALIB_MAX_WORK}")
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[-1] if args.cpu is None else args.cpu
+    if cpu not in cpus:
+        return _refuse("--cpu", str(args.cpu), f"one of the CPUs this process may use: {cpus}")
+    ratios: dict[float, list[float]] = {p: [] for p in periods}
+    bench_work(args.work, cpu=cpu)  # warm-up: the object, caches
+    for _ in tqdm(range(args.rounds), desc="rounds", file=sys.stderr):
+        for p in periods:
+            without = bench_work(args.work, rounds=BENCH_ROUNDS, cpu=cpu)
+            with StallProbe([cpu], period_us=p, report_us=p / 2, speed_steps=SPEED_STEPS):
+                with_probe = bench_work(args.work, rounds=BENCH_ROUNDS, cpu=cpu)
+            ratios[p].append(with_probe / without)
+    rows = [{"period_us": p, "ticks_per_s": 1e6 / p, "ratio_median": statistics.median(r),
+             "ratio_min": min(r), "ratio_max": max(r), "ratios": r,
+             "us_per_tick": (statistics.median(r) - 1) * p} for p, r in ratios.items()]
+    if args.json:
+        json.dump({"cpu": cpu, "work_iterations": args.work, "rounds": args.rounds, "trial_period_us": TRIAL_PERIOD_US,
+                   "periods": rows}, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"calib N = {args.work} on CPU {cpu}, {args.rounds} rounds; prog-bench net ns per packet with the probe "
+          f"/ without (paired, same round); trials use a {TRIAL_PERIOD_US:g} µs period")
+    print(f"{'period [µs]':>12s} {'ticks/s':>8s} {'slowdown (median)':>18s} {'[min, max]':>16s} {'CPU µs per tick':>16s}")
+    for r in rows:
+        print(f"{r['period_us']:12g} {r['ticks_per_s']:8.0f} {100 * (r['ratio_median'] - 1):17.1f}% "
+              f"{'[' + format(r['ratio_min'], '.3f') + ', ' + format(r['ratio_max'], '.3f') + ']':>16s} "
+              f"{r['us_per_tick']:16.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
