@@ -143,6 +143,18 @@ def _empty(title: str, message: str) -> Figure:
     return fig
 
 
+def _no_figure(rows: pd.DataFrame, goal: str) -> str:
+    """Why a goal has no figure to plot: it was not measured, or no unit found a bound (what limited
+    them, from ``limited_by``)."""
+    if rows.empty:
+        return f"no {goal} results in this run"
+    limits = rows["limited_by"].value_counts() if "limited_by" in rows else pd.Series(dtype=int)
+    why = ", ".join(f"{n} by {lim}" for lim, n in limits.items())
+    name = "max rate" if goal == "max" else goal.upper()
+    return (f"no {name} figure: none of the {len(rows)} units found a rate that passed"
+            + (f"\n(limited {why}; see the search page)" if why else ""))
+
+
 def _variants(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the variant column holding the names the legends show."""
     out = frame.copy()
@@ -169,9 +181,10 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
     """
     what = {"max": "at max rate (100 % of line rate offered)"}.get(goal, f"at {goal.upper()}")
     title = f"{LABELS.get(value, value).split(' [')[0].capitalize()} vs frame size {what}"
-    d = tp[tp["goal"] == goal].dropna(subset=[value])
+    rows = tp[tp["goal"] == goal]
+    d = rows.dropna(subset=[value])
     if d.empty:
-        return _empty(title, f"no {goal} results in this run")
+        return _empty(title, _no_figure(rows, goal))
     d = _variants(d)
     many_cores = d["dut_cores"].nunique() > 1
     order, hue_order = sorted(d["frame_size"].unique()), sorted(d["variant"].unique())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pandas as pd
 import papermill
 import pytest
 from PIL import Image
@@ -178,7 +179,9 @@ def test_index_in_headless_chromium_shows_its_images(report, tmp_path):
     stripped.write_text(IMG_RE.sub('<img src=""', index.read_text()))
     bare = _screenshot(stripped, tmp_path / "bare.png", tmp_path / "profile-b")
     with_images, without = _coloured(shot), _coloured(bare)
-    assert with_images > 0.02 * shot.shape[0] * shot.shape[1]
+    # at least one figure's colour: how many figures the first 2400 px hold depends on the run (on a
+    # host that stalls all the time no NDR search finds a bound, and its figure is a line of text)
+    assert with_images > 0.005 * shot.shape[0] * shot.shape[1]
     assert with_images > 10 * max(without, 1), (with_images, without)
 
 
@@ -212,6 +215,22 @@ def test_the_check_finds_a_figure_without_title_unit_or_legend_and_a_nan_cell():
     found = _dom_problems(BeautifulSoup(page, "html.parser"))
     assert len(found) == 3 and "1 cell(s) show NaN" in found[0] and "no title" in found[1], found
     assert "not a perfkit.plots figure" in found[2]
+
+
+def test_a_goal_without_a_figure_says_what_limited_its_units():
+    """An NDR no search could bound (every trial lost frames: a host that stalls all the time) is
+    not "no results": the empty figure says how many units ran and what limited them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from perfkit import plots
+
+    tp = pd.DataFrame({"goal": ["max", "ndr", "ndr", "ndr"], "rx_gbps": [1.0, np.nan, np.nan, np.nan],
+                       "limited_by": ["dut", "host stalls", "host stalls", "testbed"]})
+    texts = [t.get_text() for ax in plots.throughput_bars(tp, goal="ndr").axes for t in ax.texts]
+    assert texts == ["no NDR figure: none of the 3 units found a rate that passed\n"
+                     "(limited 2 by host stalls, 1 by testbed; see the search page)"]
+    texts = [t.get_text() for ax in plots.throughput_bars(tp, goal="pdr0.5%").axes for t in ax.texts]
+    assert texts == ["no pdr0.5% results in this run"]
 
 
 def test_the_check_takes_a_relative_report_directory(tmp_path, monkeypatch):
