@@ -23,8 +23,8 @@ the timer is not delayed by other threads taking the CPU, so only the CPU's own 
 counted. That is what a packet thread in softirq (NAPI) or a real-time NAPI thread suffers too.
 The timer costs 15-20 % of a vCPU on a KVM guest (about 17,000 ticks a second, each a timer
 interrupt of ~10 µs with its VM exit) while the check runs, and nothing afterwards. Trials tick
-every ``stalls.TRIAL_PERIOD_US`` (500 µs, ~4 % of a core here: ``bench/probe_cost.py``), and know a
-gap to within that period.
+every ``stalls.TRIAL_PERIOD_US`` (500 µs: ~20 µs a tick with the speed probe's share, ~4 % of a
+core here, ``bench/probe_cost.py``), and know a gap to ± 250 µs.
 
 Steal is the hypervisor's steal clock (KVM ``steal_time``) as the scheduler reads it, in µs per
 second of the window (and %): time the host ran something else on this vCPU's physical CPU.
@@ -667,7 +667,7 @@ def _measure(cpus: list[int], seconds: float, progress: bool, trial_seconds: flo
         ticks = [e for e in window[c].events if e.kind == "tick"]
         a, b = stats0.get(c), stats1.get(c)
         cores[c] = CoreCheck.from_gaps(
-            c, elapsed, [e.gap_us - PERIOD_US / 2 for e in ticks], [e.end_ns for e in ticks],
+            c, elapsed, [e.length_us(PERIOD_US) for e in ticks], [e.end_ns for e in ticks],
             ticks=int(b.ticks - a.ticks) if a and b else 0, steal_us=window[c].steal_us,
             proc_steal_us=(proc1.get(c, {}).get("steal", 0) - proc0.get(c, {}).get("steal", 0)) * 1e6 / cpustat.CLK_TCK,
             lost_events=int(b.lost_events - a.lost_events) if a and b else 0, trial_seconds=trial_seconds,

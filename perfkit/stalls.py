@@ -6,13 +6,15 @@ the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOC
 
 - **tick gaps**: a BPF timer pinned to the CPU ticks every ``period_us``; a tick that comes late
   by more than ``report_us`` is a stall of the CPU itself (the vCPU was away, or interrupts were
-  off). With it, the hypervisor's steal clock (KVM ``steal_time``), exact to the nanosecond, says
-  how much of it the host took.
+  off). The stall began somewhere in the period before, so its length is taken as the middle of
+  what the tick covers, ± half a period (``Stall.length_us``); a stall shorter than ``period_us +
+  report_us`` may end before any tick is late enough to count it. With it, the hypervisor's steal
+  clock (KVM ``steal_time``), exact to the nanosecond, says how much of it the host took.
 - **thread waits**: for watched threads (the DUT's threaded-NAPI and cpumap kthreads), the time
   from wake-up or preemption to running. A real-time hog on the DUT core delays these and not the
   timer.
 
-- **speed**: every ``SPEED_PERIOD_US``, a tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
+- **speed**: about every ``SPEED_PERIOD_US``, a tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
   DUT's kind). A vCPU the host shares with other guests runs slower without stopping, and a
   CPU-bound DUT forwards proportionally less: the probe's time per step is the CPU's speed where
   the DUT runs (``CpuStalls.speed_ns_per_step``).
@@ -57,14 +59,16 @@ from perfkit.paths import BUILD_DIR
 from perfkit.trial import RING_DROP, TrialResult
 
 OBJECT = BUILD_DIR / "stallprobe.o"
-#: Timer period and stall threshold of trials. Ring overflows need stalls of ~1 ms; a tick costs
-#: the probed CPU some 20 µs on a KVM guest (the timer interrupt and re-arming it are exits to the
-#: hypervisor; ``bench/probe_cost.py``), time taken from the DUT's packet threads: 5000 ticks a
-#: second slowed the DUT by 9-11 %, 2000 by ~4 %. A stall is known to within one period.
+#: Timer period and stall threshold of trials. A 256-frame ring lasts ~0.5-1 ms at the rates of
+#: a CPU-bound DUT; a tick costs the probed CPU ~20 µs on a KVM guest (the timer interrupt and its
+#: re-arming are exits to the hypervisor, plus the speed probe's share; ``bench/probe_cost.py``),
+#: taken from the DUT's packet threads: 5000 ticks a second slowed the DUT by 9-11 %, 2000 by ~4 %.
+#: At 500 µs a stall is known to ± 250 µs, and one under 600 µs may go unseen.
 TRIAL_PERIOD_US, TRIAL_REPORT_US = 500.0, 100.0
-#: Steps of the speed probe, and the time from one probe to the next [µs]: about 11 µs every 1.6 ms,
-#: 0.7 % of a core (see ``bpf/stallprobe.bpf.c`` for why long and sparse).
-SPEED_STEPS, SPEED_PERIOD_US = 1024, 1600.0
+#: Steps of the speed probe, and the time from one probe to the next [µs] (a whole number of ticks
+#: of both the trials' and the host check's timer): about 11 µs every 1.5 ms, 0.7 % of a core (see
+#: ``bpf/stallprobe.bpf.c`` for why long and sparse).
+SPEED_STEPS, SPEED_PERIOD_US = 1024, 1500.0
 #: Ring drops the summed stall time may explain, relative to rate x stall time (a generator that
 #: catches up after its own stall sends faster than the average rate for a moment).
 STALL_SLACK = 1.5
@@ -88,6 +92,12 @@ class Stall:
     def start_ns(self) -> int:
         return self.end_ns - int(self.gap_us * 1e3)
 
+    def length_us(self, period_us: float) -> float:
+        """How long it stalled [µs]: a wait's ``gap_us``; for a tick of a timer with ``period_us``,
+        the middle of ``gap_us - period_us`` .. ``gap_us`` (the stall began somewhere in the period
+        before the late tick), ± half a period."""
+        return self.gap_us - period_us / 2 if self.kind == "tick" else self.gap_us
+
 
 @dataclass
 class CpuStalls:
@@ -95,11 +105,12 @@ class CpuStalls:
 
     cpu: int
     longest_us: float = 0.0
-    """Longest time the CPU did not run its timer [µs] (the period excluded; 0: never late)."""
+    """Longest time the CPU did not run its timer [µs] (``Stall.length_us``: ± half a period; 0:
+    never late)."""
     stalls: int = 0
     """Ticks late by more than the threshold."""
     stalled_us: float = 0.0
-    """Sum of those ticks' lateness [µs]."""
+    """Sum of those ticks' stalls [µs]."""
     steal_us: float = 0.0
     """Time the hypervisor took from this vCPU [µs] (KVM steal clock; 0 when not a KVM guest)."""
     longest_wait_us: float = 0.0
@@ -110,6 +121,9 @@ class CpuStalls:
     """Sum of those waits [µs]."""
     speed_ns_per_step: float | None = None
     """Mean time of one step of the speed probe [ns]: higher is a slower CPU (None: no probe ran)."""
+    period_us: float = 0.0
+    """The timer's period [µs]: how precisely a stall is known, and what the probe cost the CPU
+    (``TRIAL_PERIOD_US``)."""
     events: list[Stall] = field(default_factory=list)
 
     @property
@@ -120,7 +134,7 @@ class CpuStalls:
     def to_dict(self) -> dict[str, float]:
         return {"longest_us": self.longest_us, "stalls": self.stalls, "stalled_us": self.stalled_us,
                 "steal_us": self.steal_us, "longest_wait_us": self.longest_wait_us, "waits": self.waits,
-                "waited_us": self.waited_us, "speed_ns_per_step": self.speed_ns_per_step}
+                "waited_us": self.waited_us, "speed_ns_per_step": self.speed_ns_per_step, "period_us": self.period_us}
 
 
 @dataclass(frozen=True)
@@ -217,7 +231,7 @@ class StallProbe:
         """What each probed CPU went through from ``mark`` to now."""
         self._drain()
         now = time.monotonic_ns()
-        out = {c: CpuStalls(c) for c in self.cpus}
+        out = {c: CpuStalls(c, period_us=self.period_us) for c in self.cpus}
         for c, s in self.per_cpu().items():
             if s.last_steal_ns and mark.steal_ns.get(c):
                 out[c].steal_us = (s.last_steal_ns - mark.steal_ns[c]) / 1e3
@@ -230,7 +244,7 @@ class StallProbe:
             cs = out[e.cpu]
             cs.events.append(e)
             if e.kind == "tick":
-                late = e.gap_us - self.period_us
+                late = e.length_us(self.period_us)
                 cs.stalls += 1
                 cs.stalled_us += late
                 cs.longest_us = max(cs.longest_us, late)

@@ -111,7 +111,9 @@ class TrialResult:
     """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.stalls``):
     longest_us (longest time it did not run its timer), stalls, stalled_us, steal_us (taken by the
     hypervisor), longest_wait_us (longest wait of a DUT/sink packet thread to run), waits,
-    waited_us, speed_ns_per_step (the CPU's speed). Empty when not measured."""
+    waited_us, speed_ns_per_step (the CPU's speed), period_us (the probe's timer period: a stall is
+    known to ± half of it; absent in trials stored before 2026-11-26, whose period was 200 µs).
+    Empty when not measured."""
     dut_stall_us: float | None = None
     """Longest time a DUT core could not process packets [µs]: the longest CPU stall or packet
     thread wait on the DUT cores. None when not measured."""
@@ -378,7 +380,7 @@ RECORD_COLUMNS = {
     "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "shared_cores": "DUT and generator shared a core",
-    "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us, speed_ns_per_step}}",
+    "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us, speed_ns_per_step, period_us}}",
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
     "dut_speed_ns_per_step": "the DUT cores' speed: time of one step of the stall probe's speed probe [ns]; higher is slower",
     "speed_reference_ns": "speed normalization: the reference CPU speed the trial is judged at [ns per step] (empty: not normalized)",
