@@ -13,6 +13,11 @@ by more than ``band = max(threshold, noise)`` and *improved* when it rose by mor
 baseline has and the current run lacks is ``missing`` (the other way round ``new``); a search that
 found a throughput in the baseline but none now (loss even at the minimum rate) is a regression.
 
+Caveats: what changed in how the two runs measured, so that a change may be the testbed's, not the
+DUT's. The stall probe's timer period (``stalls.TRIAL_PERIOD_US``): each tick takes ~20 µs of the
+DUT core on a KVM guest, so live figures move by several % with the period (200 µs before
+2026-11-26, 500 µs since: +5 % for a CPU-bound DUT).
+
 Change detection over a *series* of runs (E-divisive, as apache-otava and MongoDB's
 signal-processing-algorithms do) was considered: apache-otava 0.8 pins numpy==2.2.0 and scipy<1.17
 and pulls in BigQuery, Postgres and Slack clients; signal-processing-algorithms pins numpy<2. Both
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,6 +80,8 @@ class Comparison:
     """The smallest change that counts [%] (the noise band can widen it per figure)."""
     rows: pd.DataFrame
     """One row per figure: ``COLUMNS`` (rates in Mpps, changes in %)."""
+    caveats: list[str] = field(default_factory=list)
+    """What changed in how the runs measured (see module doc), in words."""
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -94,7 +101,7 @@ class Comparison:
         rows = json.loads(self.rows.to_json(orient="records"))
         return {"run_id": self.run_id, "baseline_run_id": self.baseline_run_id, "threshold_pct": self.threshold_pct,
                 "counts": self.counts, "summary": self.summary(), "regressed": bool(self.counts["regression"]),
-                "rows": rows}
+                "caveats": self.caveats, "rows": rows}
 
     def _ordered(self) -> pd.DataFrame:
         order = {v: i for i, v in enumerate(VERDICT_ORDER)}
@@ -110,6 +117,8 @@ class Comparison:
             raise ConfigError("marks", marks, MARKS)
         lines = [f"### perfkit compare: `{self.run_id}` vs baseline `{self.baseline_run_id}`", "",
                  ("**" + self.summary() + "**") if self.counts["regression"] else self.summary(), ""]
+        lines += [f"> :warning: {c}" if marks == "github" else f"> caveat: {c}" for c in self.caveats]
+        lines += [""] if self.caveats else []
         d = self._ordered()
         changed = d[d["verdict"] != "within noise"]
         same = d[d["verdict"] == "within noise"]
@@ -127,9 +136,10 @@ class Comparison:
     def to_text(self) -> str:
         """An aligned table for a terminal."""
         d = self._ordered()
-        out = [f"run {self.run_id} vs baseline {self.baseline_run_id}: {self.summary()}"]
+        out = [f"run {self.run_id} vs baseline {self.baseline_run_id}: {self.summary()}",
+               *(f"caveat: {c}" for c in self.caveats)]
         if d.empty:
-            return out[0]
+            return "\n".join(out)
         table = pd.DataFrame({
             "verdict": d["verdict"], "scenario": d["scenario_key"], "method": d["label"], "figure": d["metric"],
             "baseline Mpps": d["baseline_mpps"].map(_fmt), "current Mpps": d["current_mpps"].map(_fmt),
@@ -151,6 +161,34 @@ def _md_row(r: dict[str, Any], marks: dict[str, str]) -> list[str]:
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     align = ["---" if i < 4 else "---:" for i in range(len(header))]
     return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+#: The stall probe's period of trials stored before it was recorded [µs].
+LEGACY_PROBE_PERIOD_US = 200.0
+
+
+def probe_periods(run: RunData) -> set[float]:
+    """The stall probe's timer periods [µs] of a run's live trials (their ``stalls`` evidence; trials
+    without any, such as simulated ones, have none)."""
+    if run.trials.empty or "stalls" not in run.trials:
+        return set()
+    out = set()
+    for text in run.trials["stalls"].dropna():
+        cpus = json.loads(text) if isinstance(text, str) else text
+        out |= {float(c.get("period_us") or LEGACY_PROBE_PERIOD_US) for c in cpus.values()}
+    return out
+
+
+def caveats(current: RunData, baseline: RunData) -> list[str]:
+    """What changed in how the runs measured (see module doc)."""
+    now, then = probe_periods(current), probe_periods(baseline)
+    if not now or not then or now == then:
+        return []
+    def fmt(periods: set[float]) -> str:
+        return " and ".join(f"{p:g}" for p in sorted(periods))
+    return [f"the stall probe ticked every {fmt(then)} µs in the baseline and every {fmt(now)} µs in this run: "
+            "each tick takes ~20 µs of the DUT core on a VM (bench/probe_cost.py), so live figures move by "
+            "several % with it, not with the DUT"]
 
 
 def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0) -> Comparison:
@@ -198,4 +236,4 @@ def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0
     if not frame.empty:
         frame = frame.sort_values(["label", "goal", "variant", "flows", "dut_cores", "frame_size"],
                                   kind="stable").reset_index(drop=True)
-    return Comparison(current.run_id, baseline.run_id, float(threshold_pct), frame)
+    return Comparison(current.run_id, baseline.run_id, float(threshold_pct), frame, caveats(current, baseline))

@@ -1,6 +1,7 @@
 """Run vs baseline: changes, noise bands, verdicts, markdown/JSON output and the CI exit status."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -124,6 +125,27 @@ def test_markdown_and_json(runs):
         cmp.to_markdown(marks="html")
     with pytest.raises(ConfigError, match="threshold: -1 is not allowed"):
         compare.compare_runs(runs["slower"], runs["base"], threshold_pct=-1)
+
+
+def _with_probe(run: analysis.RunData, period_us: float | None) -> analysis.RunData:
+    """``run`` as if its trials had been live, their stall probe ticking every ``period_us`` (None:
+    stored before the period was recorded)."""
+    cpu = {"longest_us": 0.0, **({"period_us": period_us} if period_us else {})}
+    return dataclasses.replace(run, trials=run.trials.assign(stalls=json.dumps({"0": cpu, "1": cpu})))
+
+
+def test_runs_whose_stall_probes_ticked_at_different_periods_carry_a_caveat(runs):
+    """The probe's ticks take ~20 µs each from the DUT core: a baseline measured with the 200 µs probe
+    (before the period was recorded) and a run with the 500 µs one differ by the probe, not the DUT."""
+    old, new = _with_probe(runs["base"], None), _with_probe(runs["slightly"], 500.0)
+    cmp = compare.compare_runs(new, old)
+    assert len(cmp.caveats) == 1
+    assert cmp.caveats[0].startswith("the stall probe ticked every 200 µs in the baseline and every 500 µs in this run")
+    assert f"> :warning: {cmp.caveats[0]}" in cmp.to_markdown()
+    assert f"> caveat: {cmp.caveats[0]}" in cmp.to_markdown(marks="text")
+    assert f"caveat: {cmp.caveats[0]}" in cmp.to_text() and cmp.to_dict()["caveats"] == cmp.caveats
+    assert compare.compare_runs(new, _with_probe(runs["base"], 500.0)).caveats == []
+    assert compare.compare_runs(runs["slightly"], runs["base"]).caveats == []  # simulated: no probe at all
 
 
 def test_cli_exit_status_is_1_on_regression(runs, capsys):
