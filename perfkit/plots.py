@@ -146,12 +146,16 @@ def _empty(title: str, message: str) -> Figure:
 def _no_figure(rows: pd.DataFrame, goal: str) -> str:
     """Why a goal has no figure to plot: it was not measured, or no unit found a bound (what limited
     them, from ``limited_by``)."""
+    name = "max-rate" if goal == "max" else goal.upper()
     if rows.empty:
-        return f"no {goal} results in this run"
+        return f"no {name} results in this run"
+    units = f"{len(rows)} unit" + ("s" if len(rows) > 1 else "")
+    if goal == "max":
+        return f"no max-rate figure: {units}, none measured"
     limits = rows["limited_by"].value_counts() if "limited_by" in rows else pd.Series(dtype=int)
     why = ", ".join(f"{n} by {lim}" for lim, n in limits.items())
-    name = "max rate" if goal == "max" else goal.upper()
-    return (f"no {name} figure: none of the {len(rows)} units found a rate that passed"
+    found = "its one unit found no rate" if len(rows) == 1 else f"none of the {units} found a rate"
+    return (f"no {name} figure: {found} that passed"
             + (f"\n(limited {why}; see the search page)" if why else ""))
 
 

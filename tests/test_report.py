@@ -230,7 +230,10 @@ def test_a_goal_without_a_figure_says_what_limited_its_units():
     assert texts == ["no NDR figure: none of the 3 units found a rate that passed\n"
                      "(limited 2 by host stalls, 1 by testbed; see the search page)"]
     texts = [t.get_text() for ax in plots.throughput_bars(tp, goal="pdr0.5%").axes for t in ax.texts]
-    assert texts == ["no pdr0.5% results in this run"]
+    assert texts == ["no PDR0.5% results in this run"]
+    texts = [t.get_text() for ax in plots.throughput_bars(tp.iloc[:2], goal="ndr").axes for t in ax.texts]
+    assert texts == ["no NDR figure: its one unit found no rate that passed\n"
+                     "(limited 1 by host stalls; see the search page)"]
 
 
 def test_the_check_takes_a_relative_report_directory(tmp_path, monkeypatch):
