@@ -6,9 +6,12 @@ Every tick of the probe is a timer interrupt and a BPF callback on the probed CP
 interrupt and re-arming the timer are exits to the hypervisor, far dearer than on bare metal. Its
 time is taken from whatever runs there: prog-bench's runs (the probe's softirq runs between them)
 and, in a trial, the DUT's packet threads. The paired ratio (with / without, same round) is the
-factor by which the probe slows the work; ``(ratio - 1) x period`` is the CPU time one tick costs.
+factor by which the probe slows the work; ``(ratio - 1) x period`` is the CPU time one tick costs
+(with the speed probe's share: ~11 µs every ``SPEED_PERIOD_US``). The probe runs as in trials
+(``TRIAL_REPORT_US``, ``SPEED_STEPS``); the order within a pair alternates from round to round.
 
-    .venv/bin/python bench/probe_cost.py [--periods 200,500,1000,1600] [--rounds 15] [--work 400] [--json]
+    .venv/bin/python bench/probe_cost.py [--periods 200,500,1000,1600] [--rounds 15] [--work 400] [--cpu N]
+        [--json]
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from tqdm import tqdm  # noqa: E402
 
 from perfkit.dataplanes.calib import bench_work  # noqa: E402
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK  # noqa: E402
-from perfkit.stalls import SPEED_STEPS, TRIAL_PERIOD_US, StallProbe  # noqa: E402
+from perfkit.errors import ConfigError  # noqa: E402
+from perfkit.stalls import SPEED_STEPS, TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe  # noqa: E402
 
 
 #: prog-bench rounds per measurement: short, so that the two of a pair see the same host (its speed
@@ -33,17 +37,32 @@ from perfkit.stalls import SPEED_STEPS, TRIAL_PERIOD_US, StallProbe  # noqa: E40
 BENCH_ROUNDS = 5
 
 
-def _refuse(field: str, value: str, allowed: str) -> int:
-    print(f"probe_cost: {field} = {value!r}: {allowed}", file=sys.stderr)
+def _refuse(field: str, value: object, allowed: str) -> int:
+    print(f"probe_cost: {ConfigError(field, value, allowed)}", file=sys.stderr)
     return 2
 
 
 def _periods(text: str) -> list[float] | None:
+    """The distinct periods of ``text``, in order; None unless all lie between 50 and 100000 µs
+    (above the timer resolution, below a trial)."""
     try:
-        out = [float(p) for p in text.split(",")]
+        out = list(dict.fromkeys(float(p) for p in text.split(",")))
     except ValueError:
         return None
     return out if out and all(50 <= p <= 100_000 for p in out) else None
+
+
+def _pair(work: int, cpu: int, period_us: float, probe_first: bool) -> float:
+    """prog-bench with the probe armed / without it [1], the two measured back to back."""
+    def with_probe() -> float:
+        with StallProbe([cpu], period_us=period_us, report_us=TRIAL_REPORT_US, speed_steps=SPEED_STEPS):
+            return bench_work(work, rounds=BENCH_ROUNDS, cpu=cpu)
+
+    if probe_first:
+        probed = with_probe()
+        return probed / bench_work(work, rounds=BENCH_ROUNDS, cpu=cpu)
+    without = bench_work(work, rounds=BENCH_ROUNDS, cpu=cpu)
+    return with_probe() / without
 
 
 def main() -> int:
@@ -57,23 +76,20 @@ def main() -> int:
     args = ap.parse_args()
     periods = _periods(args.periods)
     if periods is None:
-        return _refuse("--periods", args.periods, "comma-separated periods between 50 and 100000 µs")
+        return _refuse("periods", args.periods, "comma-separated periods between 50 and 100000 µs")
     if args.rounds < 1:
-        return _refuse("--rounds", str(args.rounds), "an integer >= 1")
+        return _refuse("rounds", args.rounds, "an integer >= 1")
     if not 0 < args.work <= CALIB_MAX_WORK:
-        return _refuse("--work", str(args.work), f"an integer between 1 and {CALIB_MAX_WORK}")
+        return _refuse("work", args.work, f"an integer between 1 and {CALIB_MAX_WORK}")
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[-1] if args.cpu is None else args.cpu
     if cpu not in cpus:
-        return _refuse("--cpu", str(args.cpu), f"one of the CPUs this process may use: {cpus}")
+        return _refuse("cpu", args.cpu, f"one of the CPUs this process may use: {cpus}")
     ratios: dict[float, list[float]] = {p: [] for p in periods}
     bench_work(args.work, cpu=cpu)  # warm-up: the object, caches
-    for _ in tqdm(range(args.rounds), desc="rounds", file=sys.stderr):
+    for n in tqdm(range(args.rounds), desc="rounds", file=sys.stderr):
         for p in periods:
-            without = bench_work(args.work, rounds=BENCH_ROUNDS, cpu=cpu)
-            with StallProbe([cpu], period_us=p, report_us=p / 2, speed_steps=SPEED_STEPS):
-                with_probe = bench_work(args.work, rounds=BENCH_ROUNDS, cpu=cpu)
-            ratios[p].append(with_probe / without)
+            ratios[p].append(_pair(args.work, cpu, p, probe_first=n % 2 == 1))
     rows = [{"period_us": p, "ticks_per_s": 1e6 / p, "ratio_median": statistics.median(r),
              "ratio_min": min(r), "ratio_max": max(r), "ratios": r,
              "us_per_tick": (statistics.median(r) - 1) * p} for p, r in ratios.items()]

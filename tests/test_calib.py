@@ -261,7 +261,8 @@ def live() -> Live:
 
     prog-bench runs on the DUT core with the testbed's stall probe armed there as in trials: its
     ticks take some 20 µs each from whatever runs on the core (``bench/probe_cost.py``), so the live
-    costs include them, and without them the calibration read 8-15 % lower than the live trials."""
+    costs include them (with the 200 µs probe of before, a calibration without it read 8-15 % below
+    the live slopes, and the DUT cost slope left the 15 % band in CI)."""
     trials: dict[tuple[str, int], list[TrialResult]] = {(load, w): [] for load in LOADS for w in LIVE_WORKS}
     points: dict[int, list[float]] = {w: [] for w in WORKS}
     for rep in range(3):
