@@ -181,12 +181,10 @@ def probe_periods(run: RunData) -> set[float]:
 
 def caveats(current: RunData, baseline: RunData) -> list[str]:
     """What changed in how the runs measured (see module doc)."""
-    now, then = probe_periods(current), probe_periods(baseline)
+    now, then = (" and ".join(f"{p:g}" for p in sorted(probe_periods(r))) for r in (current, baseline))
     if not now or not then or now == then:
         return []
-    def fmt(periods: set[float]) -> str:
-        return " and ".join(f"{p:g}" for p in sorted(periods))
-    return [f"the stall probe ticked every {fmt(then)} µs in the baseline and every {fmt(now)} µs in this run: "
+    return [f"the stall probe ticked every {then} µs in the baseline and every {now} µs in this run: "
             "each tick takes ~20 µs of the DUT core on a VM (bench/probe_cost.py), so live figures move by "
             "several % with it, not with the DUT"]
 

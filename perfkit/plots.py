@@ -152,8 +152,7 @@ def _no_figure(rows: pd.DataFrame, goal: str) -> str:
     units = f"{len(rows)} unit" + ("s" if len(rows) > 1 else "")
     if goal == "max":
         return f"no max-rate figure: {units}, none measured"
-    limits = rows["limited_by"].value_counts() if "limited_by" in rows else pd.Series(dtype=int)
-    why = ", ".join(f"{n} by {lim}" for lim, n in limits.items())
+    why = ", ".join(f"{n} by {lim}" for lim, n in rows["limited_by"].value_counts().items())
     found = "its one unit found no rate" if len(rows) == 1 else f"none of the {units} found a rate"
     return (f"no {name} figure: {found} that passed"
             + (f"\n(limited {why}; see the search page)" if why else ""))
