@@ -336,6 +336,9 @@ def serve(inp: io.TextIOBase, out: io.TextIOBase) -> None:
             out.write(json.dumps(reply) + "\n")
             out.flush()
     finally:
+        # perfkit's death brings both EOF and SIGTERM (PR_SET_PDEATHSIG), in either order; a SIGTERM
+        # that lands mid-disconnect would abort it and leave the ports held. The alarm bounds it.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         bounded(worker.disconnect, DISCONNECT_SECONDS)  # releases the ports TRex gave this session
 
 
@@ -350,7 +353,7 @@ def bounded(fn: Callable[[], Any], seconds: int) -> None:
     signal.alarm(seconds)
     try:
         fn()
-    except BaseException as err:  # SystemExit of a second SIGTERM too: we are leaving anyway
+    except BaseException as err:  # we are leaving anyway
         print(f"perfkit TRex worker: disconnect: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
         signal.alarm(0)
