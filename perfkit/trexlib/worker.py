@@ -321,7 +321,20 @@ def die_with_parent() -> None:
         sys.exit(0)
 
 
+_leaving = False
+"""Set once the worker has stopped serving. perfkit's death brings both EOF on stdin and SIGTERM
+(PR_SET_PDEATHSIG), in either order; a SIGTERM that lands after EOF must not abort the disconnect
+and leave the ports held. The disconnect's alarm bounds the exit instead."""
+
+
+def on_sigterm(*_: Any) -> None:
+    """Leave by SystemExit, so serve()'s finally disconnects; ignored once it is disconnecting."""
+    if not _leaving:
+        sys.exit(143)
+
+
 def serve(inp: io.TextIOBase, out: io.TextIOBase) -> None:
+    global _leaving
     worker = Worker()
     try:
         for line in inp:
@@ -336,9 +349,7 @@ def serve(inp: io.TextIOBase, out: io.TextIOBase) -> None:
             out.write(json.dumps(reply) + "\n")
             out.flush()
     finally:
-        # perfkit's death brings both EOF and SIGTERM (PR_SET_PDEATHSIG), in either order; a SIGTERM
-        # that lands mid-disconnect would abort it and leave the ports held. The alarm bounds it.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _leaving = True  # first, before any point where Python runs a pending signal handler
         bounded(worker.disconnect, DISCONNECT_SECONDS)  # releases the ports TRex gave this session
 
 
@@ -362,7 +373,7 @@ def bounded(fn: Callable[[], Any], seconds: int) -> None:
 
 def main() -> None:
     die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so serve()'s finally disconnects
+    signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is perfkit's to handle; it closes us
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so whatever TRex or
     # scapy prints (even from C) cannot corrupt an answer.
