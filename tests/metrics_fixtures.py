@@ -85,10 +85,14 @@ def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stack
 
 @contextlib.contextmanager
 def burner(cpu: int) -> Iterator[subprocess.Popen]:
-    """A busy-loop process pinned to ``cpu``; killed on exit."""
+    """A busy-loop process pinned to ``cpu``, yielded once it has named itself (Python has started and
+    the loop is next); killed on exit."""
     proc = subprocess.Popen([sys.executable, "-c", _BURNER])
     try:
         os.sched_setaffinity(proc.pid, {cpu})
+        comm, deadline = Path(f"/proc/{proc.pid}/comm"), time.monotonic() + 30
+        while comm.read_text().strip() != BURNER_NAME and time.monotonic() < deadline:
+            time.sleep(0.01)
         yield proc
     finally:
         proc.kill()
