@@ -392,23 +392,28 @@ class BpfObject:
                        f"set_expected_attach_type({name})")
             _check(lib().bpf_object__load(self._obj), f"bpf_object__load({self.path}) (verifier log above)")
         except BaseException:
-            lib().bpf_object__close(self._obj)
-            self._obj = None
+            self.close()
             raise
 
     @classmethod
     def load(cls, path: str | Path, **kw: object) -> BpfObject:
         return cls(path, **kw)  # type: ignore[arg-type]
 
+    def _handle(self) -> int:
+        """The libbpf object; an error once closed (libbpf would dereference the NULL)."""
+        if not self._obj:
+            raise BpfError(f"{self.path.name} is closed", errno.EBADF)
+        return self._obj
+
     def _map_ptr(self, name: str) -> int:
-        p = lib().bpf_object__find_map_by_name(self._obj, name.encode())
+        p = lib().bpf_object__find_map_by_name(self._handle(), name.encode())
         if not p:
             raise BpfError(f"map {name!r} not in {self.path.name} (maps: {', '.join(self.map_names())})",
                            errno.ENOENT)
         return p
 
     def _prog_ptr(self, name: str) -> int:
-        p = lib().bpf_object__find_program_by_name(self._obj, name.encode())
+        p = lib().bpf_object__find_program_by_name(self._handle(), name.encode())
         if not p:
             raise BpfError(f"program {name!r} not in {self.path.name}", errno.ENOENT)
         return p
@@ -416,7 +421,7 @@ class BpfObject:
     def map_names(self) -> list[str]:
         names, p = [], None
         while True:
-            p = lib().bpf_object__next_map(self._obj, p)
+            p = lib().bpf_object__next_map(self._handle(), p)
             if not p:
                 return names
             names.append(lib().bpf_map__name(p).decode())
@@ -424,7 +429,7 @@ class BpfObject:
     def program_names(self) -> list[str]:
         names, p = [], None
         while True:
-            p = lib().bpf_object__next_program(self._obj, p)
+            p = lib().bpf_object__next_program(self._handle(), p)
             if not p:
                 return names
             names.append(lib().bpf_program__name(p).decode())
@@ -448,12 +453,15 @@ class BpfObject:
         self._links.append(link)
 
     def close(self) -> None:
-        for link in getattr(self, "_links", []):
-            lib().bpf_link__destroy(link)
-        self._links = []
-        if self._obj:
-            lib().bpf_object__close(self._obj)
-            self._obj = None
+        # Each pointer is dropped before it is freed: Ctrl-C or SIGTERM raise between any two calls,
+        # and a pointer freed but still held would be freed again by the next close or __del__ (a
+        # double free, seen as a SIGSEGV at exit). An interrupt can at worst leak one; exit frees it.
+        links = getattr(self, "_links", [])
+        while links:
+            lib().bpf_link__destroy(links.pop())
+        obj, self._obj = getattr(self, "_obj", None), None
+        if obj:
+            lib().bpf_object__close(obj)
 
     def __enter__(self) -> BpfObject:
         return self
@@ -496,9 +504,9 @@ class RingBuffer:
         return out
 
     def close(self) -> None:
-        if self._rb:
-            lib().ring_buffer__free(self._rb)
-            self._rb = None
+        rb, self._rb = self._rb, None  # dropped before it is freed: see BpfObject.close
+        if rb:
+            lib().ring_buffer__free(rb)
 
 
 class BpfStats:
@@ -512,9 +520,9 @@ class BpfStats:
         self.fd = _check(lib().bpf_enable_stats(BPF_STATS_RUN_TIME), "bpf_enable_stats")
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd, self.fd = self.fd, -1  # dropped first: closed twice, the number may be another file's
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> BpfStats:
         return self

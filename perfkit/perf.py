@@ -674,13 +674,14 @@ class PerfRecorder:
             return "no output"
 
     def _cleanup(self) -> None:
-        for fd in (self._ctl, self._ack):
+        # dropped before closed: after an interrupt, a second close could hit another file's number
+        fds, self._ctl, self._ack = (self._ctl, self._ack), None, None
+        for fd in fds:
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._ctl = self._ack = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
