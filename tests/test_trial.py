@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -257,3 +258,43 @@ def test_jumbo_frames_of_3024_bytes_both_ways():
             r = g.measure(10_000, 5.0, packets=500)
         assert all_through(r, 500) and r.mismatched_packets == 0
         assert r.wire_frame_size == (3060 if direction == "ul" else 3024)
+
+
+def test_an_interrupted_send_leaves_no_thread_sending(ul_gen):
+    """Ctrl-C or SIGTERM (an exception in the main thread) at any moment of a send, also while its
+    threads start or wait at their barrier: once ``send`` raises, no thread runs the generator's
+    program (its caller then closes it: a thread still running it would crash the process), and
+    every sending thread ends (one left waiting at the barrier would keep the process alive)."""
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    def signal_after(delay: float) -> None:
+        time.sleep(delay)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def senders_alive() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("perfkit-gen-") and t.is_alive()]
+
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    interrupted = 0
+    try:
+        for i in range(40):  # 0 to 2 ms into a 50 ms send: set-up, thread start, barrier, sending
+            killer = threading.Thread(target=signal_after, args=(i * 5e-5,))
+            try:
+                killer.start()
+                ul_gen.gen.send(100_000, 0.05)
+            except KeyboardInterrupt:
+                interrupted += 1
+            sent = ul_gen.gen.counters()[0]
+            killer.join()
+            # polled, not joined: a thread whose start the interrupt cut short cannot be joined (and one
+            # cut short before it began never runs)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and senders_alive():
+                time.sleep(0.01)
+            assert senders_alive() == []
+            time.sleep(0.02)  # time for a thread left sending to show in the count
+            assert ul_gen.gen.counters()[0] == sent
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert interrupted == 40

@@ -22,6 +22,7 @@ each of those changes waits for an RCU grace period (~100 ms per call, measured 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -139,6 +140,51 @@ class SendReport:
     """Sending time [s]: paced, the program's first to last frame plus one gap; else the calls' span."""
 
 
+class Sending:
+    """What one ``send`` and its threads share.
+
+    Python runs signal handlers (Ctrl-C, SIGTERM) in the main thread between any two calls, also
+    inside ``Thread.start`` and ``Thread.join``. CPython 3.11's ``join`` can then even mark a live
+    thread as ended (bpo-45274). So ``send`` never joins: each thread says when it starts sending
+    (``go``) and when it has ended (``ended``), and ``stop`` waits for exactly the threads that send.
+    A thread that has not passed the barrier never sends once ``stop`` has aborted it.
+    """
+
+    def __init__(self, n: int):
+        self.barrier = threading.Barrier(n + 1)
+        self.stopping = threading.Event()
+        self.ended = [threading.Event() for _ in range(n)]
+        self.results: list[tuple[int, float, float] | None] = [None] * n
+        """Per thread: (runs asked of the program, start and end [s, monotonic])."""
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._sending: set[int] = set()
+
+    def go(self, idx: int) -> bool:
+        """Thread ``idx``, past the barrier: may it send? Not once ``stop`` has begun."""
+        with self._lock:
+            if not self._stopped:
+                self._sending.add(idx)
+            return not self._stopped
+
+    def stop(self) -> None:
+        """Stop the threads; return once none of them runs the program (each stops within one chunk).
+        A second Ctrl-C or SIGTERM does not cut this short: the caller closes the program next."""
+        while True:
+            try:
+                self.stopping.set()
+                self.barrier.abort()
+                with self._lock:
+                    self._stopped = True
+                    sending = sorted(self._sending)
+                for idx in sending:
+                    self.ended[idx].wait()
+                return
+            except (KeyboardInterrupt, SystemExit):
+                continue
+
+
 class LiveGenerator:
     """The generator program for one traffic profile, sending from ``tx`` on ``cores``."""
 
@@ -165,7 +211,6 @@ class LiveGenerator:
         with netns.inside(anchor.ns):
             xdp_attach(anchor.ifindex, self.program.fd)
         self.trivial = trivial
-        self._stop = threading.Event()
 
     # -- per-thread state ------------------------------------------------------------------------
     def reset(self) -> None:
@@ -210,34 +255,25 @@ class LiveGenerator:
             raise ConfigError("rate", rate_pps, "none: the trivial generator only sends as fast as it can")
         quotas = self._arm(rate_pps, duration, packets)
         n = len(self.cores)
-        results: list[tuple[int, float, float] | None] = [None] * n
-        errors: list[BaseException] = []
-        barrier = threading.Barrier(n + 1)
-        self._stop.clear()
+        run = Sending(n)
         threads = [threading.Thread(target=self._worker, name=f"perfkit-gen-{c}",
                                     args=(c, bool(rate_pps), duration,
-                                          quotas[i] if packets is not None or rate_pps else None,
-                                          barrier, results, i, errors))
+                                          quotas[i] if packets is not None or rate_pps else None, run, i))
                    for i, c in enumerate(self.cores)]
-        for t in threads:
-            t.start()
-        start_wall = time.time()
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            pass
         try:
             for t in threads:
-                while t.is_alive():
-                    t.join(0.1)
-        except BaseException:
-            self._stop.set()
-            for t in threads:
-                t.join()
+                t.start()
+            start_wall = time.time()
+            with contextlib.suppress(threading.BrokenBarrierError):
+                run.barrier.wait()
+            for ended in run.ended:
+                ended.wait()
+        except BaseException:  # Ctrl-C or SIGTERM, at any point: no thread may go on sending
+            run.stop()
             raise
-        if errors:
-            raise errors[0]
-        done = [r for r in results if r]
+        if run.errors:
+            raise run.errors[0]
+        done = [r for r in run.results if r]
         elapsed = max(r[2] for r in done) - min(r[1] for r in done)
         if rate_pps and not self.trivial:
             # the program's own clock: first frame to last frame, plus one inter-frame gap
@@ -247,8 +283,7 @@ class LiveGenerator:
         intended = packets if packets is not None else round((rate_pps or 0) * duration)
         return SendReport(intended=intended, requested=sum(r[0] for r in done), start=start_wall, elapsed=elapsed)
 
-    def _worker(self, cpu: int, paced: bool, duration: float, quota: int | None,
-                barrier: threading.Barrier, results: list, idx: int, errors: list) -> None:
+    def _worker(self, cpu: int, paced: bool, duration: float, quota: int | None, run: Sending, idx: int) -> None:
         try:
             os.sched_setaffinity(0, {cpu})
             # like a DPDK generator on an isolated core: the highest normal priority, so other
@@ -262,9 +297,11 @@ class LiveGenerator:
                 ctxs = [XdpMd(0, len(self.frame), 0, ifindex, 0, 0) for ifindex in self.anchor_ifindexes]
                 calls = 0
                 batch = self.batch_size or (PACED_BATCH if paced else UNPACED_BATCH)
-                barrier.wait()
+                run.barrier.wait()
+                if not run.go(idx):
+                    return
                 runs, t0 = 0, time.monotonic()
-                while quota != 0 and not self._stop.is_set():  # quota 0: this thread's share is none
+                while quota != 0 and not run.stopping.is_set():  # quota 0: this thread's share is none
                     if paced:
                         k = PACED_RUNS
                         state = self._states()[cpu] if runs else None
@@ -279,11 +316,14 @@ class LiveGenerator:
                     calls += 1
                     self.program.run_live(self.frame, k, ctxs[calls % 2], batch)
                     runs += k
-                results[idx] = (runs, t0, time.monotonic())
+                run.results[idx] = (runs, t0, time.monotonic())
             os.setpriority(os.PRIO_PROCESS, tid, old_nice)
         except BaseException as err:  # surfaced by send()
-            errors.append(err if isinstance(err, PerfkitError) else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
-            barrier.abort()
+            run.errors.append(err if isinstance(err, PerfkitError)
+                              else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
+            run.barrier.abort()
+        finally:
+            run.ended[idx].set()
 
     @property
     def wire_frame_size(self) -> int:
