@@ -22,7 +22,7 @@ each of those changes waits for an RCU grace period (~100 ms per call, measured 
 """
 from __future__ import annotations
 
-import contextlib
+import _thread
 import ctypes
 import os
 import struct
@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from perfkit.testbed import netns
 from perfkit.testbed.bpfbuild import specialised
@@ -59,6 +60,8 @@ LATE_STOP = 0.1
 PACED_BATCH, UNPACED_BATCH = 64, 256
 #: Nice value of generator threads while they send.
 GEN_NICE = -20
+#: Seconds between looks at the flags ``send`` and its threads share (see ``Sending``).
+POLL_S = 0.0005
 #: 16.16 fixed point, as gen_state.interval.
 FP_ONE = 1 << 16
 _OPS = {"inc": GenOp.GEN_OP_INC, "dec": GenOp.GEN_OP_DEC, "random": GenOp.GEN_OP_RANDOM}
@@ -141,45 +144,54 @@ class SendReport:
 
 
 class Sending:
-    """What one ``send`` and its threads share.
+    """What one ``send`` and its threads share: plain flags, no locks.
 
     Python runs signal handlers (Ctrl-C, SIGTERM) in the main thread between any two calls, also
-    inside ``Thread.start`` and ``Thread.join``. CPython 3.11's ``join`` can then even mark a live
-    thread as ended (bpo-45274). So ``send`` never joins: each thread says when it starts sending
-    (``go``) and when it has ended (``ended``), and ``stop`` waits for exactly the threads that send.
-    A thread that has not passed the barrier never sends once ``stop`` has aborted it.
+    inside ``threading``'s own Python code: an interrupt there can leave a Condition's lock held
+    (``Barrier``, ``Event``, ``Thread.start``) or, in CPython 3.11's ``Thread.join``, mark a live
+    thread as ended (gh-90882). So ``send`` takes no lock and joins nothing: its threads are started
+    with ``_thread``, and each step is a store or a sleep, done or not begun. A thread sets
+    ``sending`` before it reads ``stopped``; ``stop`` sets ``stopped`` before it reads ``sending``
+    (the GIL orders them): the thread either sees the stop and does not send, or ``stop`` sees it
+    send and waits until it has ``ended``.
     """
 
     def __init__(self, n: int):
-        self.barrier = threading.Barrier(n + 1)
-        self.stopping = threading.Event()
-        self.ended = [threading.Event() for _ in range(n)]
+        self.ready = [False] * n
+        """Per thread: set up (CPU, priority, namespace), waiting for ``go``."""
+        self.go = False
+        self.stopped = False
+        self.sending = [False] * n
+        self.ended = [False] * n
         self.results: list[tuple[int, float, float] | None] = [None] * n
-        """Per thread: (runs asked of the program, start and end [s, monotonic])."""
+        """Per thread: (runs asked of the program, first and last call [s, monotonic])."""
         self.errors: list[BaseException] = []
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._sending: set[int] = set()
 
-    def go(self, idx: int) -> bool:
-        """Thread ``idx``, past the barrier: may it send? Not once ``stop`` has begun."""
-        with self._lock:
-            if not self._stopped:
-                self._sending.add(idx)
-            return not self._stopped
+    @staticmethod
+    def wait(done: Callable[[], bool]) -> None:
+        while not done():
+            time.sleep(POLL_S)
+
+    def may_send(self, idx: int) -> bool:
+        """Thread ``idx``, set up: wait for ``go``; then, may it send? Not once ``stop`` has begun."""
+        self.ready[idx] = True
+        self.wait(lambda: self.go or self.stopped)
+        self.sending[idx] = True
+        return not self.stopped
+
+    def fail(self, err: BaseException) -> None:
+        """A thread's error: the others do not send, and ``send`` raises it."""
+        self.errors.append(err)
+        self.stopped = True
 
     def stop(self) -> None:
-        """Stop the threads; return once none of them runs the program (each stops within one chunk).
-        A second Ctrl-C or SIGTERM does not cut this short: the caller closes the program next."""
+        """Stop the threads; return once none of them runs the program (each stops within one chunk),
+        since the caller closes it next. A thread not yet sending never will. A second interrupt
+        whose handler raises again can still cut the wait short (perfkit's own raise only once)."""
+        self.stopped = True
         while True:
             try:
-                self.stopping.set()
-                self.barrier.abort()
-                with self._lock:
-                    self._stopped = True
-                    sending = sorted(self._sending)
-                for idx in sending:
-                    self.ended[idx].wait()
+                self.wait(lambda: not any(s and not e for s, e in zip(self.sending, self.ended)))
                 return
             except (KeyboardInterrupt, SystemExit):
                 continue
@@ -256,18 +268,15 @@ class LiveGenerator:
         quotas = self._arm(rate_pps, duration, packets)
         n = len(self.cores)
         run = Sending(n)
-        threads = [threading.Thread(target=self._worker, name=f"perfkit-gen-{c}",
-                                    args=(c, bool(rate_pps), duration,
-                                          quotas[i] if packets is not None or rate_pps else None, run, i))
-                   for i, c in enumerate(self.cores)]
         try:
-            for t in threads:
-                t.start()
+            for i, c in enumerate(self.cores):
+                _thread.start_new_thread(self._worker, (c, bool(rate_pps), duration,
+                                                        quotas[i] if packets is not None or rate_pps else None,
+                                                        run, i))
+            run.wait(lambda: all(r or e for r, e in zip(run.ready, run.ended)))
             start_wall = time.time()
-            with contextlib.suppress(threading.BrokenBarrierError):
-                run.barrier.wait()
-            for ended in run.ended:
-                ended.wait()
+            run.go = True
+            run.wait(lambda: all(run.ended))
         except BaseException:  # Ctrl-C or SIGTERM, at any point: no thread may go on sending
             run.stop()
             raise
@@ -297,11 +306,10 @@ class LiveGenerator:
                 ctxs = [XdpMd(0, len(self.frame), 0, ifindex, 0, 0) for ifindex in self.anchor_ifindexes]
                 calls = 0
                 batch = self.batch_size or (PACED_BATCH if paced else UNPACED_BATCH)
-                run.barrier.wait()
-                if not run.go(idx):
+                if not run.may_send(idx):
                     return
                 runs, t0 = 0, time.monotonic()
-                while quota != 0 and not run.stopping.is_set():  # quota 0: this thread's share is none
+                while quota != 0 and not run.stopped:  # quota 0: this thread's share is none
                     if paced:
                         k = PACED_RUNS
                         state = self._states()[cpu] if runs else None
@@ -318,12 +326,10 @@ class LiveGenerator:
                     runs += k
                 run.results[idx] = (runs, t0, time.monotonic())
             os.setpriority(os.PRIO_PROCESS, tid, old_nice)
-        except BaseException as err:  # surfaced by send()
-            run.errors.append(err if isinstance(err, PerfkitError)
-                              else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
-            run.barrier.abort()
+        except BaseException as err:  # noqa: BLE001 - surfaced by send()
+            run.fail(err if isinstance(err, PerfkitError) else PerfkitError(f"generator thread on cpu {cpu}: {err}"))
         finally:
-            run.ended[idx].set()
+            run.ended[idx] = True
 
     @property
     def wire_frame_size(self) -> int:
