@@ -271,9 +271,17 @@ class Worker:
         return jsonable(out)
 
     def disconnect(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
+        """Release the ports and disconnect. The client is kept if SIGTERM cuts this short, so that
+        serve()'s exit disconnects again; an error ends the session all the same."""
+        client = self.client
+        if client is None:
+            return
+        try:
             client.disconnect()
+        except Exception:
+            self.client = None
+            raise
+        self.client = None
 
     def session(self) -> Any:
         if self.client is None:
