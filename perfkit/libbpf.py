@@ -455,7 +455,8 @@ class BpfObject:
     def close(self) -> None:
         # Each pointer is dropped before it is freed: Ctrl-C or SIGTERM raise between any two calls,
         # and a pointer freed but still held would be freed again by the next close or __del__ (a
-        # double free, seen as a SIGSEGV at exit). An interrupt can at worst leak one; exit frees it.
+        # double free, seen as a SIGSEGV at exit). An interrupt can at worst leak one until the
+        # process exits (a leaked tracing link goes on running its program until then).
         links = getattr(self, "_links", [])
         while links:
             lib().bpf_link__destroy(links.pop())
@@ -499,6 +500,8 @@ class RingBuffer:
             raise BpfError(f"ring_buffer__new({m.name})", ctypes.get_errno() or errno.EINVAL)
 
     def drain(self) -> list[bytes]:
+        if not self._rb:  # libbpf would dereference the NULL
+            raise BpfError("ring_buffer__consume: the ring buffer is closed", errno.EBADF)
         _check(lib().ring_buffer__consume(self._rb), "ring_buffer__consume")
         out, self._records = self._records, []
         return out

@@ -221,6 +221,9 @@ def anchor_peer(anchor: Port) -> str:
 
 
 def _raise_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM as SystemExit, once: a second SIGTERM during the clean-up the first one started is
+    ignored rather than cutting it short (``down`` restores the default; SIGKILL still ends us)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
 
 
