@@ -60,8 +60,10 @@ LATE_STOP = 0.1
 PACED_BATCH, UNPACED_BATCH = 64, 256
 #: Nice value of generator threads while they send.
 GEN_NICE = -20
-#: Seconds between looks at the flags ``send`` and its threads share (see ``Sending``).
-POLL_S = 0.0005
+#: Seconds between looks at the flags ``send`` and its threads share (see ``Sending``) while the
+#: threads get ready, and while they send: ``send``'s own thread may run on a DUT core, and 2000
+#: wake-ups a second would take its time (a timer tick costs ~20 µs on a KVM guest: bench/probe_cost.py).
+POLL_S, SENDING_POLL_S = 0.0005, 0.01
 #: 16.16 fixed point, as gen_state.interval.
 FP_ONE = 1 << 16
 _OPS = {"inc": GenOp.GEN_OP_INC, "dec": GenOp.GEN_OP_DEC, "random": GenOp.GEN_OP_RANDOM}
@@ -168,9 +170,9 @@ class Sending:
         self.errors: list[BaseException] = []
 
     @staticmethod
-    def wait(done: Callable[[], bool]) -> None:
+    def wait(done: Callable[[], bool], every: float = POLL_S) -> None:
         while not done():
-            time.sleep(POLL_S)
+            time.sleep(every)
 
     def may_send(self, idx: int) -> bool:
         """Thread ``idx``, set up: wait for ``go``; then, may it send? Not once ``stop`` has begun."""
@@ -191,7 +193,7 @@ class Sending:
         self.stopped = True
         while True:
             try:
-                self.wait(lambda: not any(s and not e for s, e in zip(self.sending, self.ended)))
+                self.wait(lambda: not any(s and not e for s, e in zip(self.sending, self.ended)), SENDING_POLL_S)
                 return
             except (KeyboardInterrupt, SystemExit):
                 continue
@@ -276,7 +278,7 @@ class LiveGenerator:
             run.wait(lambda: all(r or e for r, e in zip(run.ready, run.ended)))
             start_wall = time.time()
             run.go = True
-            run.wait(lambda: all(run.ended))
+            run.wait(lambda: all(run.ended), SENDING_POLL_S)
         except BaseException:  # Ctrl-C or SIGTERM, at any point: no thread may go on sending
             run.stop()
             raise
