@@ -5,10 +5,10 @@ returns ``-errno`` (or NULL with ``errno`` set), which is what ``_check`` relies
 
 Typical use::
 
-    with BpfObject.load("build/bpf/pgwu.o") as obj:
-        sessions = obj.map("ul_sessions")
-        sessions.update(key_bytes, value_bytes)
-        res = obj.program("xdp_pgwu").test_run(packet)
+    with BpfObject.load("build/bpf/sink.o") as obj:
+        config = obj.map("sink_config")
+        config.update(key_bytes, value_bytes)
+        res = obj.program("xdp_sink").test_run(packet)
         print(res.retval, res.data_out)
 """
 from __future__ import annotations

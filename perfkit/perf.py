@@ -15,7 +15,7 @@ How it records:
   the trial and nothing of perf's start-up or shut-down.
 - Call graphs: kernel stacks are unwound by the kernel itself (ORC on x86-64); it follows JIT-compiled
   BPF programs through their frame pointers, so a stack reads ``napi_threaded_poll;...;veth_xdp_rcv_one;
-  bpf_prog_<tag>_xdp_pgwu;__htab_map_lookup_elem``. ``call_graph`` chooses what happens to *user*
+  bpf_prog_<tag>_xdp_sink;bpf_ringbuf_reserve``. ``call_graph`` chooses what happens to *user*
   stacks, which the DUT's packet path does not have: ``kernel`` (the default) records none (a
   user-space sample is its process and the function it was in), ``fp`` walks them by frame pointers,
   ``dwarf`` copies 8 KiB of user stack per sample. Other tasks on the DUT cores (a Python process of
@@ -167,7 +167,7 @@ class SymbolShare:
     """One function's part of the samples (all samples of the recorded CPUs, idle included)."""
 
     symbol: str
-    """Function name without perf's annotation: ``veth_poll``, ``bpf_prog_<tag>_xdp_pgwu``."""
+    """Function name without perf's annotation: ``veth_poll``, ``bpf_prog_<tag>_xdp_sink``."""
     kind: str
     """``bpf`` (a BPF program), ``kernel`` or ``other`` (user space, unknown)."""
     self_samples: int
@@ -260,7 +260,7 @@ def strip_annotation(frame: str) -> str:
 
 
 def bpf_program_name(symbol: str) -> str | None:
-    """``xdp_pgwu`` for ``bpf_prog_55de28cda8ea9ac6_xdp_pgwu``; None for anything else."""
+    """``xdp_sink`` for ``bpf_prog_55de28cda8ea9ac6_xdp_sink``; None for anything else."""
     m = _BPF_RE.match(strip_annotation(symbol))
     return m.group("name") if m else None
 
