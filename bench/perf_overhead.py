@@ -14,8 +14,12 @@ in the time of the thread it interrupts (without ``CONFIG_IRQ_TIME_ACCOUNTING``)
 ``dut_ns_per_packet``; at the maximum rate (the default) also as fewer packets when the DUT is the
 bottleneck. The perf process itself (reading the ring buffer) runs on the tester cores.
 
+Every run is recorded (``perfkit.benchresults``: ``bench/results/perf_overhead.jsonl`` with the date
+and host, a dated line in ``bench/RESULTS.md``) unless ``--no-record``: the report's perf page
+quotes the latest. Run it under the testbed lock.
+
     .venv/bin/python bench/perf_overhead.py [--rate 0.3Mpps] [--frequencies 999,4999] [--rounds 6]
-        [--duration 2] [--direction ul] [--frame-size 64] [--json]
+        [--duration 2] [--direction ul] [--frame-size 64] [--json] [--no-record]
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
 
+from perfkit import benchresults  # noqa: E402
 from perfkit.generators import create  # noqa: E402
 from perfkit.perf import PerfRecorder  # noqa: E402
 from perfkit.rate import Rate  # noqa: E402
@@ -70,6 +75,18 @@ def median(values: list) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _summary(scenario: str, rate: float | None, args: argparse.Namespace,
+             ratios: dict[str, dict[str, list[float] | None]]) -> str:
+    """The headline of a run, for bench/RESULTS.md: per arm, the paired ratios' median [quartiles]."""
+    def q(x: list[float] | None) -> str:
+        return "-" if x is None else f"{x[1]:.3f} [{x[0]:.3f}, {x[2]:.3f}]"
+
+    what = f"{rate / 1e6:.3f} Mpps" if rate else "max rate"
+    arms = "; ".join(f"{arm}: DUT ns/packet {q(r['dut_ns_per_packet'])}, rx {q(r['rx_mpps'])}"
+                     for arm, r in ratios.items())
+    return f"{scenario} at {what}, {args.rounds} rounds of {args.duration:g} s, with perf / without: {arms}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", default=None,
@@ -81,6 +98,8 @@ def main() -> int:
     ap.add_argument("--frame-size", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1, help="seed of the order within rounds")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-record", action="store_true",
+                    help="do not add this run to bench/results/perf_overhead.jsonl and bench/RESULTS.md")
     args = ap.parse_args()
     sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
     rate = Rate.parse(args.rate, sc.line_rate).pps(sc.traffic().wire_frame_size) if args.rate else None
@@ -105,11 +124,14 @@ def main() -> int:
                for a in arms}
     ratios = {f"{a} Hz": {k: quartiles([_ratio(w[k], b[k]) for w, b in zip(rows[a], rows[None])]) for k in RATIOS}
               for a in arms if a is not None}
+    figures = {"scenario": sc.key, "rate_pps": rate, "duration": args.duration, "rounds": args.rounds,
+               "dut_cores": dut, "tester_cores": tester, "median": summary, "paired_ratio_quartiles": ratios,
+               "trials": {("without" if a is None else f"{a} Hz"): rows[a] for a in arms}}
+    if not args.no_record:
+        rec = benchresults.record("perf_overhead", figures, _summary(sc.key, rate, args, ratios), sys.argv)
+        print(f"recorded in {benchresults.results_file('perf_overhead')} ({rec.date})", file=sys.stderr)
     if args.json:
-        json.dump({"scenario": sc.key, "rate_pps": rate, "duration": args.duration, "rounds": args.rounds,
-                   "dut_cores": dut, "tester_cores": tester, "median": summary, "paired_ratio_quartiles": ratios,
-                   "trials": {("without" if a is None else f"{a} Hz"): rows[a] for a in arms}},
-                  sys.stdout, indent=2)
+        json.dump(figures, sys.stdout, indent=2)
         print()
         return 0
     what = f"at {rate / 1e6:.3f} Mpps" if rate else "as fast as the generator sends"

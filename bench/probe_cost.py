@@ -10,8 +10,12 @@ factor by which the probe slows the work; ``(ratio - 1) x period`` is the CPU ti
 (with the speed probe's share: ~11 µs every ``SPEED_PERIOD_US``). The probe runs as in trials
 (``TRIAL_REPORT_US``, ``SPEED_STEPS``); the order within a pair alternates from round to round.
 
+Every run is recorded (``perfkit.benchresults``: ``bench/results/probe_cost.jsonl`` with the date and
+host, a dated line in ``bench/RESULTS.md``) unless ``--no-record``: ``perfkit compare`` quotes the
+latest when two runs' probes ticked at different periods. Run it under the testbed lock.
+
     .venv/bin/python bench/probe_cost.py [--periods 200,500,1000,1600] [--rounds 15] [--work 400] [--cpu N]
-        [--json]
+        [--json] [--no-record]
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
 
+from perfkit import benchresults  # noqa: E402
 from perfkit.dataplanes.calib import bench_work  # noqa: E402
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK  # noqa: E402
 from perfkit.errors import ConfigError  # noqa: E402
@@ -73,6 +78,8 @@ def main() -> int:
     ap.add_argument("--work", type=int, default=400, help="the calibrated DUT's work iterations per packet")
     ap.add_argument("--cpu", type=int, default=None, help="CPU to bench on (default: the last this process may use)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-record", action="store_true",
+                    help="do not add this run to bench/results/probe_cost.jsonl and bench/RESULTS.md")
     args = ap.parse_args()
     periods = _periods(args.periods)
     if periods is None:
@@ -93,9 +100,17 @@ def main() -> int:
     rows = [{"period_us": p, "ticks_per_s": 1e6 / p, "ratio_median": statistics.median(r),
              "ratio_min": min(r), "ratio_max": max(r), "ratios": r,
              "us_per_tick": (statistics.median(r) - 1) * p} for p, r in ratios.items()]
+    figures = {"cpu": cpu, "work_iterations": args.work, "rounds": args.rounds, "trial_period_us": TRIAL_PERIOD_US,
+               "periods": rows}
+    if not args.no_record:
+        summary = "; ".join(f"{r['period_us']:g} µs: {100 * (r['ratio_median'] - 1):+.1f} % "
+                            f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}], {r['us_per_tick']:.1f} µs per tick"
+                            for r in rows)
+        rec = benchresults.record("probe_cost", figures, f"calib N = {args.work}, {args.rounds} rounds; {summary}",
+                                  sys.argv)
+        print(f"recorded in {benchresults.results_file('probe_cost')} ({rec.date})", file=sys.stderr)
     if args.json:
-        json.dump({"cpu": cpu, "work_iterations": args.work, "rounds": args.rounds, "trial_period_us": TRIAL_PERIOD_US,
-                   "periods": rows}, sys.stdout, indent=2)
+        json.dump(figures, sys.stdout, indent=2)
         print()
         return 0
     print(f"calib N = {args.work} on CPU {cpu}, {args.rounds} rounds; prog-bench net ns per packet with the probe "

@@ -14,9 +14,10 @@ baseline has and the current run lacks is ``missing`` (the other way round ``new
 found a throughput in the baseline but none now (loss even at the minimum rate) is a regression.
 
 Caveats: what changed in how the two runs measured, so that a change may be the testbed's, not the
-DUT's. The stall probe's timer period (``stalls.TRIAL_PERIOD_US``): each tick takes ~20 µs of the
-DUT core on a KVM guest, so live figures move by several % with the period (200 µs before
-2026-11-26, 500 µs since: +5 % for a CPU-bound DUT).
+DUT's. The stall probe's timer period (``stalls.TRIAL_PERIOD_US``; trials stored before it was
+recorded ticked every ``LEGACY_PROBE_PERIOD_US``): each tick takes time of the DUT core, so live
+figures move with the period. How much is quoted from the latest run of ``bench/probe_cost.py`` on
+record (``perfkit.benchresults``), with its date and host, or the caveat says it was not measured.
 
 Change detection over a *series* of runs (E-divisive, as apache-otava and MongoDB's
 signal-processing-algorithms do) was considered: apache-otava 0.8 pins numpy==2.2.0 and scipy<1.17
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from perfkit.analysis import RunData, throughput_table
+from perfkit.benchresults import probe_tick_cost
 from perfkit.errors import ConfigError
 
 KEY = ["scenario_key", "label", "goal"]
@@ -181,12 +183,13 @@ def probe_periods(run: RunData) -> set[float]:
 
 def caveats(current: RunData, baseline: RunData) -> list[str]:
     """What changed in how the runs measured (see module doc)."""
-    now, then = (" and ".join(f"{p:g}" for p in sorted(probe_periods(r))) for r in (current, baseline))
+    periods = [probe_periods(r) for r in (current, baseline)]
+    now, then = (" and ".join(f"{p:g}" for p in sorted(ps)) for ps in periods)
     if not now or not then or now == then:
         return []
-    return [f"the stall probe ticked every {then} µs in the baseline and every {now} µs in this run: "
-            "each tick takes ~20 µs of the DUT core on a VM (bench/probe_cost.py), so live figures move by "
-            "several % with it, not with the DUT"]
+    return [f"the stall probe ticked every {then} µs in the baseline and every {now} µs in this run: each tick "
+            f"takes time of the DUT core, so live figures move with the period, not with the DUT; "
+            f"{probe_tick_cost(periods[0] | periods[1])}"]
 
 
 def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0) -> Comparison:

@@ -135,8 +135,8 @@ def _with_probe(run: analysis.RunData, period_us: float | None) -> analysis.RunD
 
 
 def test_runs_whose_stall_probes_ticked_at_different_periods_carry_a_caveat(runs):
-    """The probe's ticks take ~20 µs each from the DUT core: a baseline measured with the 200 µs probe
-    (before the period was recorded) and a run with the 500 µs one differ by the probe, not the DUT."""
+    """The probe's ticks take time of the DUT core: a baseline measured with the 200 µs probe (before
+    the period was recorded) and a run with the 500 µs one differ by the probe, not the DUT."""
     old, new = _with_probe(runs["base"], None), _with_probe(runs["slightly"], 500.0)
     cmp = compare.compare_runs(new, old)
     assert len(cmp.caveats) == 1
@@ -146,6 +146,24 @@ def test_runs_whose_stall_probes_ticked_at_different_periods_carry_a_caveat(runs
     assert f"caveat: {cmp.caveats[0]}" in cmp.to_text() and cmp.to_dict()["caveats"] == cmp.caveats
     assert compare.compare_runs(new, _with_probe(runs["base"], 500.0)).caveats == []
     assert compare.compare_runs(runs["slightly"], runs["base"]).caveats == []  # simulated: no probe at all
+
+
+def test_the_caveat_quotes_the_probe_cost_on_record_with_date_and_host_or_says_it_is_not(runs, tmp_path, monkeypatch):
+    """How much a tick costs is no fixed text: the latest bench/probe_cost.py run on record, dated,
+    with its host; without one the caveat says so and shows no cost."""
+    from perfkit import benchresults
+
+    monkeypatch.setenv("PERFKIT_BENCH_RESULTS", str(tmp_path / "results"))
+    old, new = _with_probe(runs["base"], None), _with_probe(runs["slightly"], 500.0)
+    bare = compare.compare_runs(new, old).caveats[0]
+    assert "bench/probe_cost.py` has not been run on record" in bare and "µs per tick" not in bare
+    figures = {"rounds": 7, "periods": [{"period_us": 200.0, "ratio_median": 1.123, "us_per_tick": 24.6},
+                                        {"period_us": 500.0, "ratio_median": 1.041, "us_per_tick": 20.5}]}
+    rec = benchresults.record("probe_cost", figures, "s", ["bench/probe_cost.py"])
+    caveat = compare.compare_runs(new, old).caveats[0]
+    assert ("slowed work on the probed CPU by 12.3 % at 200 µs (24.6 µs per tick) and 4.1 % at 500 µs "
+            "(20.5 µs per tick), median of 7 paired rounds") in caveat
+    assert rec.date in caveat and rec.host.describe() in caveat
 
 
 def test_cli_exit_status_is_1_on_regression(runs, capsys):
