@@ -133,7 +133,7 @@ def record(bench: str, figures: dict[str, Any], summary: str, argv: Sequence[str
                       figures=json.loads(json.dumps(figures)))   # plain JSON types, as a reader gets them
     path = results_file(bench)
     path.parent.mkdir(parents=True, exist_ok=True)
-    durable.append_line(path, (json.dumps(rec.to_dict(), sort_keys=True) + "\n").encode(), point="bench.record")
+    durable.append_line(path, (json.dumps(rec.to_dict()) + "\n").encode(), point="bench.record")
     md = results_md()
     if not md.exists():
         durable.atomic_write(md, RESULTS_MD_HEADER.encode(), point="bench.results_md")
@@ -185,6 +185,14 @@ def _quartile_text(q: Sequence[float] | None) -> str:
     return "not measured" if q is None else f"median {q[1]:.2f}, quartiles {q[0]:.2f}-{q[2]:.2f}"
 
 
+def _hz(arm: str) -> float:
+    """The sampling frequency of an arm named ``999 Hz`` [Hz] (unparsable names last)."""
+    try:
+        return float(arm.split()[0])
+    except (ValueError, IndexError):
+        return float("inf")
+
+
 def perf_overhead_text() -> str:
     """What ``perf record`` of the DUT cores cost a trial (the latest ``perf_overhead`` record, with
     its date and host), in markdown; or that it has not been measured on record."""
@@ -197,7 +205,9 @@ def perf_overhead_text() -> str:
              f"{f.get('rounds', '?')} rounds of {f.get('duration', '?')} s trials with and without perf, in "
              "shuffled order")
     arms = []
-    for arm, ratios in (f.get("paired_ratio_quartiles") or {}).items():
+    by_arm = f.get("paired_ratio_quartiles") or {}
+    for arm in sorted(by_arm, key=_hz):   # lowest frequency first, as the bench ran them
+        ratios = by_arm[arm]
         dut = ratios.get("dut_ns_per_packet")
         noise = "" if dut is None else (" (within the noise: the quartiles include 1)" if dut[0] <= 1 <= dut[2]
                                         else f" ({100 * (dut[1] - 1):+.0f} %)")
