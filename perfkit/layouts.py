@@ -205,14 +205,29 @@ class stall_event(Struct):
     _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("kind", u32)]
 
 
+# --- coreshare_kern_user.h ---------------------------------------------------------------------
+class CoreClass(enum.IntEnum):
+    CORE_IDLE = 0
+    CORE_PACKET = 1
+    CORE_PERFKIT = 2
+    CORE_OTHER = 3
+    CORE_CLASSES = 4
+
+
+class core_share(Struct):
+    _fields_ = [("ns", u64 * CoreClass.CORE_CLASSES), ("since_ns", u64), ("running", u32), ("pad", u32)]
+
+
 #: Every mirrored struct, by C name (the BTF test walks this).
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_mix, gen_config, gen_state, signature, sink_config, sink_stream,
                                   sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
-                                  stall_event)
+                                  stall_event, core_share)
 }
 #: Every mirrored enum, by C name.
-ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "steer_key": SteerKey, "stall_kind": StallKind}
+ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "steer_key": SteerKey, "stall_kind": StallKind,
+                                         "core_class": CoreClass}
 #: The headers mirrored here (the layout tests compile them).
-HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h")
+HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h",
+           "coreshare_kern_user.h")

@@ -107,6 +107,19 @@ class TrialResult:
     to the truth from trials where the DUT was nearly busy (``dut_busy`` near 1)."""
     shared_cores: bool = False
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
+    dut_core_time: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per DUT CPU (``"1"``), the share of the trial window [0..1] each kind of task ran on it, from
+    the scheduler's switches (``perfkit.testbed.coreshare``): ``packet`` (the DUT's packet threads),
+    ``perfkit`` (perfkit's own processes: its CLI, notebook kernel, metrics servers, perf),
+    ``other`` (anything else: other processes, kernel threads) and ``idle``. Empty when not
+    measured."""
+    dut_perfkit_share: float | None = None
+    """Share of the DUT cores' time [0..1] perfkit's own processes ran (mean over the DUT cores of
+    ``dut_core_time``'s ``perfkit``): work that is not the DUT's, taken from it. None when not
+    measured."""
+    dut_others_share: float | None = None
+    """Share of the DUT cores' time [0..1] anything but the DUT's packet threads and perfkit ran
+    (other processes, kernel threads). None when not measured."""
     stalls: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.stalls``):
     longest_us (longest time it did not run its timer), stalls, stalled_us, steal_us (taken by the
@@ -246,7 +259,7 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "stalls", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "stalls", "notes"):
             d[name] = json.dumps(d[name], sort_keys=True)
         params = d.pop("params")
         d["params"] = json.dumps(params, sort_keys=True)
@@ -259,7 +272,7 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "stalls", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "stalls", "notes"):
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -282,7 +295,8 @@ class TrialResult:
                 kw[name] = bool(kw[name])
         for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
                      "kernel_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
-                     "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps"):
+                     "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps", "dut_perfkit_share",
+                     "dut_others_share"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)
@@ -380,6 +394,9 @@ RECORD_COLUMNS = {
     "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "shared_cores": "DUT and generator shared a core",
+    "dut_core_time": "JSON {cpu: {packet, perfkit, other, idle}}: share of the window each kind of task ran on each DUT core",
+    "dut_perfkit_share": "share of the DUT cores' time perfkit's own processes ran [0..1]",
+    "dut_others_share": "share of the DUT cores' time anything but the DUT's packet threads and perfkit ran [0..1]",
     "stalls": "JSON {cpu: {longest_us, stalls, stalled_us, steal_us, longest_wait_us, waits, waited_us, speed_ns_per_step, period_us}}",
     "dut_stall_us, tester_stall_us": "longest time a DUT / tester core could not process packets [µs]",
     "dut_speed_ns_per_step": "the DUT cores' speed: time of one step of the stall probe's speed probe [ns]; higher is slower",

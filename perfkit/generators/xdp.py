@@ -29,6 +29,8 @@ from perfkit.libbpf import BpfObject, BpfStats
 from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
+from perfkit.housekeeping import Confinement
+from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit import stlprofile
 from perfkit.stlprofile import StlProfile
@@ -173,6 +175,8 @@ class XdpGenerator(Generator):
         self.gen: LiveGenerator | None = None
         self.stalls: StallProbe | None = None
         self.shield: Shield | None = None
+        self.coreshare: CoreShare | None = None
+        self.confinement: Confinement | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
@@ -190,8 +194,10 @@ class XdpGenerator(Generator):
             self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
             self.gen = LiveGenerator(self.profile, self.tx, self.testbed.anchor, self.tester_cores,
                                      batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl)
-            # keep this process's own threads off the DUT cores
+            # the calling thread on the tester cores; every other thread of perfkit's off the DUT cores
             os.sched_setaffinity(0, set(self.tester_cores))
+            self.coreshare = CoreShare(self.dut.packet_threads)
+            self.confinement = Confinement(self.dut_cores)
             if shield and not self.shared:
                 self.shield = Shield(self.testbed.rid, frozenset(self.dut_cores))
             self.set_speed_reference(speed_reference)
@@ -234,10 +240,13 @@ class XdpGenerator(Generator):
             self.shield.refresh()
         self.sink.reset(self.capture_count)
         self.gen.reset()
+        if self.confinement and self.coreshare:
+            self.coreshare.set_perfkit(self.confinement.refresh())
         dut0 = self.dut.counters()
         links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
+        share0 = self.coreshare.mark() if self.coreshare else None  # the window dut_busy is over
         threads0, window0 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
         with BpfStats():
             rt0 = self.dut.runtime()
@@ -245,6 +254,7 @@ class XdpGenerator(Generator):
             self._drain()
             rt1 = self.dut.runtime()
         threads1, window1 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
+        core_share = core_share_fields(self.coreshare.since(share0, self.dut_cores)) if self.coreshare and share0 else {}
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
         stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
                    if self.stalls and mark else {})
@@ -292,7 +302,7 @@ class XdpGenerator(Generator):
             shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
             **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
                        window1 - window0, len(self.dut_cores)),
-            gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled)
+            gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns
         result.disturbance = stalls.disturbance(result, self.rx_queue or RING_FRAMES, self.dut_cores)
@@ -345,13 +355,15 @@ class XdpGenerator(Generator):
         return notes
 
     def close(self) -> None:
-        for part in (self.shield, self.stalls, self.gen, self.sink, self.dut):
+        if self.confinement is not None:
+            self.confinement.release()
+        for part in (self.shield, self.coreshare, self.stalls, self.gen, self.sink, self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
-        self.shield = self.stalls = self.gen = self.sink = self.dut = None
+        self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = self.dut = None
         self.testbed.down()
         try:
             os.sched_setaffinity(0, self._affinity)

@@ -293,6 +293,19 @@ def registered_dirs() -> list[Path]:
     return out
 
 
+def server_pids() -> set[int]:
+    """The pids of the running servers of every registered stack (``perfkit.housekeeping`` keeps
+    them off the DUT cores: perfkit started them, whichever process that was)."""
+    pids = set()
+    for d in registered_dirs():
+        try:
+            state = _read_state(d)
+        except MetricsError:
+            continue
+        pids |= {int(rec["pid"]) for rec in state.get("components", {}).values() if _ours(rec)}
+    return pids
+
+
 def _adopt(d: Path, state: dict[str, Any], owner: Mapping[str, Any] | None, started: Sequence[str]) -> None:
     """Record the owner in the state: ``owner`` (a run; the components started for it are stopped by
     ``release``, and the directory is registered for ``perfkit clean``), else this process."""
