@@ -106,3 +106,31 @@ def test_perfkit_work_that_lands_on_the_dut_core_is_counted_as_perfkits():
             intruder.kill()
     assert trial.dut_perfkit_share is not None and trial.dut_perfkit_share >= 0.2
     assert trial.dut_core_time[str(cpu)]["perfkit"] >= 0.2
+
+
+def test_the_report_sums_up_who_ran_on_the_dut_cores(tmp_path):
+    from perfkit.analysis import dutcores, load_run
+    from perfkit.store import RunStore
+    from perfkit.trial import TrialResult
+
+    store = RunStore.create("shares", tmp_path)
+    for i, (mine, others) in enumerate([(0.0, 0.02), (0.004, 0.10), (0.3, 0.0)]):
+        t = TrialResult.for_scenario(Scenario(frame_size=64, params={"direction": "ul"}), wire_frame_size=100,
+                                     dut_cores=1, generator="xdp", duration=1.0, intended_pps=1e5,
+                                     intended_packets=100_000, tx_packets=100_000, rx_packets=100_000)
+        t.dut_core_time = {"1": {"packet": 0.5, "perfkit": mine, "other": others, "idle": 0.5 - mine - others}}
+        t.dut_perfkit_share, t.dut_others_share = mine, others
+        store.append(t)
+    t = TrialResult.for_scenario(Scenario(frame_size=64, params={"direction": "ul"}), wire_frame_size=100,
+                                 dut_cores=1, generator="sim", duration=1.0, intended_pps=1e5,
+                                 intended_packets=100_000, tx_packets=100_000, rx_packets=100_000)
+    store.append(t)                                   # not measured (a simulated DUT)
+    run = load_run("shares", tmp_path)
+    frame = dutcores.core_time_frame(run)
+    assert len(frame) == 3 and set(frame["cpu"]) == {1} and frame["perfkit"].max() == pytest.approx(0.3)
+    table = dutcores.core_share_table(run)
+    row = table.iloc[0]
+    assert row["trials"] == 3 and row["perfkit_max_pct"] == pytest.approx(30.0)
+    assert row["others_median_pct"] == pytest.approx(2.0) and row["perfkit_median_pct"] == pytest.approx(0.4)
+    note = dutcores.core_share_note(run)
+    assert "3 of 4 trials" in note and "at most 30.00 %" in note

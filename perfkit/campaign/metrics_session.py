@@ -16,7 +16,10 @@ Then, with Prometheus reachable, the trials of older runs are retired from the P
 of runs that pushed within ``RETIRE_MIN_AGE`` -- still going beside this one -- stay), so that
 pushes and scrapes do not slow down as runs pile up. A failure there is a warning, never the run's.
 
-``push(store, trial)`` is called after the trial is on disk; a failure is reported once and counted;
+``push(store, trial)`` is called after the trial is on disk; every ``RETIRE_EVERY`` pushes the run's
+own trials that Prometheus has are retired from the Pushgateway too, so that the stack's work per
+scrape and push stays bounded during the run's trials (its servers also never run on a DUT core:
+``perfkit.housekeeping``); a failure is reported once and counted;
 after ``MAX_CONSECUTIVE_FAILURES`` in a row pushing stops for the run (``perfkit push --run ID``
 backfills). ``save_cpu(store)`` keeps Prometheus' view of the DUT CPU per trial in the run directory
 (windows of at least 3 scrape intervals; shorter trials are left to /proc/stat).
@@ -34,6 +37,10 @@ from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 
 MAX_CONSECUTIVE_FAILURES = 3
+#: Pushes from one retirement of the run's own scraped trials to the next: the Pushgateway then holds
+#: about this many of the run's groups (plus any Prometheus has not scraped yet), and a scrape's and
+#: a push's cost stays flat however long the run.
+RETIRE_EVERY = 10
 #: Runs that pushed within this many seconds are not retired at a session's start: they may be going.
 RETIRE_MIN_AGE = 600.0
 _ENV = ("PERFKIT_METRICS_CONFIG", "PERFKIT_PUSHGATEWAY_URL", "PERFKIT_PROMETHEUS_URL")
@@ -58,6 +65,8 @@ class MetricsSession:
     stopped_pushing: bool = False
     retire_note: str = ""
     """What retiring older runs from the Pushgateway did (or why it did not)."""
+    retired_own: int = 0
+    """The run's own trials retired from the Pushgateway as it went (Prometheus had them)."""
     cpu_note: str = ""
     cpu_missing: dict[str, str] = field(default_factory=dict)
     """Trials long enough for Prometheus that it has no CPU figures for (node-exporter down ...)."""
@@ -170,6 +179,22 @@ class MetricsSession:
             return
         self.pushed += 1
         self.consecutive = 0
+        if self.pushed % RETIRE_EVERY == 0:
+            self.retire_own(store.run_id)
+
+    def retire_own(self, run_id: str) -> None:
+        """Retire the run's own trials that Prometheus has scraped from the Pushgateway; a failure
+        is a warning once (nothing is lost: an unscraped group stays)."""
+        if self.endpoints is None or not self.prometheus_ok:
+            return
+        from perfkit.metrics.retire import retire_runs
+
+        try:
+            self.retired_own += retire_runs(self.endpoints, only=[run_id]).count("retired")
+        except MetricsError as err:
+            if not self.retire_note.startswith("own trials"):
+                self.retire_note = f"own trials not retired from the Pushgateway: {err}"
+                self.say(f"warning: {self.retire_note}; the run goes on")
 
     # -- at the end --------------------------------------------------------------------------
     def save_cpu(self, store: RunStore) -> None:
@@ -222,5 +247,6 @@ class MetricsSession:
         return {"note": self.note, "pushgateway_url": getattr(self.endpoints, "pushgateway_url", None),
                 "prometheus_url": getattr(self.endpoints, "prometheus_url", None), "pushed": self.pushed,
                 "push_failures": self.failures, "first_error": self.first_error,
-                "stopped_pushing": self.stopped_pushing, "retire": self.retire_note, "cpu": self.cpu_note,
+                "stopped_pushing": self.stopped_pushing, "retire": self.retire_note,
+                "retired_own": self.retired_own, "cpu": self.cpu_note,
                 "cpu_missing": sorted(self.cpu_missing)}
