@@ -245,3 +245,31 @@ def test_the_check_takes_a_relative_report_directory(tmp_path, monkeypatch):
                                               "</table></body></html>")
     monkeypatch.chdir(tmp_path)
     assert check_pages("r") == ["page.html: table 1: 1 cell(s) show NaN"]
+
+
+def test_the_single_vs_multi_flow_table_shows_a_lower_bound_with_its_value_and_says_why_a_cell_has_none():
+    """A cell of the throughput page's pivot is a figure, ``≥ figure`` or words; never a bare ``≥``
+    (an NDR that no search could bound, by a testbed that also lost frames, showed just that)."""
+    from perfkit import analysis
+
+    def row(goal, size, mode, mpps, limited_by, repeat=1):
+        return {"goal": goal, "dut_cores": 1, "frame_size": size, "variant": "ul", "flow_mode": mode,
+                "repeat": repeat, "throughput_mpps": mpps, "limited_by": limited_by,
+                "at_least": limited_by in ("generator", "host stalls", "testbed", "max rate")}
+
+    tp = pd.DataFrame([row("max", 64, "single", 1.5824, "generator"), row("max", 64, "multi", 1.2883, "dut"),
+                       row("max", 1424, "single", 0.7996, "max rate"),
+                       row("ndr", 1424, "single", np.nan, "host stalls"), row("ndr", 1424, "multi", 0.8379, "testbed"),
+                       row("ndr", 64, "single", np.nan, "host stalls"), row("ndr", 64, "single", np.nan, "testbed", 2),
+                       row("ndr", 64, "multi", 0.9, "dut"), row("ndr", 64, "multi", np.nan, "dut", 2)])
+    pv = analysis.throughput_pivot(tp, "throughput_mpps", mark=True)
+    cells = {(g, size, mode): pv.loc[(g, 1, size), ("ul", mode)] for g, _, size in pv.index for mode in ("single", "multi")}
+    assert cells == {("max", 64, "single"): "≥ 1.582", ("max", 64, "multi"): "1.288",
+                     ("max", 1424, "single"): "≥ 0.800", ("max", 1424, "multi"): "not measured",
+                     ("ndr", 1424, "single"): "no rate passed (limited by host stalls)",
+                     ("ndr", 1424, "multi"): "≥ 0.838",
+                     ("ndr", 64, "single"): "no rate passed (limited by host stalls, testbed)",
+                     ("ndr", 64, "multi"): "0.900 (1 of 2 repeats)"}
+    assert not any(re.fullmatch(r"\s*≥\s*", c) for c in cells.values())
+    numeric = analysis.throughput_pivot(tp, "throughput_mpps")
+    assert numeric.loc[("max", 1, 64), ("ul", "single")] == pytest.approx(1.5824)

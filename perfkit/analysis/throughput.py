@@ -182,16 +182,31 @@ def goals(tp: pd.DataFrame) -> list[str]:
 
 def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps", mark: bool = False) -> pd.DataFrame:
     """``value`` (mean over repeats) with rows (goal, DUT cores, frame size) and columns (variant, flow
-    mode); ``mark``: as text, ``≥`` before a figure that is only a lower bound (``at_least``)."""
+    mode). ``mark``: as text (``pivot_cell``), every measured cell saying what it holds: a figure, a
+    lower bound ``≥ figure``, or why there is none; scenarios the run did not measure say
+    ``not measured``."""
     if tp.empty:
         return pd.DataFrame()
     index, columns = ["goal", "dut_cores", "frame_size"], ["variant", "flow_mode"]
-    values = tp.pivot_table(index=index, columns=columns, values=value, aggfunc="mean")
     if not mark:
-        return values
-    at_least = tp.pivot_table(index=index, columns=columns, values="at_least", aggfunc="max").reindex_like(values)
-    text = values.map(lambda x: "" if pd.isna(x) else f"{x:.3f}")
-    return text.where(~at_least.fillna(False).astype(bool), "≥" + text)
+        return tp.pivot_table(index=index, columns=columns, values=value, aggfunc="mean")
+    cells = {key: pivot_cell(g, value) for key, g in tp.groupby(index + columns, sort=True)}
+    text = pd.Series(cells, dtype=object)
+    text.index.names = index + columns
+    return text.unstack(columns).fillna("not measured")
+
+def pivot_cell(rows: pd.DataFrame, value: str = "throughput_mpps") -> str:
+    """One scenario and goal's repeats as a table cell: the mean of ``value`` where a repeat has it
+    (``≥ `` before it when any of those is only a lower bound, ``at_least``; ``(k of n repeats)`` when
+    some have none); with none at all, why: ``no rate passed`` (a search) or ``no figure`` (max rate),
+    and what limited the units (``limited_by``)."""
+    found = rows[rows[value].notna()]
+    if found.empty:
+        limits = sorted({str(x) for x in rows["limited_by"].dropna()} - {""})
+        none = "no figure" if set(rows["goal"]) == {"max"} else "no rate passed"
+        return none + (f" (limited by {', '.join(limits)})" if limits else "")
+    text = ("≥ " if found["at_least"].astype(bool).any() else "") + f"{found[value].mean():.3f}"
+    return text if len(found) == len(rows) else f"{text} ({len(found)} of {len(rows)} repeats)"
 
 def limits_table(tp: pd.DataFrame) -> pd.DataFrame:
     """Per goal, how many figures each side limited: goal, figures, and one column per ``LIMITS``."""
