@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Who held the DUT cores in a run: its perf samples of the DUT cores by process, per trial.
+
+Every trial that ``perf record``ed the DUT cores (campaign ``perf: [maxrate]``, as in
+``campaigns/default.yaml``) keeps its folded stacks (``data/runs/<run_id>/perf/<trial>.folded``);
+the first frame of each stack is the process. This sums each trial's samples into:
+
+- ``packet``: the DUT's packet threads (``napi/...``, ``cpumap/...``);
+- ``perfkit``: perfkit's own processes (its metrics servers, perf, the Python of its CLI or
+  notebook kernel: ``PERFKIT_COMMS``);
+- ``other``: anything else but idle; ``idle``: the idle task;
+
+and prints the median and maximum share of each over the trials, beside the trials' own
+``dut_perfkit_share`` / ``dut_others_share`` (from the scheduler's switches) where recorded. Before
+perfkit kept its processes off the DUT cores the Pushgateway alone took a median 29 % of the
+samples in ``make run`` (issue 22).
+
+    .venv/bin/python bench/dut_core_samples.py RUN_ID [--root data/runs] [--json] [--no-record]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from perfkit import benchresults  # noqa: E402
+from perfkit.perf import PACKET_THREADS, _is_idle, perf_trial_ids, process_table, read_folded  # noqa: E402
+from perfkit.store import RunStore  # noqa: E402
+
+#: Process names (perf's comm, 15 characters at most) that are perfkit's own.
+PERFKIT_COMMS = ("prometheus", "prometheus-push", "prometheus-node", "node_exporter", "pushgateway", "perf",
+                 "python", "python3", "perfkit")
+CLASSES = ("packet", "perfkit", "other", "idle")
+
+
+def classify(process: str) -> str:
+    comm = process.rsplit("-", 1)[0] if process.rsplit("-", 1)[-1].isdigit() else process
+    if process.startswith(PACKET_THREADS):
+        return "packet"
+    if _is_idle(process):
+        return "idle"
+    if comm.split("/")[0] in PERFKIT_COMMS or comm.startswith(("prometheus", "python")):
+        return "perfkit"
+    return "other"
+
+
+def trial_shares(folded: str) -> dict[str, float]:
+    table = process_table(folded)
+    out = dict.fromkeys(CLASSES, 0.0)
+    for rec in table.to_dict("records"):
+        out[classify(rec["process"])] += rec["share"]
+    return out
+
+
+def summarize(run_id: str, root: str) -> dict:
+    store = RunStore.open(run_id, root)
+    run_dir = store.path
+    shares = {tid: trial_shares(read_folded(run_dir, tid)) for tid in perf_trial_ids(run_dir)}
+    trials = store.trials()
+    sched = {}
+    if not trials.empty and "dut_perfkit_share" in trials:
+        t = trials.dropna(subset=["dut_perfkit_share"])
+        sched = {"trials": len(t),
+                 "perfkit_median": float(t["dut_perfkit_share"].median()) if len(t) else None,
+                 "perfkit_max": float(t["dut_perfkit_share"].max()) if len(t) else None,
+                 "others_median": float(t["dut_others_share"].median()) if len(t) else None,
+                 "others_max": float(t["dut_others_share"].max()) if len(t) else None}
+    per_class = {c: [s[c] for s in shares.values()] for c in CLASSES}
+    return {"run_id": run_id, "perf_trials": len(shares),
+            "perf_samples": {c: {"median": statistics.median(v), "max": max(v)} if v else None
+                             for c, v in per_class.items()},
+            "scheduler": sched}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_id")
+    ap.add_argument("--root", default="data/runs")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args(argv)
+    s = summarize(args.run_id, args.root)
+    if not s["perf_trials"]:
+        print(f"run {args.run_id}: no trial recorded perf (campaign perf: [maxrate])", file=sys.stderr)
+        return 2
+    lines = [f"run {s['run_id']}: perf samples of the DUT cores in {s['perf_trials']} trials, share by process"]
+    for c in CLASSES:
+        v = s["perf_samples"][c]
+        lines.append(f"  {c:8s} median {v['median'] * 100:6.2f} %  max {v['max'] * 100:6.2f} %")
+    if s["scheduler"].get("trials"):
+        sc = s["scheduler"]
+        lines.append(f"  scheduler (all {sc['trials']} trials): perfkit median {sc['perfkit_median'] * 100:.2f} % "
+                     f"max {sc['perfkit_max'] * 100:.2f} %; others median {sc['others_median'] * 100:.2f} % "
+                     f"max {sc['others_max'] * 100:.2f} %")
+    print(json.dumps(s, indent=2) if args.json else "\n".join(lines))
+    if not args.no_record:
+        p = s["perf_samples"]["perfkit"]
+        benchresults.record("dut_core_samples", s, f"run {args.run_id}: perfkit's share of the DUT cores' perf samples "
+                            f"median {p['median'] * 100:.2f} %, max {p['max'] * 100:.2f} % over {s['perf_trials']} "
+                            "trials", [Path(__file__).name, *argv])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
