@@ -6,6 +6,10 @@
  * rise with N by the slope prog-bench calibrates. Every IPv4 frame gets N iterations of a small
  * callback (bpf_loop), its Ethernet addresses rewritten, and leaves by the configured egress port;
  * nothing else about the frame changes, so the reference model is short.
+ *
+ * With drop_every N, every Nth packet a CPU works on is dropped after its work (so every packet
+ * costs the same): a DUT that loses 1 frame in N by its own program, whatever the rate, counted
+ * as CALIB_DROP_EVERY. The searches must call that the DUT's loss (tests/test_search_dut.py).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -21,6 +25,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct calib_config);
 } calib_config SEC(".maps");
+
+/* Packets worked on, per CPU: drop_every counts on it (a per-CPU count needs no atomics). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} calib_seq SEC(".maps");
 
 /* What happened to each packet, per CPU, indexed by enum calib_stat. */
 struct {
@@ -69,6 +81,7 @@ int xdp_calib(struct xdp_md *ctx)
 	struct calib_stat_rec *rec;
 	struct work_state st;
 	__u32 zero = 0, key = CALIB_FWD, work;
+	__u64 *seq;
 	long done;
 
 	cfg = bpf_map_lookup_elem(&calib_config, &zero);
@@ -92,6 +105,12 @@ int xdp_calib(struct xdp_md *ctx)
 	done = bpf_loop(work, work_step, &st, 0);
 	if (done < 0)
 		return count(CALIB_DROP_INTERNAL, XDP_DROP, frame_len);
+	seq = bpf_map_lookup_elem(&calib_seq, &zero);
+	if (!seq)
+		return count(CALIB_DROP_INTERNAL, XDP_DROP, frame_len);
+	*seq += 1;
+	if (cfg->drop_every && *seq % cfg->drop_every == 0)
+		return count(CALIB_DROP_EVERY, XDP_DROP, frame_len);
 
 	__builtin_memcpy(eth->h_dest, cfg->dst_mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, cfg->src_mac, ETH_ALEN);

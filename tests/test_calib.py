@@ -48,7 +48,7 @@ TOLERANCE = 0.15
 # -- parameters, keys, the registry ------------------------------------------------------------------
 def test_the_registry_has_the_calibrated_dut():
     assert "calib" in dataplanes.names() and dataplanes.get("calib") is DP
-    assert DP.validate({}) == {"work_iterations": 0}
+    assert DP.validate({}) == {"work_iterations": 0, "drop_every": 0}
     assert DP.forward_counters == {FWD} == {"calib_fwd"}
     assert DP.variant == "work_iterations" and DP.variant_label(100) == "N = 100 work iterations"
 
@@ -309,3 +309,47 @@ def test_live_dut_cost_rises_with_the_calibrated_slope(live):
     depend on N too: 3-8 ns per iteration was measured there against ~10.5 calibrated.)"""
     _check_slope(live, "full", "dut_ns_per_packet")
 
+
+
+# -- a DUT that drops 1 frame in N by its program (issue 22, part 3) ---------------------------------
+def test_drop_every_is_a_parameter_with_its_own_key():
+    sc = Scenario("calib", frame_size=64, flows=1, params={"work_iterations": 10, "drop_every": 1000})
+    assert sc.key == "calib-64B-1flow-1core-w10-d1000"
+    assert DP.traffic(64, 1, sc.params).config.drop_every == 1000
+    with pytest.raises(ConfigError, match="^drop_every: "):
+        Scenario("calib", params={"drop_every": -1})
+
+
+def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
+    """In the kernel, from one CPU: packets 3, 6 and 9 of 9 are dropped and counted as drop_every,
+    as the model says for each packet's number; the others are forwarded; all nine did the work."""
+    import os
+    import threading
+
+    from perfkit.dataplanes.calib.model import DROP_EVERY
+
+    traffic = DP.traffic(64, 1, DP.validate({"work_iterations": 7, "drop_every": 3}))
+    dut = DP.load(traffic, 1, 2)
+    seen: list[tuple[int, str]] = []
+
+    def run() -> None:  # the counter is per CPU: stay on one
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        for seq in range(1, 10):
+            before = dut.counters()
+            verdict = dut.program.test_run(traffic.packet(0)).verdict
+            after = dut.counters()
+            (stat,) = [k for k in after if after[k] != before[k]]
+            want = emit(traffic.packet(0), dut.config, seq)
+            assert (verdict, stat) == (want.verdict, want.stat), seq
+            seen.append((seq, stat))
+
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        stats = dut.calib.stats()
+    finally:
+        dut.close()
+    assert [seq for seq, stat in seen if stat == DROP_EVERY] == [3, 6, 9]
+    assert stats[DROP_EVERY].packets == 3 and stats[FWD].packets == 6
+    assert stats[FWD].iterations == 6 * 7  # the work of forwarded packets (dropped ones did it too)

@@ -18,6 +18,7 @@ struct calib_config {
 	__u32 work;		/* work iterations per forwarded packet (bpf_loop), <= CALIB_MAX_WORK */
 	__u8 src_mac[6];	/* egress port's MAC */
 	__u8 dst_mac[6];	/* next hop (the tester's receiving port) */
+	__u32 drop_every;	/* drop every Nth worked-on packet of a CPU (XDP_DROP); 0 = never */
 };
 
 /* Index of the per-CPU calib_stats array: what happened to a packet. */
@@ -27,6 +28,7 @@ enum calib_stat {
 	CALIB_DROP_TRUNCATED,		/* IPv4 header cut short */
 	CALIB_DROP_NO_EGRESS,		/* egress_ifindex not configured */
 	CALIB_DROP_INTERNAL,		/* no configuration */
+	CALIB_DROP_EVERY,		/* worked on, then dropped: the Nth of its CPU (drop_every) */
 	CALIB_STAT_MAX,
 };
 

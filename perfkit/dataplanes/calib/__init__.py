@@ -10,11 +10,14 @@ the measurement pipeline must recover the known cost per packet (issue 10, part 
   other measurement must reproduce);
 - ``layouts``: the mirror of ``bpf/include/calib_kern_user.h``.
 
-Scenario parameter: ``work_iterations`` (N: iterations of a small ``bpf_loop`` callback per packet,
-0 = forward only). It is also the variant: each N is its own curve in plots and tables. (Not called
+Scenario parameters: ``work_iterations`` (N: iterations of a small ``bpf_loop`` callback per packet,
+0 = forward only). It is also the variant: each N is its own curve in plots and tables.
+``drop_every`` (0 = never): the program drops every Nth packet of a CPU after its work (counted as
+``drop_every``): a DUT whose own loss, 1 frame in N at any rate, is known (it has no NDR). (Not called
 ``work``: generic modules may not name a dataplane's parameters, ``tests/test_seam.py``, and they
 use that word.) ``frame_size`` is the Ethernet frame, FCS included; it leaves the DUT unchanged but
-for its Ethernet addresses. Scenario keys end in ``w<N>``: ``calib-64B-1flow-1core-w100``.
+for its Ethernet addresses. Scenario keys end in ``w<N>``, then ``d<N>`` when it drops:
+``calib-64B-1flow-1core-w100``, ``calib-64B-1flow-1core-w0-d1000``.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ class CalibDataplane(Dataplane):
     params = (
         Param("work_iterations", 0, "work per packet: iterations of the program's bpf_loop (0: forward only)",
               kind=int, minimum=0, maximum=CALIB_MAX_WORK),
+        Param("drop_every", 0, "drop every Nth packet of a CPU by the program, after its work (0: never)",
+              kind=int, minimum=0, maximum=(1 << 32) - 1),
     )
     variant = "work_iterations"
     forward_counters = frozenset({FWD})
@@ -74,13 +79,15 @@ class CalibDataplane(Dataplane):
     frame_size_doc = "frame size [bytes], FCS included (it leaves the DUT the same size)"
 
     def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-        return [], [f"w{params['work_iterations']}"]
+        drops = [f"d{params['drop_every']}"] if params.get("drop_every") else []
+        return [], [f"w{params['work_iterations']}"] + drops
 
     def variant_label(self, value: Any) -> str:
         return f"N = {value} work iterations"
 
     def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> CalibTraffic:
-        return CalibTraffic(frame_size=frame_size, flows=flows, config=CalibConfig(work=int(params["work_iterations"])))
+        return CalibTraffic(frame_size=frame_size, flows=flows, config=CalibConfig(
+            work=int(params["work_iterations"]), drop_every=int(params.get("drop_every", 0))))
 
     def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> CalibDut:
         assert isinstance(traffic, CalibTraffic)

@@ -24,17 +24,21 @@ class CalibConfig:
     """Port every forwarded frame leaves by (bpf_redirect); 0: not set, frames are dropped."""
     work: int = 0
     """Work iterations per forwarded packet (the program's ``bpf_loop``)."""
+    drop_every: int = 0
+    """Drop every Nth packet a CPU works on, after its work (``drop_every`` counter); 0: never."""
     src_mac: str = PORT_MACS["b"]
     dst_mac: str = PORT_MACS["p1"]
 
     def __post_init__(self) -> None:
         if isinstance(self.work, bool) or not 0 <= self.work <= CALIB_MAX_WORK:
             raise ConfigError("work_iterations", self.work, f"0 .. {CALIB_MAX_WORK}")
+        if isinstance(self.drop_every, bool) or not 0 <= self.drop_every < 1 << 32:
+            raise ConfigError("drop_every", self.drop_every, "an integer 0 .. 4294967295 (0: never)")
         if not 0 <= self.egress_ifindex < 1 << 32:
             raise ConfigError("egress_ifindex", self.egress_ifindex, "an interface index (0: none)")
 
     def to_struct(self) -> calib_config:
-        c = calib_config(egress_ifindex=self.egress_ifindex, work=self.work)
+        c = calib_config(egress_ifindex=self.egress_ifindex, work=self.work, drop_every=self.drop_every)
         ctypes.memmove(c.src_mac, mac_bytes(self.src_mac), 6)
         ctypes.memmove(c.dst_mac, mac_bytes(self.dst_mac), 6)
         return c

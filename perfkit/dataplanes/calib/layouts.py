@@ -9,7 +9,7 @@ CALIB_MAX_WORK = 1 << 20
 
 
 class calib_config(Struct):
-    _fields_ = [("egress_ifindex", u32), ("work", u32), ("src_mac", MAC), ("dst_mac", MAC)]
+    _fields_ = [("egress_ifindex", u32), ("work", u32), ("src_mac", MAC), ("dst_mac", MAC), ("drop_every", u32)]
 
 
 class calib_stat_rec(Struct):
@@ -24,7 +24,8 @@ class CalibStat(enum.IntEnum):
     CALIB_DROP_TRUNCATED = 2
     CALIB_DROP_NO_EGRESS = 3
     CALIB_DROP_INTERNAL = 4
-    CALIB_STAT_MAX = 5
+    CALIB_DROP_EVERY = 5
+    CALIB_STAT_MAX = 6
 
     @property
     def label(self) -> str:

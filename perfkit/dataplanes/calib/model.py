@@ -5,9 +5,11 @@ frame. The rules, in order:
 2. shorter than Ethernet + a 20-byte IPv4 header: ``drop_truncated`` (nothing else of the IPv4
    header is checked: the DUT is a wire with a known cost, not a router);
 3. no egress port configured: ``drop_no_egress``;
-4. else the frame, its Ethernet destination and source rewritten to the configured next hop and
+4. else, after ``work`` iterations of work that leave no trace in the frame: with ``drop_every``
+   N, the Nth such packet of a CPU (its ``seq``-th: every N-th) is dropped (``drop_every``);
+5. else the frame, its Ethernet destination and source rewritten to the configured next hop and
    egress port, byte for byte otherwise (padding and all), redirected to the egress port
-   (``calib_fwd``), after ``work`` iterations of work that leave no trace in the frame.
+   (``calib_fwd``).
 """
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ if TYPE_CHECKING:
 
 ETH_P_IP = 0x0800
 FWD = CalibStat.CALIB_FWD.label
+DROP_EVERY = CalibStat.CALIB_DROP_EVERY.label
 
 
-def emit(frame: bytes, config: CalibConfig) -> Emitted:
-    """What the calibrated DUT configured with ``config`` does with ``frame`` (no FCS)."""
+def emit(frame: bytes, config: CalibConfig, seq: int = 1) -> Emitted:
+    """What the calibrated DUT configured with ``config`` does with ``frame`` (no FCS), the
+    ``seq``-th packet its CPU works on (1: the first; it matters only with ``drop_every``)."""
     if len(frame) < 14:
         return Emitted("XDP_DROP", "drop_truncated")
     if struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP:
@@ -37,6 +41,8 @@ def emit(frame: bytes, config: CalibConfig) -> Emitted:
         return Emitted("XDP_DROP", "drop_truncated")
     if not config.egress_ifindex:
         return Emitted("XDP_DROP", "drop_no_egress")
+    if config.drop_every and seq % config.drop_every == 0:
+        return Emitted("XDP_DROP", DROP_EVERY)
     return Emitted("XDP_REDIRECT", FWD, mac_bytes(config.dst_mac) + mac_bytes(config.src_mac) + frame[12:])
 
 
