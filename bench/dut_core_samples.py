@@ -6,12 +6,14 @@ Every trial that ``perf record``ed the DUT cores (campaign ``perf: [maxrate]``, 
 the first frame of each stack is the process. This sums each trial's samples into:
 
 - ``packet``: the DUT's packet threads (``napi/...``, ``cpumap/...``);
-- ``perfkit``: perfkit's own processes (its metrics servers, perf, the Python of its CLI or
-  notebook kernel: ``PERFKIT_COMMS``);
-- ``other``: anything else but idle; ``idle``: the idle task;
+- ``metrics``: the metrics servers perfkit starts (Prometheus, Pushgateway, node-exporter) and
+  ``perf`` itself: perfkit's by name alone;
+- ``other``: anything else but idle (a ``python`` may be perfkit's CLI or kernel, or anyone's:
+  perf's samples carry no process tree); ``idle``: the idle task;
 
-and prints the median and maximum share of each over the trials, beside the trials' own
-``dut_perfkit_share`` / ``dut_others_share`` (from the scheduler's switches) where recorded. Before
+and prints the median and maximum share of each over the trials, the processes that took the most,
+and the trials' own ``dut_perfkit_share`` / ``dut_others_share`` where recorded (from the
+scheduler's switches, which know perfkit's processes by pid). Before
 perfkit kept its processes off the DUT cores the Pushgateway alone took a median 29 % of the
 samples in ``make run`` (issue 22).
 
@@ -31,21 +33,17 @@ from perfkit import benchresults  # noqa: E402
 from perfkit.perf import PACKET_THREADS, _is_idle, perf_trial_ids, process_table, read_folded  # noqa: E402
 from perfkit.store import RunStore  # noqa: E402
 
-#: Process names (perf's comm, 15 characters at most) that are perfkit's own.
-PERFKIT_COMMS = ("prometheus", "prometheus-push", "prometheus-node", "node_exporter", "pushgateway", "perf",
-                 "python", "python3", "perfkit")
-CLASSES = ("packet", "perfkit", "other", "idle")
+#: Process names (perf's comm: 15 characters at most) of the servers perfkit starts, and perf.
+METRICS_COMMS = ("prometheus", "pushgateway", "node_exporter", "perf")
+CLASSES = ("packet", "metrics", "other", "idle")
 
 
 def classify(process: str) -> str:
-    comm = process.rsplit("-", 1)[0] if process.rsplit("-", 1)[-1].isdigit() else process
     if process.startswith(PACKET_THREADS):
         return "packet"
     if _is_idle(process):
         return "idle"
-    if comm.split("/")[0] in PERFKIT_COMMS or comm.startswith(("prometheus", "python")):
-        return "perfkit"
-    return "other"
+    return "metrics" if process.startswith(METRICS_COMMS) else "other"
 
 
 def trial_shares(folded: str) -> dict[str, float]:
@@ -70,10 +68,16 @@ def summarize(run_id: str, root: str) -> dict:
                  "others_median": float(t["dut_others_share"].median()) if len(t) else None,
                  "others_max": float(t["dut_others_share"].max()) if len(t) else None}
     per_class = {c: [s[c] for s in shares.values()] for c in CLASSES}
+    top: dict[str, float] = {}
+    for tid in shares:
+        for rec in process_table(read_folded(run_dir, tid)).to_dict("records"):
+            if classify(rec["process"]) in ("metrics", "other"):
+                top[rec["process"]] = max(top.get(rec["process"], 0.0), rec["share"])
     return {"run_id": run_id, "perf_trials": len(shares),
             "perf_samples": {c: {"median": statistics.median(v), "max": max(v)} if v else None
                              for c, v in per_class.items()},
-            "scheduler": sched}
+            "scheduler": sched,
+            "top_max_share": dict(sorted(top.items(), key=lambda kv: -kv[1])[:6])}
 
 
 def main(argv: list[str]) -> int:
@@ -91,6 +95,7 @@ def main(argv: list[str]) -> int:
     for c in CLASSES:
         v = s["perf_samples"][c]
         lines.append(f"  {c:8s} median {v['median'] * 100:6.2f} %  max {v['max'] * 100:6.2f} %")
+    lines.append("  most in one trial: " + ", ".join(f"{p} {v * 100:.1f} %" for p, v in s["top_max_share"].items()))
     if s["scheduler"].get("trials"):
         sc = s["scheduler"]
         lines.append(f"  scheduler (all {sc['trials']} trials): perfkit median {sc['perfkit_median'] * 100:.2f} % "
@@ -98,8 +103,8 @@ def main(argv: list[str]) -> int:
                      f"max {sc['others_max'] * 100:.2f} %")
     print(json.dumps(s, indent=2) if args.json else "\n".join(lines))
     if not args.no_record:
-        p = s["perf_samples"]["perfkit"]
-        benchresults.record("dut_core_samples", s, f"run {args.run_id}: perfkit's share of the DUT cores' perf samples "
+        p = s["perf_samples"]["metrics"]
+        benchresults.record("dut_core_samples", s, f"run {args.run_id}: the metrics servers' share of the DUT cores' perf samples "
                             f"median {p['median'] * 100:.2f} %, max {p['max'] * 100:.2f} % over {s['perf_trials']} "
                             "trials", [Path(__file__).name, *argv])
     return 0
