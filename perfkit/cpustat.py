@@ -286,6 +286,19 @@ def runtime_ns(pids: Iterable[int], proc: Path = PROC) -> dict[int, int]:
     return out
 
 
+def timeslices(pids: Iterable[int], proc: Path = PROC) -> dict[int, int]:
+    """How many times each thread was put on a CPU, from ``/proc/<pid>/schedstat`` (its third field,
+    CONFIG_SCHED_INFO): every wake-up, and every return after a preemption. A packet thread that
+    sleeps between packets pays each wake-up in CPU time. Threads that are gone are left out."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = int((proc / str(pid) / "schedstat").read_text().split()[2])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    return out
+
+
 def find_kthreads(patterns: str | Sequence[str], proc: Path = PROC) -> list[ThreadTimes]:
     """Kernel threads whose name matches a pattern, e.g. ``find_kthreads(["napi/dut-*", "cpumap/*"])``."""
     return find_threads(patterns, kernel_only=True, proc=proc)

@@ -105,6 +105,11 @@ class TrialResult:
     ``dut_cores * 1e9 / dut_ns_per_packet`` [pps]. At a partial load the cost includes the
     wake-ups a saturated DUT does not pay, so the estimate is a lower bound there; it is closest
     to the truth from trials where the DUT was nearly busy (``dut_busy`` near 1)."""
+    dut_wakeups: int | None = None
+    """Times the DUT's packet threads were put on a CPU during the trial window
+    (``cpustat.timeslices``): their wake-ups, and returns after a preemption. A thread that sleeps
+    between packets pays each wake-up in CPU time (some 18 µs on the 2-vCPU VM), a saturated one
+    hardly wakes: the DUT load model counts them (``perfkit.analysis.cost``). None when not measured."""
     shared_cores: bool = False
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
     dut_core_time: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -295,7 +300,7 @@ class TrialResult:
                 kw[name] = bool(kw[name])
         for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
                      "kernel_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
-                     "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps", "dut_perfkit_share",
+                     "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps", "dut_wakeups", "dut_perfkit_share",
                      "dut_others_share"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
@@ -393,6 +398,7 @@ RECORD_COLUMNS = {
     "kernel_ns_per_packet": "dut_ns_per_packet - bpf_ns_per_packet: the kernel path [ns]",
     "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
+    "dut_wakeups": "times the DUT's packet threads were put on a CPU in the trial (wake-ups, returns after preemption)",
     "shared_cores": "DUT and generator shared a core",
     "dut_core_time": "JSON {cpu: {packet, perfkit, other, idle}}: share of the window each kind of task ran on each DUT core",
     "dut_perfkit_share": "share of the DUT cores' time perfkit's own processes ran [0..1]",

@@ -247,6 +247,7 @@ class XdpGenerator(Generator):
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
         share0 = self.coreshare.mark() if self.coreshare else None  # the window dut_busy is over
+        slices0 = cpustat.timeslices(self.dut.packet_threads)
         threads0, window0 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
         with BpfStats():
             rt0 = self.dut.runtime()
@@ -254,6 +255,7 @@ class XdpGenerator(Generator):
             self._drain()
             rt1 = self.dut.runtime()
         threads1, window1 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
+        slices1 = cpustat.timeslices(self.dut.packet_threads)
         core_share = core_share_fields(self.coreshare.since(share0, self.dut_cores)) if self.coreshare and share0 else {}
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
         stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
@@ -302,6 +304,7 @@ class XdpGenerator(Generator):
             shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
             **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
                        window1 - window0, len(self.dut_cores)),
+            dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns
