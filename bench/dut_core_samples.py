@@ -73,7 +73,9 @@ def summarize(run_id: str, root: str) -> dict:
         for rec in process_table(read_folded(run_dir, tid)).to_dict("records"):
             if classify(rec["process"]) in ("metrics", "other"):
                 top[rec["process"]] = max(top.get(rec["process"], 0.0), rec["share"])
-    return {"run_id": run_id, "perf_trials": len(shares),
+    perfkit = store.metadata().get("perfkit", {})
+    return {"run_id": run_id, "run_git_sha": perfkit.get("git_sha"), "run_git_dirty": perfkit.get("git_dirty"),
+            "perf_trials": len(shares),
             "perf_samples": {c: {"median": statistics.median(v), "max": max(v)} if v else None
                              for c, v in per_class.items()},
             "scheduler": sched,
@@ -91,7 +93,7 @@ def main(argv: list[str]) -> int:
     if not s["perf_trials"]:
         print(f"run {args.run_id}: no trial recorded perf (campaign perf: [maxrate])", file=sys.stderr)
         return 2
-    lines = [f"run {s['run_id']}: perf samples of the DUT cores in {s['perf_trials']} trials, share by process"]
+    lines = [f"run {s['run_id']} (perfkit {s['run_git_sha']}): perf samples of the DUT cores in {s['perf_trials']} trials, share by process"]
     for c in CLASSES:
         v = s["perf_samples"][c]
         lines.append(f"  {c:8s} median {v['median'] * 100:6.2f} %  max {v['max'] * 100:6.2f} %")
@@ -104,7 +106,8 @@ def main(argv: list[str]) -> int:
     print(json.dumps(s, indent=2) if args.json else "\n".join(lines))
     if not args.no_record:
         p = s["perf_samples"]["metrics"]
-        benchresults.record("dut_core_samples", s, f"run {args.run_id}: the metrics servers' share of the DUT cores' perf samples "
+        benchresults.record("dut_core_samples", s, f"run {args.run_id} (perfkit {s['run_git_sha']}"
+                            f"{', dirty' if s['run_git_dirty'] else ''}): the metrics servers' share of the DUT cores' perf samples "
                             f"median {p['median'] * 100:.2f} %, max {p['max'] * 100:.2f} % over {s['perf_trials']} "
                             "trials", [Path(__file__).name, *argv])
     return 0
