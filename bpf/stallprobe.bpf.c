@@ -8,7 +8,10 @@
  * A timer tick runs in softirq context, so a real-time thread hogging the CPU does not delay it;
  * the DUT's packet threads (threaded NAPI, cpumap kthreads) do wait behind such a thread. So the
  * probe also watches chosen threads (the `watched` map, by tid) from the scheduler's tracepoints:
- * the time from wake-up (or preemption) to running is how long packets could not be processed.
+ * the time from wake-up (or preemption) to running is how long packets could not be processed --
+ * less the time other watched threads ran meanwhile: several SCHED_FIFO packet threads on one core
+ * that wait for each other are the DUT's own cost, not a stall (each CPU's watched-thread run time
+ * is kept in `watched_run`; a wait's own part is how much it grew while the thread waited).
  *
  * A vCPU can also run slowly without stopping: the host shares its physical core with other guests
  * (SMT siblings, frequency), and a CPU-bound DUT then forwards less. So each tick also times a fixed
@@ -59,8 +62,24 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct stall_watch);
 } watched SEC(".maps");
+
+/* Per CPU (indexed by CPU number, so that a wake-up can read the wakee's CPU): how long watched
+ * threads have run on it, and what runs now. */
+struct watched_run {
+	__u64 ns;		/* watched threads' run time on this CPU, up to `since` */
+	__u64 since;		/* the last switch on this CPU */
+	__u32 running;		/* whether a watched thread runs since then */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STALL_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct watched_run);
+} watched_run SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -94,7 +113,8 @@ static __always_inline __u32 log2_us(__u64 ns)
 	return b;
 }
 
-static __always_inline void send(__u64 now, __u64 gap, __u64 steal, __u32 cpu, __u32 kind, struct stall_cpu *s)
+static __always_inline void send(__u64 now, __u64 gap, __u64 steal, __u32 cpu, __u32 kind, __u64 own,
+				 struct stall_cpu *s)
 {
 	struct stall_event *e = bpf_ringbuf_reserve(&stall_events, sizeof(*e), 0);
 
@@ -107,6 +127,7 @@ static __always_inline void send(__u64 now, __u64 gap, __u64 steal, __u32 cpu, _
 	e->steal_ns = steal;
 	e->cpu = cpu;
 	e->kind = kind;
+	e->own_ns = own;
 	bpf_ringbuf_submit(e, 0);
 }
 
@@ -172,7 +193,7 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 				s->stalled_ns += gap - period_ns;
 				if (b < STALL_HIST_BUCKETS)
 					s->hist[b]++;
-				send(now, gap, steal - s->last_steal_ns, cpu, STALL_TICK, s);
+				send(now, gap, steal - s->last_steal_ns, cpu, STALL_TICK, 0, s);
 			}
 		}
 		s->last_ns = now;
@@ -183,14 +204,28 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 	return 0;
 }
 
+/* The watched threads' run time on `cpu` until `now`, the one running now included. */
+static __always_inline __u64 watched_ns(__u32 cpu, __u64 now)
+{
+	struct watched_run *r = bpf_map_lookup_elem(&watched_run, &cpu);
+
+	if (!r)
+		return 0;
+	return r->ns + (r->running && now > r->since ? now - r->since : 0);
+}
+
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(stall_wakeup, struct task_struct *p)
 {
 	__u32 tid = p->pid;
-	__u64 *since = bpf_map_lookup_elem(&watched, &tid);
+	struct stall_watch *w = bpf_map_lookup_elem(&watched, &tid);
+	__u64 now;
 
-	if (since && !*since)
-		*since = bpf_ktime_get_ns();
+	if (w && !w->since_ns) {
+		now = bpf_ktime_get_ns();
+		w->since_ns = now;
+		w->own_ns = watched_ns(p->wake_cpu, now);	/* the CPU it will run on */
+	}
 	return 0;
 }
 
@@ -198,7 +233,9 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u32 zero = 0, tid = prev->pid, cpu = bpf_get_smp_processor_id();
-	__u64 now = bpf_ktime_get_ns(), *since = bpf_map_lookup_elem(&watched, &tid);
+	__u64 now = bpf_ktime_get_ns(), own = 0;
+	struct stall_watch *w = bpf_map_lookup_elem(&watched, &tid);
+	struct watched_run *run = bpf_map_lookup_elem(&watched_run, &cpu);
 	__u64 steal = prev->se.cfs_rq->rq->prev_steal_time_rq;
 	struct stall_config *c;
 	struct stall_cpu *s;
@@ -208,29 +245,45 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 	 * ns, refreshed by the clock update that precedes every switch. */
 	bpf_map_update_elem(&steal_seen, &cpu, &steal, BPF_ANY);
 
+	/* What ran since the last switch on this CPU: a watched thread's run is the DUT's own. */
+	if (run) {
+		if (run->running && run->since && now > run->since)
+			run->ns += now - run->since;
+		run->since = now;
+	}
 	/* Preempted while runnable: it waits from now. A thread that blocks waits for a wake-up, not
 	 * for the CPU: forget any stamp, since a wake-up that finds it still running (it had only
 	 * announced that it would sleep, as NAPI and cpumap kthreads do before checking their queue)
 	 * stamps it too, and that stamp would otherwise count its whole sleep as a wait. */
-	if (since)
-		*since = prev->__state == 0 ? now : 0;
+	if (w) {
+		w->since_ns = prev->__state == 0 ? now : 0;
+		w->own_ns = run ? run->ns : 0;
+	}
 	tid = next->pid;
-	since = bpf_map_lookup_elem(&watched, &tid);
-	if (!since || !*since)
+	w = bpf_map_lookup_elem(&watched, &tid);
+	if (run)
+		run->running = w != NULL;
+	if (!w || !w->since_ns)
 		return 0;
 	s = bpf_map_lookup_elem(&stall_cpu, &zero);
 	c = bpf_map_lookup_elem(&probe_config, &zero);
-	if (s && c && now > *since) {
-		__u64 wait = now - *since;
+	if (s && c && now > w->since_ns) {
+		__u64 wait = now - w->since_ns;
 
+		/* other watched threads that ran meanwhile are the DUT's own cost, not a stall */
+		if (run && run->ns > w->own_ns)
+			own = run->ns - w->own_ns;
+		if (own > wait)
+			own = wait;
+		wait -= own;
 		if (wait > s->max_wait_ns)
 			s->max_wait_ns = wait;
 		if (wait > c->report_ns) {
 			s->waits++;
-			send(now, wait, 0, cpu, STALL_WAIT, s);
+			send(now, wait, 0, cpu, STALL_WAIT, own, s);
 		}
 	}
-	*since = 0;
+	w->since_ns = 0;
 	return 0;
 }
 

@@ -201,8 +201,12 @@ class StallKind(enum.IntEnum):
     STALL_WAIT = 1
 
 
+class stall_watch(Struct):
+    _fields_ = [("since_ns", u64), ("own_ns", u64)]
+
+
 class stall_event(Struct):
-    _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("kind", u32)]
+    _fields_ = [("end_ns", u64), ("gap_ns", u64), ("steal_ns", u64), ("cpu", u32), ("kind", u32), ("own_ns", u64)]
 
 
 # --- coreshare_kern_user.h ---------------------------------------------------------------------
@@ -223,7 +227,7 @@ STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_mix, gen_config, gen_state, signature, sink_config, sink_stream,
                                   sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
-                                  stall_event, core_share)
+                                  stall_watch, stall_event, core_share)
 }
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "steer_key": SteerKey, "stall_kind": StallKind,

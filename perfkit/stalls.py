@@ -10,9 +10,13 @@ the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOC
   what the tick covers, ± half a period (``Stall.length_us``); a stall shorter than ``period_us +
   report_us`` may end before any tick is late enough to count it. With it, the hypervisor's steal
   clock (KVM ``steal_time``), exact to the nanosecond, says how much of it the host took.
-- **thread waits**: for watched threads (the DUT's threaded-NAPI and cpumap kthreads), the time
-  from wake-up or preemption to running. A real-time hog on the DUT core delays these and not the
-  timer.
+- **thread waits**: for watched threads (the DUT's threaded-NAPI and cpumap kthreads, the sink's
+  NAPI threads), the time from wake-up or preemption to running, less the time other watched
+  threads ran on the CPU meanwhile (``Stall.own_us``): a wait counts only when something else ran
+  (another task, a real-time hog, or nothing: an idle vCPU the host was slow to wake). Several
+  SCHED_FIFO packet threads on one core (the NAPI thread and a cpumap kthread of several DUT cores)
+  that wait for each other are the DUT's own cost, not a stall. A real-time hog on the DUT core
+  delays these and not the timer.
 
 - **speed**: about every ``SPEED_PERIOD_US``, a tick also times a fixed piece of work (``speed_steps`` steps of the calibrated
   DUT's kind). A vCPU the host shares with other guests runs slower without stopping, and a
@@ -53,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from perfkit.errors import PerfkitError
-from perfkit.layouts import STALL_MAX_CPUS, StallKind, stall_config, stall_cpu, stall_event
+from perfkit.layouts import STALL_MAX_CPUS, StallKind, stall_config, stall_cpu, stall_event, stall_watch
 from perfkit.libbpf import BpfObject, RingBuffer
 from perfkit.paths import BUILD_DIR
 from perfkit.trial import RING_DROP, TrialResult
@@ -102,6 +106,9 @@ class Stall:
 @dataclass
 class CpuStalls:
     """What one CPU went through during a window."""
+    own_us: float = 0.0
+    """``wait`` only: how long other watched threads (packet threads) ran on the CPU while it waited
+    [µs]; left out of ``gap_us`` (the DUT's own cost, not a stall)."""
 
     cpu: int
     longest_us: float = 0.0
@@ -114,9 +121,10 @@ class CpuStalls:
     steal_us: float = 0.0
     """Time the hypervisor took from this vCPU [µs] (KVM steal clock; 0 when not a KVM guest)."""
     longest_wait_us: float = 0.0
-    """Longest wait of a watched thread to run on this CPU [µs]."""
+    """Longest wait of a watched thread to run on this CPU while something else than the watched
+    threads ran [µs] (``Stall.own_us`` left out)."""
     waits: int = 0
-    """Watched-thread waits longer than the threshold."""
+    """Watched-thread waits longer than the threshold (their other-work part)."""
     waited_us: float = 0.0
     """Sum of those waits [µs]."""
     speed_ns_per_step: float | None = None
@@ -198,7 +206,7 @@ class StallProbe:
     def watch(self, tids: Iterable[int]) -> None:
         """Measure how long these threads wait to run (kernel thread ids, e.g. the DUT's NAPI threads)."""
         for tid in tids:
-            self._watched.update(ctypes.c_uint32(tid), ctypes.c_uint64(0))
+            self._watched.update(ctypes.c_uint32(tid), stall_watch())
 
     def unwatch(self) -> None:
         for key in list(self._watched.keys()):
@@ -216,7 +224,8 @@ class StallProbe:
         for rec in self._ring.drain():
             e = stall_event.from_buffer_copy(rec[:ctypes.sizeof(stall_event)])
             kind = "wait" if e.kind == StallKind.STALL_WAIT else "tick"
-            self._events.append(Stall(int(e.cpu), kind, int(e.end_ns), e.gap_ns / 1e3, e.steal_ns / 1e3))
+            self._events.append(Stall(int(e.cpu), kind, int(e.end_ns), e.gap_ns / 1e3, e.steal_ns / 1e3,
+                                      e.own_ns / 1e3))
         horizon = time.monotonic_ns() - 600 * 10**9  # a window longer than 10 minutes is not a trial
         self._events = [e for e in self._events if e.end_ns >= horizon]
 

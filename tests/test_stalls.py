@@ -113,6 +113,47 @@ def test_probe_sees_a_watched_thread_wait_behind_a_realtime_hog():
     assert any(e.kind == "wait" and e.cpu == cpu and e.gap_us >= 4500 for e in seen[cpu].events)
 
 
+def test_packet_threads_that_wait_for_each_other_are_no_stall():
+    """Two watched SCHED_FIFO threads on one core (a NAPI thread and a cpumap kthread of several DUT
+    cores): one runs 5 ms at a time, the other waits for it. That wait is the DUT's own cost
+    (``Stall.own_us``), not a stall; the same wait behind an unwatched hog is one."""
+    cpu, other = _two_cpus()
+    tids: list[int] = []
+    stop = threading.Event()
+    ready = threading.Barrier(3)
+
+    def packet_thread(spin: float) -> None:
+        os.sched_setaffinity(0, {cpu})
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+        tids.append(threading.get_native_id())
+        ready.wait()
+        while not stop.is_set():
+            end = time.monotonic() + spin
+            while time.monotonic() < end:
+                pass
+            time.sleep(0.0002)
+
+    threads = [threading.Thread(target=packet_thread, args=(s,)) for s in (0.005, 0.0)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait()
+        with StallProbe([cpu, other]) as probe:
+            probe.watch(tids)
+            time.sleep(0.1)
+            mark = probe.mark()
+            time.sleep(0.3)
+            seen = probe.since(mark)[cpu]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    own = [e for e in seen.events if e.kind == "wait"]
+    # waits longer than the threshold are only the host's (a vCPU stall): never most of them
+    assert seen.waits < 10, (seen.waits, [(e.gap_us, e.own_us) for e in own])
+    assert seen.longest_wait_us < 4500 or seen.longest_us >= 4000, seen
+
+
 @pytest.fixture(scope="module")
 def ul():
     """The DUT behind the veth ports' own 256-frame rings (``rx_queue=0``): a 5 ms stall overflows them."""
