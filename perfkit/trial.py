@@ -99,7 +99,16 @@ class TrialResult:
     polling, veth, redirect, wake-ups)."""
     dut_busy: float | None = None
     """Share of the DUT cores' time its packet threads ran [0..1] (their CPU time over the trial
-    window times the DUT cores)."""
+    window times the DUT cores): the mean over the DUT cores (``dut_busy_per_core`` per core)."""
+    dut_busy_per_core: dict[str, float] = field(default_factory=dict)
+    """Share of each DUT core's time the DUT's packet threads pinned to it ran [0..1], by cpu
+    (``"1"``), as ``dut_busy``: one core can be saturated while the mean is not. Empty when not
+    measured."""
+    ring_cores: list[int] = field(default_factory=list)
+    """The DUT cores whose receive queue the overflows of ``dut_drops[RING_DROP]`` came from: the one
+    that serves it when it can be told (a veth port's ring, on its NAPI thread's core), every DUT
+    core when the queue is one of several that cannot be told apart (the cpumap's, one per core).
+    Empty when no queue overflowed. Searches judge the busiest of them (``perfkit.search.common``)."""
     dut_capacity_pps: float | None = None
     """Packets per second the DUT cores could process at 100 % busy at this per-packet cost:
     ``dut_cores * 1e9 / dut_ns_per_packet`` [pps]. At a partial load the cost includes the
@@ -159,9 +168,14 @@ class TrialResult:
     gen_slip_us: float | None = None
     """How much later than intended the generator finished sending [µs] (its schedule slides when
     its core is taken away)."""
+    stalled: bool = False
+    """A DUT core stalled at least as long as its receive queue lasts at the trial's rate
+    (``perfkit.stalls.stalled``): host stalls may have cost it frames, whatever it lost. Searches
+    run it again and judge the next trial (``perfkit.search.common``). Its figures are kept."""
     disturbed: bool = False
-    """The trial's loss is explained by measured host stalls (``perfkit.stalls.disturbance``);
-    searches retry it. Its loss is kept, never hidden."""
+    """The trial's loss is explained by measured host stalls (``perfkit.stalls.disturbance``; such a
+    trial is always ``stalled``): a figure its loss sets is labelled ``host stalls``. Its loss is
+    kept, never hidden."""
     disturbance: str = ""
     """Why it is disturbed: the evidence, in words (empty when not)."""
     notes: list[str] = field(default_factory=list)
@@ -189,9 +203,11 @@ class TrialResult:
             return 0.0
         return max(0, self.tx_packets - self.rx_packets - sum(self.tester_drops.values())) / self.tx_packets
 
-    def ring_overflow_only(self, in_flight: int) -> bool:
+    def ring_overflow_only(self, in_flight: int | None = None) -> bool:
         """Whether all the DUT lost (``dut_loss_ratio``'s frames) overflowed its receive ring
-        (``RING_DROP``), give or take ``in_flight`` frames, and it dropped nothing else."""
+        (``RING_DROP``), give or take ``in_flight`` frames (default ``IN_FLIGHT``), and it dropped
+        nothing else."""
+        in_flight = IN_FLIGHT if in_flight is None else in_flight
         ring = self.dut_drops.get(RING_DROP, 0)
         lost = self.lost_packets - sum(self.tester_drops.values())
         return ring > 0 and sum(self.dut_drops.values()) == ring and lost <= ring + in_flight
@@ -264,7 +280,8 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "stalls", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "dut_busy_per_core",
+                     "ring_cores", "stalls", "notes"):
             d[name] = json.dumps(d[name], sort_keys=True)
         params = d.pop("params")
         d["params"] = json.dumps(params, sort_keys=True)
@@ -277,7 +294,8 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "stalls", "notes"):
+        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "dut_busy_per_core",
+                     "ring_cores", "stalls", "notes"):
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -295,7 +313,7 @@ class TrialResult:
                      "mismatched_packets"):
             if name in kw:
                 kw[name] = int(kw[name])
-        for name in ("shared_cores", "disturbed"):
+        for name in ("shared_cores", "stalled", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
         for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
@@ -316,6 +334,14 @@ BUSY_MIN = 0.8
 OFFER_EPS = 1e-3
 #: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
 RING_DROP = "rx_ring_full"
+#: Frames a trial may lose besides what its counters explain and still count as ring overflows only
+#: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After
+#: the drain (the sink quiet for 50 ms), frames still queued for the DUT are counted as its ring
+#: drops (a NIC-sized queue: handed over, never processed), so what is left is at most a NAPI poll
+#: (64 frames) on each side of the DUT; measured, 0 in every trial (calibrated DUT, 0.2-5 Mpps
+#: asked, 1 and 2 DUT cores, 256- and 4096-frame queues). Not the queue's size: behind a 4096-frame
+#: queue, 4096 frames that no counter explains are no ring overflow.
+IN_FLIGHT = 128
 
 
 def judged_pps(tx_pps: Any, intended_pps: Any, factor: Any = 1.0) -> Any:
@@ -396,7 +422,9 @@ RECORD_COLUMNS = {
     "bpf_ns_per_packet": "DUT XDP program run time per packet [ns]",
     "dut_ns_per_packet": "CPU time of the DUT's packet threads per packet processed [ns]",
     "kernel_ns_per_packet": "dut_ns_per_packet - bpf_ns_per_packet: the kernel path [ns]",
-    "dut_busy": "share of the DUT cores' time its packet threads ran [0..1]",
+    "dut_busy": "share of the DUT cores' time its packet threads ran [0..1] (mean over the DUT cores)",
+    "dut_busy_per_core": "JSON {cpu: share of the core's time the DUT's packet threads on it ran [0..1]}",
+    "ring_cores": "JSON list of the DUT cores whose receive queue the rx_ring_full drops came from",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "dut_wakeups": "times the DUT's packet threads were put on a CPU in the trial (wake-ups, returns after preemption)",
     "shared_cores": "DUT and generator shared a core",
@@ -410,7 +438,8 @@ RECORD_COLUMNS = {
     "kernel_reference_ns": "speed normalization: the reference cost of the DUT's kernel path per packet [ns] (empty: the CPU speed alone)",
     "sink_gap_us": "longest time between two arrivals at the sink [µs]",
     "gen_slip_us": "how much later than intended the generator finished sending [µs]",
-    "disturbed": "the loss is explained by measured host stalls (searches retried the trial)",
+    "stalled": "a DUT core stalled as long as its receive queue lasts at the trial's rate (searches ran it again)",
+    "disturbed": "the loss is explained by measured host stalls (a stalled trial; a figure it sets is 'host stalls')",
     "disturbance": "the evidence that made the trial disturbed",
     "notes": "JSON list of warnings",
 }

@@ -14,8 +14,8 @@ from perfkit.generators import create
 from perfkit.generators.xdp import RING_FRAMES
 from perfkit.scenario import Scenario
 from perfkit.search import BinarySearch, binary_search
-from perfkit.stalls import StallProbe, disturbance
-from perfkit.trial import TrialResult
+from perfkit.stalls import Queue, StallProbe, disturbance, stalled
+from perfkit.trial import IN_FLIGHT, TrialResult
 
 #: Takes ``cpu`` for ``length`` seconds at SCHED_FIFO 99 after a line on stdin (it waits
 #: elsewhere), then leaves real-time before exiting so that its own exit takes no extra time.
@@ -306,25 +306,46 @@ def test_searches_retry_disturbed_trials_and_keep_them(ul, hog):
 def test_rule_needs_ring_overflows_a_long_enough_stall_and_enough_stall_time():
     base = dict(dataplane="pgwu", frame_size=64, wire_frame_size=100, flows=1, dut_cores=1, generator="xdp",
                 duration=1.0, intended_pps=300_000, intended_packets=300_000, tx_packets=300_000,
-                rx_packets=299_000, elapsed=1.0, dut_drops={"rx_ring_full": 1000},
+                rx_packets=299_000, elapsed=1.0, dut_drops={"rx_ring_full": 1000}, ring_cores=[1],
                 stalls={"1": {"longest_us": 4000.0, "stalled_us": 4000.0, "waited_us": 0.0}},
                 dut_stall_us=4000.0, tester_stall_us=0.0)
-    ring = RING_FRAMES
+    queues = {1: Queue(RING_FRAMES)}
 
     def judge(**kw) -> str:
-        return disturbance(TrialResult(**{**base, **kw}), ring, [1])
+        return disturbance(TrialResult(**{**base, **kw}), queues)
 
     assert "1000 DUT ring overflows" in judge()
-    assert judge(dut_stall_us=500.0) == ""                                     # ring lasts 853 µs
+    assert judge(stalls={"1": {"longest_us": 500.0, "stalled_us": 4000.0}}) == ""  # ring lasts 853 µs
     assert judge(dut_drops={"rx_ring_full": 1000, "no_session": 1}) == ""      # the program dropped
     assert judge(rx_packets=290_000) == ""                                     # more lost than overflowed
-    assert judge(stalls={"1": {"stalled_us": 1000.0, "waited_us": 0.0}}) == ""  # 300 frames arrived
+    assert judge(rx_packets=299_000 - IN_FLIGHT) != ""                         # what can be in flight
+    assert judge(stalls={"1": {"longest_us": 1000.0, "stalled_us": 1000.0, "waited_us": 0.0}}) == ""  # 300 frames arrived
     assert judge(shared_cores=True) == ""
     assert judge(rx_packets=300_000, dut_drops={}) == ""                       # nothing lost
     # the tester's own ring drops are not the DUT's loss: they need no explaining, and never
     # make the DUT's unexplained
     assert judge(rx_packets=298_000, tester_drops={"rx_ring_full": 1000}).startswith("1000 DUT ring")
     assert judge(rx_packets=299_000, dut_drops={}, tester_drops={"rx_ring_full": 1000}) == ""
+
+
+def test_a_stall_is_judged_on_the_core_whose_queue_overflowed():
+    """Two DUT cores, one cpumap queue each: a stall of the core that carries no traffic explains
+    nothing; a trial is stalled when any core stalled as long as its own queue lasts, whatever it lost."""
+    base = dict(dataplane="pgwu", frame_size=64, wire_frame_size=100, flows=1, dut_cores=2, generator="xdp",
+                duration=1.0, intended_pps=400_000, intended_packets=400_000, tx_packets=400_000,
+                rx_packets=394_000, elapsed=1.0, dut_drops={"rx_ring_full": 6000}, ring_cores=[1],
+                stalls={"1": {"longest_us": 0.0}, "2": {"longest_us": 30_000.0, "stalled_us": 30_000.0}},
+                dut_stall_us=30_000.0)
+    queues = {1: Queue(4096, 0.5), 2: Queue(4096, 0.5)}  # each lasts 20.5 ms at 0.2 Mpps
+    other = TrialResult(**base)
+    assert stalled(other, queues).startswith("DUT core 2 stalled 30000 µs") and other.dut_stall_us == 30_000
+    assert disturbance(other, queues) == ""                      # core 1's queue overflowed: not explained
+    own = TrialResult(**{**base, "ring_cores": [2]})
+    assert disturbance(own, queues).startswith("6000 DUT ring overflows; DUT core 2 stalled")
+    assert "4096-frame ring lasts at 0.2 Mpps" in disturbance(own, queues)
+    quiet = TrialResult(**{**base, "stalls": {"1": {"longest_us": 15_000.0}, "2": {"longest_wait_us": 20_000.0}}})
+    assert stalled(quiet, queues) == ""                          # shorter than 20.5 ms: no queue overflows
+    assert stalled(TrialResult(**{**base, "rx_packets": 400_000, "dut_drops": {}}), queues)  # lost nothing
 
 
 # -- a NIC-sized receive queue -----------------------------------------------------------------------

@@ -12,6 +12,14 @@ packet::
 
 Cores: the DUT gets the last ``dut_cores`` CPUs; generator and sink threads share the others. When
 the machine has no CPU left for the tester, it shares a DUT core and ``shared_cores`` says so.
+
+Busy, per core: ``dut_busy_per_core`` is the CPU time of the DUT's packet threads pinned to each DUT
+core over the window (``dut_busy`` is their mean), and ``ring_cores`` says whose receive queue
+overflowed: the veth port's ring in front of the DUT's NAPI threads is one queue on one core (the
+first DUT core's; with several cores its NAPI threads steer to the cpumap), the cpumap's queues
+are one per core, fed by a hash, and which of them overflowed is not counted anywhere (the
+hand-off redirected more than the DUT programs processed, on whichever core): then every DUT core
+is named, and searches judge the busiest of them -- never a mean that an idle core pulls down.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
 from perfkit.housekeeping import Confinement
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
-from perfkit.testbed.dut import Dut, check_rx_queue
+from perfkit.testbed.dut import CPUMAP_QSIZE, Dut, check_rx_queue
 from perfkit import stlprofile
 from perfkit.stlprofile import StlProfile
 from perfkit.testbed import stlgen
@@ -119,6 +127,40 @@ def check_frame_size(scenario: Scenario, profile: Traffic) -> None:
                           f"takes an MTU up to {xdp_max_mtu()}: one page each)")
 
 
+def thread_cores(pids: list[int]) -> dict[int, int]:
+    """The core each of these threads is pinned to (threads allowed on several CPUs, or gone, are
+    left out): the DUT's NAPI threads and cpumap kthreads each run on one."""
+    out = {}
+    for pid in pids:
+        try:
+            cpus = os.sched_getaffinity(pid)
+        except OSError:
+            continue
+        if len(cpus) == 1:
+            out[pid] = next(iter(cpus))
+    return out
+
+
+def busy_per_core(thread_ns: dict[int, int], cores_of: dict[int, int], window_ns: int,
+                  cores: list[int]) -> dict[str, float]:
+    """Per DUT core, the share of the window [0..1] its packet threads ran: ``thread_ns`` is each
+    thread's CPU time in the window [ns], ``cores_of`` the core each is pinned to."""
+    if window_ns <= 0:
+        return {}
+    return {str(c): sum(ns for pid, ns in thread_ns.items() if cores_of.get(pid) == c) / window_ns for c in cores}
+
+
+def dut_queues(cores: list[int], rx_queue: int) -> dict[int, stalls.Queue]:
+    """The receive queue each DUT core serves (``perfkit.testbed.dut``): the veth port's ring on the
+    core of the NAPI threads (the first; the whole rate passes it), else the cpumap's queue of
+    ``rx_queue`` frames (``CPUMAP_QSIZE`` behind the veth ring), each an even share of the rate."""
+    share = 1 / len(cores)
+    if rx_queue:
+        return {c: stalls.Queue(rx_queue, share) for c in cores}
+    return {c: stalls.Queue(RING_FRAMES, 1.0) if i == 0 else stalls.Queue(CPUMAP_QSIZE, share)
+            for i, c in enumerate(cores)}
+
+
 def dut_cost(thread_ns: int, packets: int, bpf_ns: int, window_ns: int, cores: int) -> dict[str, float | None]:
     """The DUT-cost fields of ``TrialResult`` from its packet threads' CPU time [ns], the packets its
     program processed, the program's run time [ns] and the window [ns] on ``cores`` DUT cores."""
@@ -189,6 +231,9 @@ class XdpGenerator(Generator):
                 sink_threads += self.testbed.pin_napi(port, set(self.tester_cores), realtime=True)
             self.stalls = StallProbe(set(self.dut_cores) | set(self.tester_cores))
             self.stalls.watch(self.dut.packet_threads + sink_threads)
+            #: The DUT core each packet thread runs on (dut_busy_per_core), and each core's queue.
+            self.thread_cores = thread_cores(self.dut.packet_threads)
+            self.queues = dut_queues(self.dut_cores, rx_queue)
             at_a = self.profile.ingress == "a"
             self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
             self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
@@ -256,6 +301,7 @@ class XdpGenerator(Generator):
             rt1 = self.dut.runtime()
         threads1, window1 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
         slices1 = cpustat.timeslices(self.dut.packet_threads)
+        thread_ns = {p: threads1[p] - threads0[p] for p in threads1 if p in threads0}
         core_share = core_share_fields(self.coreshare.since(share0, self.dut_cores)) if self.coreshare and share0 else {}
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
         stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
@@ -273,12 +319,22 @@ class XdpGenerator(Generator):
         ring_in = links1[self.tx.dev].get(xmit_err, 0) - links0[self.tx.dev].get(xmit_err, 0)
         ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
         tester_ring = ring_out
+        # the veth ring in front of the DUT's NAPI threads is on one core, the first DUT core's
+        ring_cores = self.dut_cores[:1] if ring_in else []
         if self.rx_queue:
             # the veth ring in front of the hand-off is the NIC's, served by a tester core; the
             # queue's overflow is what the hand-off redirected and the DUT program never saw
             tester_ring += ring_in
             entry, nf = (p.name for p in self.dut.programs)
             ring_in = _runs(rt0, rt1, entry) - _runs(rt0, rt1, nf)
+            ring_cores = list(self.dut_cores) if ring_in else []
+        elif len(self.dut_cores) > 1:
+            # behind the veth ring, the cpumap's queues (one per core: which one is not counted)
+            entry, nf = (p.name for p in self.dut.programs)
+            cpumap = _runs(rt0, rt1, entry) - _runs(rt0, rt1, nf)
+            if cpumap > 0:
+                ring_in += cpumap
+                ring_cores = list(self.dut_cores)
         if ring_in:
             dut_drops[_DUT_RING] = ring_in
         tester_drops = {stalls.RING_DROP: tester_ring} if tester_ring else {}
@@ -302,14 +358,19 @@ class XdpGenerator(Generator):
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
             dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
             shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
-            **dut_cost(sum(threads1[p] - threads0[p] for p in threads1 if p in threads0), runs, ns,
-                       window1 - window0, len(self.dut_cores)),
+            **dut_cost(sum(thread_ns.values()), runs, ns, window1 - window0, len(self.dut_cores)),
             dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
+            dut_busy_per_core=busy_per_core(thread_ns, self.thread_cores, window1 - window0, self.dut_cores),
+            ring_cores=ring_cores,
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns
-        result.disturbance = stalls.disturbance(result, self.rx_queue or RING_FRAMES, self.dut_cores)
+        stall = stalls.stalled(result, self.queues)
+        result.stalled = bool(stall)
+        result.disturbance = stalls.disturbance(result, self.queues)
         result.disturbed = bool(result.disturbance)
+        if stall:
+            result.notes.append(f"stalled: {stall}: host stalls may have cost it frames")
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
         if self.stl and self.trex_profile:
             result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
