@@ -108,3 +108,47 @@ def test_invalid_trial_inputs() -> None:
         gen().measure(0, 1.0)
     with pytest.raises(ConfigError, match="duration"):
         gen().measure(1e5, -1)
+
+
+# -- host stalls (issue 22): the rules of perfkit.stalls on simulated evidence ------------------------
+def test_stalls_overflow_the_queue_and_the_probe_sees_them() -> None:
+    """A DUT that keeps up (0.5 of its capacity) behind a 256-frame queue: a stall overflows the
+    queue by what arrives beyond its room, and the trial is stalled and disturbed; through stalls
+    that stop the generator too nothing overflows, yet the probe saw the DUT core stall."""
+    from perfkit.generators.sim import SimStalls
+
+    own = gen(stalls=SimStalls(per_second=20, min_ms=5, max_ms=5, queue_frames=256)).measure(T / 2, 1.0)
+    assert own.lost_packets > 0 and own.dut_drops == {"rx_ring_full": own.lost_packets}
+    assert own.lost_packets == pytest.approx(own.stalls["0"]["stalls"] * (T / 2 * 0.005 - 256), rel=0.05)
+    assert own.stalled and own.disturbed and "DUT ring overflows" in own.disturbance and own.ring_cores == [0]
+    assert 4750 <= own.dut_stall_us <= 5250 and own.dut_busy == own.dut_busy_per_core["0"] == 0.5
+    vm = gen(stalls=SimStalls(per_second=20, min_ms=5, max_ms=5, queue_frames=256, whole_vm=1.0)).measure(T / 2, 1.0)
+    assert vm.lost_packets == 0 and vm.stalled and not vm.disturbed and vm.tester_stall_us >= 4750
+
+
+def test_a_queue_that_outlasts_the_stalls_loses_nothing_and_no_trial_is_stalled() -> None:
+    from perfkit.generators.sim import SimStalls
+
+    g = gen(stalls=SimStalls(per_second=20, queue_frames=16384))  # 16 ms at 1 Mpps; stalls <= 12 ms
+    trials = [g.measure(T * 0.9, 1.0) for _ in range(5)]
+    assert all(t.lost_packets == 0 and not t.stalled and t.stalls["0"]["stalls"] > 0 for t in trials)
+
+
+def test_without_stalls_the_dut_draws_what_it_always_drew() -> None:
+    """The stalls draw from their own generator: the DUT's noise is the same with them (stalls that
+    stop the generator too cost no frames)."""
+    from perfkit.generators.sim import SimStalls
+
+    quiet, stalled = gen("noisy", seed=3), gen("noisy", seed=3, stalls=SimStalls(per_second=5, whole_vm=1.0))
+    assert [quiet.measure(T, 1.0).lost_packets for _ in range(5)] == [stalled.measure(T, 1.0).lost_packets for _ in range(5)]
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"per_second": -1}, "per_second"), ({"min_ms": 5, "max_ms": 1}, "max_ms"), ({"whole_vm": 2}, "whole_vm"),
+    ({"queue_frames": 0}, "queue_frames"),
+])
+def test_invalid_stalls_name_the_field(kw: dict, field: str) -> None:
+    from perfkit.generators.sim import SimStalls
+
+    with pytest.raises(ConfigError, match=field):
+        SimStalls(**kw)

@@ -25,7 +25,17 @@ reports ``dut_speed_ns_per_step = SIM_STEP_NS / speed`` as the speed probe would
 T at the reference speed.
 
 Loss counts are rounded up: any positive modelled loss loses at least one packet, so NDR is T
-exactly whatever the trial length.
+exactly whatever the trial length. The DUT loses by overflowing its receive queue (``dut_drops``'
+``rx_ring_full``), and its cores are busy ``min(1, rate / T)`` (``dut_busy``, and per core).
+
+Host stalls (``SimStalls``, off by default): stalls of the DUT's cores at a Poisson rate, each of
+a length drawn uniformly, seen by a simulated stall probe (± half its period, as the real one);
+the trials' stall evidence, ``stalled`` and ``disturbed`` come from ``perfkit.stalls``' own rules.
+A stall of a DUT core that keeps up overflows its queue by what arrives beyond the queue's room;
+one of a DUT already losing frames costs the frames it would have forwarded meanwhile. A share of
+the stalls take the whole VM (``whole_vm``): the generator stops too, nothing arrives and nothing
+overflows, but the probe sees the DUT core stall all the same -- the stalls that made the old retry
+rule favour the DUT (``perfkit.search.common``).
 """
 from __future__ import annotations
 
@@ -34,11 +44,12 @@ import random
 import time
 from dataclasses import dataclass
 
+from perfkit import stalls
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import TrialResult
+from perfkit.trial import RING_DROP, TrialResult
 
 #: The models a ``SimModel`` can be.
 MODELS = ("sharp", "noisy", "smooth", "buffered")
@@ -128,6 +139,50 @@ class SimModel:
                 "max": p50 + queue * 2.0, "mean": p50 + queue * 0.1}
 
 
+@dataclass(frozen=True)
+class SimStalls:
+    """Host stalls of the simulated DUT's cores (see the module doc)."""
+
+    per_second: float = 0.0
+    """Stalls per second of trial, on the DUT cores (Poisson) [1/s]."""
+    min_ms: float = 1.0
+    """Shortest stall [ms]."""
+    max_ms: float = 12.0
+    """Longest stall [ms] (lengths uniform in between; this VM's host: 1-12 ms)."""
+    whole_vm: float = 0.0
+    """Share of the stalls that stop the whole VM, the generator too: nothing overflows [0..1]."""
+    queue_frames: int = 256
+    """The DUT cores' receive queue [frames] (a veth ring: 256; ``--rx-queue``: up to 16384)."""
+    period_us: float = stalls.TRIAL_PERIOD_US
+    """The simulated probe's timer period [µs]: a stall is seen ± half of it."""
+    report_us: float = stalls.TRIAL_REPORT_US
+    """A tick later than the period by more than this is a stall [µs]."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.per_second < 1e4):
+            raise ConfigError("sim stalls per_second", self.per_second, "0 <= x < 10000 stalls per second")
+        if not (0 < self.min_ms <= self.max_ms < 1e4):
+            raise ConfigError("sim stalls max_ms", self.max_ms, f">= min_ms ({self.min_ms:g}) and > 0 [ms]")
+        if not 0 <= self.whole_vm <= 1:
+            raise ConfigError("sim stalls whole_vm", self.whole_vm, "a share, 0 .. 1")
+        if not (isinstance(self.queue_frames, int) and self.queue_frames > 0):
+            raise ConfigError("sim stalls queue_frames", self.queue_frames, "an integer > 0 [frames]")
+
+    def draw(self, duration: float, rng: random.Random) -> list[tuple[float, bool]]:
+        """The stalls of one trial: (length [s], whether the whole VM stopped), in no order."""
+        count, budget = 0, rng.expovariate(self.per_second) if self.per_second > 0 else math.inf
+        while budget < duration:  # Poisson arrivals
+            count += 1
+            budget += rng.expovariate(self.per_second)
+        return [(rng.uniform(self.min_ms, self.max_ms) / 1e3, rng.random() < self.whole_vm) for _ in range(count)]
+
+    def seen_us(self, length_s: float, rng: random.Random) -> float | None:
+        """What the probe reports for a stall of ``length_s`` [µs], or None when it sees none (its
+        tick is not late enough): the length ± half a period."""
+        seen = length_s * 1e6 + rng.uniform(-self.period_us / 2, self.period_us / 2)
+        return seen if seen >= self.period_us / 2 + self.report_us else None
+
+
 class SimGenerator(Generator):
     """A generator whose DUT is a ``SimModel``; trials take no time but report their duration."""
 
@@ -136,9 +191,11 @@ class SimGenerator(Generator):
     def __init__(self, scenario: Scenario, model: str | SimModel = "sharp",
                  threshold: float | str | None = None, sigma: float | None = None,
                  seed: int | None = 0, max_offer: float | str | None = None, capture: str | None = None,
-                 speed_reference: float | str | None = None, **model_options: float):
+                 speed_reference: float | str | None = None, stalls: SimStalls | None = None,
+                 **model_options: float):
         """``model`` is a ``SimModel`` or its kind; ``threshold``/``sigma`` and ``model_options``
         override its fields; ``max_offer`` [pps] caps what the simulated generator can send;
+        ``stalls``: host stalls of the DUT cores (``SimStalls``; None: a host that does not stall);
         ``speed_reference`` turns speed normalization on (``Generator.set_speed_reference``);
         ``capture`` is accepted for interface parity and ignored (nothing is on a wire)."""
         super().__init__(scenario)
@@ -157,6 +214,9 @@ class SimGenerator(Generator):
         self.wire_frame_size = profile.wire_frame_size
         self.output_frame_size = profile.output_frame_size
         self._rng = random.Random(seed)
+        self.stalls = stalls
+        # the stalls' own draws: the DUT's draws stay those of a host that does not stall
+        self._stall_rng = random.Random(f"stalls-{seed}")
         self.set_speed_reference(speed_reference)
 
     def measure_speed(self) -> float:
@@ -177,10 +237,15 @@ class SimGenerator(Generator):
         sigma = self.model.speed_sigma / (math.sqrt(duration) if self.model.speed_per_second else 1.0)
         speed = max(0.05, self._rng.gauss(1.0, sigma)) if sigma else 1.0
         lost = self.model.lost(offered_pps, duration, offered, self._rng, speed)
+        capacity = self.model.threshold * speed
+        cores = list(range(self.scenario.dut_cores))
+        stall_loss, evidence, stalled_cores = self._stalls(offered_pps, capacity, bool(lost), duration, cores)
+        lost = min(offered, lost + stall_loss)
         received = offered - lost
         start = time.time()
         sc = self.scenario
-        return TrialResult.for_scenario(
+        busy = min(1.0, offered_pps / capacity)
+        result = TrialResult.for_scenario(
             sc, wire_frame_size=self.wire_frame_size, generator=self.name, duration=duration, intended_pps=rate_pps,
             intended_packets=intended, tx_packets=offered, rx_packets=received,
             tx_bytes=offered * self.wire_frame_size, rx_bytes=received * self.output_frame_size,
@@ -189,8 +254,50 @@ class SimGenerator(Generator):
             dut_cpu={str(c): min(1.0, offered_pps / self.model.threshold)
                      for c in range(sc.dut_cores)},
             dut_speed_ns_per_step=SIM_STEP_NS / speed, speed_reference_ns=self.speed_reference_ns,
+            dut_drops={RING_DROP: lost} if lost else {}, dut_busy=busy,
+            dut_busy_per_core={str(c): busy for c in cores},
+            ring_cores=(cores if lost > stall_loss else stalled_cores) if lost else [], **evidence,
             notes=[f"simulated DUT: {self.model.kind} at {self.model.threshold:.6g} pps"],
         )
+        if self.stalls:
+            queues = {c: stalls.Queue(self.stalls.queue_frames, 1 / len(cores)) for c in cores}
+            why = stalls.stalled(result, queues)
+            result.stalled, result.disturbance = bool(why), stalls.disturbance(result, queues)
+            result.disturbed = bool(result.disturbance)
+        return result
+
+    def _stalls(self, rate: float, capacity: float, losing: bool, duration: float,
+                cores: list[int]) -> tuple[int, dict, list[int]]:
+        """The frames host stalls cost a trial at ``rate`` [pps] on a DUT of ``capacity`` [pps] (per
+        the module doc), the trial's stall evidence (``TrialResult`` fields, as
+        ``perfkit.stalls.evidence`` gives them), and the cores whose queue they overflowed."""
+        if not self.stalls:
+            return 0, {}, []
+        rng, per_core = self._stall_rng, rate / len(cores)
+        seen: dict[int, list[float]] = {c: [] for c in cores}
+        tester: list[float] = []
+        frames, overflowed = 0, set()
+        for length, whole_vm in self.stalls.draw(duration, rng):
+            core = rng.choice(cores)
+            us = self.stalls.seen_us(length, rng)
+            if us is not None:
+                seen[core].append(us)
+                if whole_vm:
+                    tester.append(us)
+            if whole_vm:
+                continue  # the generator stopped too: nothing arrived to overflow the queue
+            lost = (capacity / len(cores) * length if losing
+                    else max(0.0, per_core * length - self.stalls.queue_frames))
+            if lost >= 1:
+                frames += math.ceil(lost)
+                overflowed.add(core)
+        evidence = {
+            "stalls": {str(c): {"longest_us": max(s, default=0.0), "stalls": len(s), "stalled_us": sum(s),
+                                "longest_wait_us": 0.0, "waits": 0, "waited_us": 0.0,
+                                "period_us": self.stalls.period_us} for c, s in seen.items()},
+            "dut_stall_us": max((max(s) for s in seen.values() if s), default=0.0),
+            "tester_stall_us": max(tester, default=0.0)}
+        return frames, evidence, sorted(overflowed)
 
 
 def _pps(value: float | str, scenario: Scenario) -> float:
