@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from perfkit import stop
 from perfkit.errors import BpfError
 
 # enum bpf_map_type / bpf_attach_type values used here (uapi/linux/bpf.h)
@@ -480,17 +481,32 @@ def xdp_attach(ifindex: int, prog_fd: int, mode: str = "native") -> None:
     _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, None), f"bpf_xdp_attach(ifindex {ifindex}, {mode})")
 
 
+#: ``ring_buffer_sample_fn``. The only callback from C into Python in perfkit (libbpf's print callback
+#: is left at its default, which writes to stderr in C).
 _RINGBUF_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
 class RingBuffer:
-    """Reader of a BPF_MAP_TYPE_RINGBUF map: ``drain()`` returns the records submitted so far."""
+    """Reader of a BPF_MAP_TYPE_RINGBUF map: ``drain()`` returns the records submitted so far.
+
+    libbpf calls a Python function (a ctypes callback) for each record, and an exception raised
+    there would be printed and dropped by ctypes, not raised: a stop (Ctrl-C, SIGTERM) that landed
+    in it was lost (issue 22). So ``drain`` consumes inside ``perfkit.stop.deferred()`` (perfkit's
+    handlers keep the stop until ``ring_buffer__consume`` returns, then it is raised), and the
+    callback hands anything raised in it (another handler's ``KeyboardInterrupt``, a MemoryError)
+    to ``drain``, which raises it once libbpf has returned.
+    """
 
     def __init__(self, m: Map):
         self._records: list[bytes] = []
+        self._error: BaseException | None = None
 
         def _cb(_ctx: int, data: int, size: int) -> int:
-            self._records.append(ctypes.string_at(data, size))
+            try:
+                self._records.append(ctypes.string_at(data, size))
+            except BaseException as err:  # noqa: BLE001 - ctypes would drop it: drain raises it
+                self._error = err
+                return -1  # libbpf stops consuming (this record is lost: drain raises anyway)
             return 0
 
         self._cb = _RINGBUF_CB(_cb)  # keep a reference: libbpf calls it later
@@ -502,7 +518,13 @@ class RingBuffer:
     def drain(self) -> list[bytes]:
         if not self._rb:  # libbpf would dereference the NULL
             raise BpfError("ring_buffer__consume: the ring buffer is closed", errno.EBADF)
-        _check(lib().ring_buffer__consume(self._rb), "ring_buffer__consume")
+        self._error = None
+        with stop.deferred():  # no stop raised inside the callbacks; raised when consume returns
+            ret = lib().ring_buffer__consume(self._rb)
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+        _check(ret, "ring_buffer__consume")
         out, self._records = self._records, []
         return out
 

@@ -3,7 +3,7 @@
 A module defines ``register(subparsers)``; it adds its parsers and sets ``func`` on each to a function
 ``(args) -> int``. Command functions only merge options and call one library function.
 Exit codes: 0 ok, 1 a regression was found (``compare``), 2 bad input or a failed operation,
-130 interrupted.
+130 interrupted (Ctrl-C or SIGTERM: ``perfkit.cli._signals``).
 
 Errors are one line on stderr: a user's mistake (``PerfkitError``, a bad option) names the option or
 field, the value and what is allowed; anything else is a bug, printed as one line that says so, and
@@ -19,6 +19,8 @@ import sys
 import traceback
 from typing import NoReturn
 
+from perfkit import stop
+from perfkit.cli._signals import stop_on_signals
 from perfkit.errors import PerfkitError
 
 #: The global flag that turns an unexpected error's one line into its traceback.
@@ -47,13 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `perfkit ... | head` ends quietly
+    try:
+        with stop_on_signals():   # first, before build_parser's imports: Ctrl-C or SIGTERM exit 130
+            return _main(argv)
+    except KeyboardInterrupt:     # a stop in the block's last moments, after _main's own handling
+        print("perfkit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     end = argv.index("--") if "--" in argv else len(argv)
     debug = DEBUG_FLAG in argv[:end]
     argv = [a for i, a in enumerate(argv) if a != DEBUG_FLAG or i >= end]
-    args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        args = build_parser().parse_args(argv)
+        code = int(args.func(args) or 0)
+        if stop.requested() and code != 130:   # raised where something dropped it: a stop all the same
+            raise KeyboardInterrupt
+        return code
     except PerfkitError as err:
         if debug:
             traceback.print_exc()

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from perfkit import stop
 from perfkit.cli.options import add_json, add_run_store, check_run, emit
 from perfkit.errors import ConfigError, PerfkitError
 
@@ -187,8 +188,9 @@ def _forward_signals(km: Any) -> Iterator[list[int]]:
                   "testbed down and writes what was measured), please wait", file=sys.stderr, flush=True)
             return
         stopped.append(signum)
-        if pid is None:
-            raise KeyboardInterrupt           # no kernel yet: nothing runs, stop right here
+        if pid is None:                       # no kernel yet: nothing runs, stop right here (raised
+            stop.request(signum)              # where Python cannot drop it: perfkit.stop)
+            return
         print("perfkit: stopping: interrupting the experiment (the testbed is taken down, the run kept)",
               file=sys.stderr, flush=True)
         try:

@@ -4,15 +4,16 @@
 units are skipped, an interrupted search replays its stored trials and goes on where it stopped.
 Exit status: 0 every unit done; 2 a unit failed (any error inside a unit fails only that unit; the
 run goes on), the run is in use by another process (its lock), or bad input; 130 interrupted (Ctrl-C
-or SIGTERM: the testbed and the metrics servers the run started are taken down, the run is marked
-``interrupted`` and the last line says how to resume it). A second Ctrl-C while stopping does not cut
-the clean-up short. After a crash or SIGKILL: ``perfkit clean``, then ``perfkit run --resume RUN_ID``.
+or SIGTERM, at any moment: the testbed and the metrics servers the run started are taken down, the
+run is marked ``interrupted`` and the last line says how to resume it; ``perfkit.cli._signals``). A
+second Ctrl-C while stopping does not cut the clean-up short. After a crash or SIGKILL: ``perfkit
+clean``, then ``perfkit run --resume RUN_ID``.
 """
 from __future__ import annotations
 
 import argparse
 
-from perfkit.cli._signals import stop_on_signals
+from perfkit.cli._signals import sigpipe_ignored
 from perfkit.cli.options import add_json, add_run_store, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
 
@@ -30,7 +31,7 @@ def _human(d: dict) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    with stop_on_signals():   # SIGTERM too: tear the testbed down, leave a resumable run
+    with sigpipe_ignored():   # a metrics server that died is an error the push reports, not our death
         outcome, rep = _run(args)
     out = outcome.to_dict()
     if rep is not None:

@@ -4,6 +4,9 @@ Methods: maxrate, sweep, ndr, pdr, ndrpdr, bestworst, latency (see ``perfkit.sea
 method takes the scenario and trial options of ``perfkit trial``; ``--rate`` is the maximum rate
 (default 100 % of --line-rate). ``--generator sim --sim-model sharp --sim-threshold 1Mpps`` runs
 without a testbed. ``--json`` prints the result with every trial.
+
+Ctrl-C or SIGTERM stop a search at any moment: the testbed goes down, one line says that nothing was
+stored (a search keeps no state), exit status 130 (``perfkit.cli._signals``).
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import dataclasses
 import sys
 from typing import Any, Callable
 
-from perfkit.cli._signals import stop_on_signals
+from perfkit.cli._signals import sigpipe_ignored
 from perfkit.cli.options import (add_json, add_scenario, add_trial, emit, generator_options, integer, scenario_from_args,
                                  seconds)
 from perfkit.errors import ConfigError, SearchError
@@ -229,7 +232,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.disturbed_retries is not None and args.disturbed_retries < 0:
         raise ConfigError("disturbed_retries", args.disturbed_retries, "an integer >= 0")
     try:
-        with create(args.generator, scenario, **generator_options(args)) as gen, stop_on_signals():
+        with sigpipe_ignored(), create(args.generator, scenario, **generator_options(args)) as gen:
             if args.disturbed_retries is not None:
                 gen.disturbed_retries = args.disturbed_retries
             result = run_method(args.method, gen, params, progress=not args.no_progress and sys.stderr.isatty())

@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfkit import owners
+from perfkit import owners, stop
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
 from perfkit.testbed import netns, shield
@@ -161,6 +161,7 @@ class Testbed:
         if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
+            stop.reset()   # the stop our handler recorded (if any) was this testbed's
 
     # -- kernel knobs ----------------------------------------------------------------------------
     def set_threaded_napi(self, port: Port) -> None:
@@ -221,10 +222,11 @@ def anchor_peer(anchor: Port) -> str:
 
 
 def _raise_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM as SystemExit, once: a second SIGTERM during the clean-up the first one started is
-    ignored rather than cutting it short (``down`` restores the default; SIGKILL still ends us)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
+    """SIGTERM as SystemExit, once (``perfkit.stop.request``: not inside a ring buffer's callback,
+    where it would be dropped, but as libbpf returns): a second SIGTERM during the clean-up the first
+    one started is ignored rather than cutting it short (``down`` restores the default; SIGKILL still
+    ends us)."""
+    stop.request(signum, SystemExit(128 + signum))
 
 
 def record_path(rid: str) -> Path:
