@@ -51,7 +51,7 @@ from perfkit.campaign.metadata import host_facts
 from perfkit.campaign.metrics_session import MetricsSession
 from perfkit.campaign.schema import Campaign, load_campaign, parse_campaign
 from perfkit.campaign.units import Estimate, Unit, estimate, expand
-from perfkit import owners
+from perfkit import owners, stop
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.generators.base import Generator
@@ -223,8 +223,9 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
     facts = host_facts()
     if campaign.generator.backend == "xdp":  # the host's stalls decide what zero loss can mean here
         facts["host_check"] = _host_check(campaign.generator.host_check_seconds, say)
-    store = RunStore.create(run_id, root, _new_metadata(campaign, facts))
-    store.lock()
+    with stop.deferred():   # a stop waits for the directory and its metadata: half made, no resume takes it
+        store = RunStore.create(run_id, root, _new_metadata(campaign, facts))
+        store.lock()
     return _execute(store, campaign, cls, resumed=False, metrics=metrics, progress=progress,
                     on_trial=on_trial, say=say)
 
@@ -448,6 +449,7 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
             gen = LazyGenerator(cls, scenario, generator_options(campaign, scenario, cls))
             try:
                 for unit in group:
+                    stop.check()   # a stop pending (perfkit.stop): no unit starts
                     bar.set_postfix_str(unit.id)
                     _run_unit(unit, gen, store, journal, state.attempts.get(unit.id, 0) + 1,
                               recorded.get(unit.id, []), ms, out, on_trial, progress, say,
@@ -455,6 +457,7 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
                     bar.update(1)
             finally:
                 gen.close()
+        stop.check()
         out.status = "incomplete" if out.units_failed else "complete"
     except (KeyboardInterrupt, SystemExit):
         out.status = "interrupted"

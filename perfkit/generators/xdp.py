@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from perfkit import cpustat, stalls
+from perfkit import cpustat, stalls, stop
 from perfkit.dataplane import Traffic
 from perfkit.errors import BpfError, ConfigError
 from perfkit.generators.base import Generator
@@ -386,6 +386,7 @@ class XdpGenerator(Generator):
                 last, quiet_since = frames, time.monotonic()
             elif time.monotonic() - quiet_since >= DRAIN_QUIET:
                 return
+            stop.check()   # a stop pending (perfkit.stop): this trial is not finished
             time.sleep(0.005)
 
     @property

@@ -79,7 +79,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from perfkit import dataplanes
+from perfkit import dataplanes, stop
 from perfkit.cpustat import IDLE_MODES, MODE_ALIASES, MODES
 from perfkit.dataplane import Param
 from perfkit.errors import ConfigError, MetricsError
@@ -250,6 +250,7 @@ def _cpu_series(pc: PrometheusConnect, w: TrialWindow, endpoints: Endpoints, wai
         covered = series and all(float(s["values"][-1][0]) >= w.end for s in series)
         if covered or not wait or time.time() > deadline:
             break
+        stop.check()   # a stop pending (perfkit.stop) ends the wait
         time.sleep(interval / 2)
     if not series:
         raise NoSamples(f"Prometheus {endpoints.prometheus_url} has no {CPU_METRIC}{{{endpoints.node_selector}}} "
@@ -388,6 +389,7 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
             missing = (wanted - found) if wanted is not None else set()
             if not missing or time.monotonic() >= deadline:
                 break
+            stop.check()
             time.sleep(min(0.5, endpoints.scrape_interval))
     finally:
         pc.close()

@@ -50,6 +50,7 @@ import requests
 import yaml
 
 from perfkit import owners as _owners
+from perfkit import stop
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics.config import Endpoints, default_stack_dir, write_endpoints_file, STACK_ENDPOINTS_FILE
 
@@ -589,6 +590,7 @@ def _wait_healthy(name: str, rec: Mapping[str, Any], host: str, port: int,
         ok, last = _health(url, auth)
         if ok:
             return
+        stop.check()   # a stop pending (perfkit.stop) ends the wait; the caller stops what started
         time.sleep(0.2)
     raise MetricsError(f"{name} did not become ready within {timeout:g} s ({last}); log: {rec['log']}\n"
                        + _log_tail(Path(rec["log"]), 5))
@@ -608,6 +610,7 @@ def _wait_scraped(rec: Mapping[str, Any], auth: tuple[str, str] | None, timeout:
             health = {"prometheus": f"{url}: {type(err).__name__}"}
         if health.get("node") == "up" and health.get("pushgateway") == "up":
             return
+        stop.check()
         time.sleep(0.25)
     raise MetricsError(f"Prometheus did not scrape its targets within {timeout:g} s: {health} "
                        f"(log: {rec['log']})")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from perfkit import stop
 from perfkit.testbed import netns
 from perfkit.testbed.bpfbuild import specialised
 from perfkit.errors import ConfigError, PerfkitError
@@ -170,16 +171,19 @@ class Sending:
         self.errors: list[BaseException] = []
 
     @staticmethod
-    def wait(done: Callable[[], bool], every: float = POLL_S) -> None:
+    def wait(done: Callable[[], bool], every: float = POLL_S, stoppable: bool = True) -> None:
+        """Sleep ``every`` s until ``done()``; ``stoppable``: raise a pending stop (``perfkit.stop``)."""
         while not done():
+            if stoppable:
+                stop.check()
             time.sleep(every)
 
     def may_send(self, idx: int) -> bool:
         """Thread ``idx``, set up: wait for ``go``; then, may it send? Not once ``stop`` has begun."""
         self.ready[idx] = True
-        self.wait(lambda: self.go or self.stopped)
+        self.wait(lambda: self.go or self.stopped or bool(stop.requested()), stoppable=False)
         self.sending[idx] = True
-        return not self.stopped
+        return not (self.stopped or stop.requested())
 
     def fail(self, err: BaseException) -> None:
         """A thread's error: the others do not send, and ``send`` raises it."""
@@ -193,7 +197,8 @@ class Sending:
         self.stopped = True
         while True:
             try:
-                self.wait(lambda: not any(s and not e for s, e in zip(self.sending, self.ended)), SENDING_POLL_S)
+                self.wait(lambda: not any(s and not e for s, e in zip(self.sending, self.ended)), SENDING_POLL_S,
+                          stoppable=False)
                 return
             except (KeyboardInterrupt, SystemExit):
                 continue
@@ -282,6 +287,8 @@ class LiveGenerator:
         except BaseException:  # Ctrl-C or SIGTERM, at any point: no thread may go on sending
             run.stop()
             raise
+        if stop.requested():  # the threads stopped for it (the stop was dropped on its way here):
+            raise KeyboardInterrupt   # what they sent is no trial
         if run.errors:
             raise run.errors[0]
         done = [r for r in run.results if r]
@@ -311,7 +318,8 @@ class LiveGenerator:
                 if not run.may_send(idx):
                     return
                 runs, t0 = 0, time.monotonic()
-                while quota != 0 and not run.stopped:  # quota 0: this thread's share is none
+                # quota 0: this thread's share is none; a stop requested ends the sending here too
+                while quota != 0 and not run.stopped and not stop.requested():
                     if paced:
                         k = PACED_RUNS
                         state = self._states()[cpu] if runs else None
