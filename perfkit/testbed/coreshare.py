@@ -11,8 +11,9 @@ while something else held its core a third of the time is not the DUT's capacity
 How it compares with ``dut_busy`` (the packet threads' own CPU time, ``/proc/<tid>/schedstat``):
 equal where they run most of the time (median ratio 0.999 over 44 trials at ``dut_busy`` >= 0.8 in
 ``make run`` on the 2-vCPU VM), ``packet`` up to ~10 % lower where they wake thousands of times a
-second (median 0.90 below 0.5): the scheduler's clock and the tracepoint's differ by a few
-microseconds per wake-up, and that time counts as ``idle`` here. ``perfkit`` and ``other`` are
+second (median 0.90 below 0.5): a few microseconds per wake-up that schedstat gives the thread
+count as ``idle`` here (why, not pinned down: the switch is timed at the tracepoint, schedstat at
+the scheduler's clock update). ``perfkit`` and ``other`` are
 intervals of other tasks, exact to the switch; ``dut_busy`` stays the measure of the DUT's load.
 
 ``CoreShare(packet_tids)`` attaches the program; ``set_perfkit(pids)`` says which processes are
