@@ -13,7 +13,7 @@ file, ``perfkit.campaign.schema``, with the generator's keys flattened: ``genera
   (``perfkit experiment campaigns/default.yaml``, ``make run``); its campaign equals the file's.
 - ``run(experiment, ...)`` runs it with ``perfkit.campaign.run_campaign`` (the code ``perfkit run``
   uses: each trial fsynced before it is pushed, a progress bar, resumable with ``resume=True``).
-- ``fit(run)`` fits the CPU models and the DUT cost model (``perfkit.analysis``); ``figures(...)``
+- ``fit(run)`` fits the CPU models and the DUT load model (``perfkit.analysis``); ``figures(...)``
   draws them (``perfkit.plots``); ``save_outputs(...)`` writes them into ``<run>/experiment/``
   (``outcome.json``, ``throughput.csv``, ``models.json``, ``figures/*.png``).
 
@@ -420,7 +420,7 @@ MAX_LOSS = 0.01
 
 @dataclass
 class Fits:
-    """The CPU models and the DUT cost model of a run."""
+    """The CPU models and the DUT load model of a run."""
 
     throughput: Any
     """``analysis.throughput_table``."""
@@ -432,10 +432,10 @@ class Fits:
     cpu_multi_source: Any
     models: list[Any]
     """``analysis.fit_cpu_models``: per variant, ``CpuModels``."""
-    cost: Any
-    """``analysis.cost_frame``."""
-    cost_model: Any
-    """``analysis.fit_cost`` (None: too few busy trials)."""
+    load: Any
+    """``analysis.load_frame``: the trials of the DUT load model."""
+    load_model: Any
+    """``analysis.fit_load`` (None: no scenario with trials at several rates)."""
     capped: int = 0
     """Max-rate trials left out of the per-core fits because the generator, not the DUT, set their rate."""
 
@@ -444,8 +444,8 @@ class Fits:
         return {"cpu_source": self.cpu_source.label, "cpu_multivariate_source": self.cpu_multi_source.label,
                 "cpu_models": [{"variant": m.variant, "label": m.label, "fits": [f.to_dict() for f in m.fits()],
                                 "notes": list(m.notes)} for m in self.models],
-                "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
-                "cost_trials": int(len(self.cost)), "per_core_trials_capped": self.capped}
+                "load_model": self.load_model.to_dict() if self.load_model is not None else None,
+                "load_trials": int(len(self.load)), "per_core_trials_capped": self.capped}
 
     def markdown(self) -> str:
         lines = [f"- per-core fits: {len(self.cpu)} max-rate trials; {self.cpu_source.label}"
@@ -453,19 +453,18 @@ class Fits:
                  f"- multivariate: {len(self.cpu_multi)} trials with loss <= {MAX_LOSS:g}; {self.cpu_multi_source.label}"]
         lines += [f"- {n}" for n in dict.fromkeys([self.cpu_source.missing_note, self.cpu_multi_source.missing_note]) if n]
         for m in self.models:
-            lines += [f"- **{m.label} {f.name}**: `{f.equation()}` (R² {f.r2_:.3f}, n {f.n_samples_})" for f in m.fits()]
+            lines += [f"- **{m.label} {f.name}**: `{f.equation()}` ({f.r2_words()}; n {f.n_samples_})" for f in m.fits()]
             lines += [f"- note: {n}" for n in m.notes]
-        if self.cost_model is not None:
-            lines.append(f"- **DUT cost per packet**: `{self.cost_model.equation()}` (R² {self.cost_model.r2_:.3f}, "
-                         f"n {self.cost_model.n_samples_})")
+        if self.load_model is not None:
+            lines += [f"- {line}" for line in self.load_model.summary()]
         else:
-            lines.append(f"- DUT cost per packet: no model ({len(self.cost)} trials with a busy DUT; too few)")
+            lines.append(f"- DUT load model: none ({len(self.load)} trials; no scenario has trials at several rates)")
         return "\n".join(lines)
 
 
 def fit(run: Any) -> Fits:
     """Fit the CPU models (CPU from Prometheus' node-exporter samples where the run pulled them back,
-    else /proc/stat) and the DUT cost model of a loaded run (``analysis.load_run``)."""
+    else /proc/stat) and the DUT load model of a loaded run (``analysis.load_run``)."""
     from perfkit import analysis
 
     tp = analysis.throughput_table(run)
@@ -477,8 +476,8 @@ def fit(run: Any) -> Fits:
     if not mframe.empty:
         mframe = analysis.drop_generator_limited(mframe, run)
     models = analysis.fit_cpu_models(frame, mframe) if not (frame.empty and mframe.empty) else []
-    cost = analysis.cost_frame(run)
-    return Fits(tp, frame, source, mframe, msource, models, cost, analysis.fit_cost(cost), before - len(frame))
+    load = analysis.load_frame(run)
+    return Fits(tp, frame, source, mframe, msource, models, load, analysis.fit_load(load), before - len(frame))
 
 
 def throughput_figures(run: Any, fits: Fits) -> dict[str, Any]:
@@ -492,7 +491,8 @@ def throughput_figures(run: Any, fits: Fits) -> dict[str, Any]:
 
 
 def cpu_figures(run: Any, fits: Fits) -> dict[str, Any]:
-    """The CPU models' figures: CPU vs frame size with the fits, residuals, DUT cost measured vs model."""
+    """The CPU models' figures: CPU vs frame size with the fits, residuals, the DUT load measured vs
+    model (``cost_fit``) and the marginal cost per scenario."""
     from perfkit import plots
 
     out: dict[str, Any] = {}
@@ -500,7 +500,9 @@ def cpu_figures(run: Any, fits: Fits) -> dict[str, Any]:
         out["cpu_vs_frame_size"] = plots.cpu_vs_frame_size(fits.cpu, fits.models, fits.cpu_source.label)
     if any(m.multivariate is not None for m in fits.models):
         out["cpu_residuals"] = plots.residuals(fits.models, fits.cpu_multi_source.label)
-    out["cost_fit"] = plots.cost_fit(fits.cost, fits.cost_model, run.title)
+    out["cost_fit"] = plots.load_fit(fits.load_model, run.title)
+    if fits.load_model is not None:
+        out["marginal_cost"] = plots.marginal_cost(fits.load_model, run.title)
     return out
 
 

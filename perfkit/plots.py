@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import re
 from typing import Sequence
 
@@ -27,7 +28,6 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter
 
-from perfkit.analysis.cost import BUSY_MIN
 from perfkit.analysis.run import variant_label
 
 #: Axis labels (with units) of the frame columns the figures plot.
@@ -335,8 +335,9 @@ def residuals(models: Sequence[object], subtitle: str = "") -> Figure:
         r = fit.residuals_
         sns.scatterplot(data=r, x="predicted", y="residual", hue="frame_size", palette="viridis", ax=ax, s=35)
         ax.axhline(0, color="black", lw=1, ls="--", label="zero")
-        ax.set_title(f"{fit.group.get('label', fit.group.get('variant'))}: "
-                     f"R² = {fit.r2_:.3f}, n = {fit.n_samples_}")
+        cv = f"{fit.cv_r2_:.2f} cross-validated" if not math.isnan(fit.cv_r2_) else "not cross-validated"
+        ax.set_title(f"{fit.group.get('label', fit.group.get('variant'))}: R² {fit.r2_:.2f} in-sample, {cv}"
+                     + (" - weak" if fit.weak else "") + f", n = {fit.n_samples_}", fontsize=10)
         ax.set_xlabel("predicted " + LABELS.get(fit.target, fit.target))
         ax.set_ylabel("residual (actual - predicted) [% points]")
         ax.legend(title="frame size [bytes]", fontsize=8)
@@ -420,24 +421,59 @@ def compare_changes(rows: pd.DataFrame, threshold_pct: float, subtitle: str = ""
 
 
 
-def cost_fit(frame: pd.DataFrame, fit: object | None, subtitle: str = "") -> Figure:
-    """The DUT's measured cost per packet against the model's prediction (``analysis.fit_cost``),
-    one point per busy trial; the diagonal is a perfect model."""
-    title = "DUT cost per packet: measured vs model"
-    if frame.empty or fit is None:
-        return _empty(title, f"no trials with the DUT busy >= {int(BUSY_MIN * 100)} % of its cores (or too few)")
-    d = _variants(frame)
-    d["predicted"] = fit.predict(frame)
+def load_fit(model: object | None, subtitle: str = "") -> Figure:
+    """The DUT's measured load against the load model (``analysis.fit_load``), one point per trial:
+    left, each scenario its own line (in-sample); right, the model fitted without the trial's
+    scenario (cross-validated). The diagonal is a perfect model."""
+    title = "DUT load (packet threads' CPU): measured vs model"
+    if model is None:
+        return _empty(title, "no DUT load model: no scenario has trials at several rates with the DUT's CPU measured")
+    d = _variants(model.trials)
     d["frame size [bytes]"] = d["frame_size"].astype(int).astype(str)
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    sns.scatterplot(data=d, x="predicted", y="dut_ns_per_packet", hue="variant", style="frame size [bytes]", s=60,
-                    ax=ax)
-    lo, hi = min(d["predicted"].min(), d["dut_ns_per_packet"].min()), max(d["predicted"].max(),
-                                                                          d["dut_ns_per_packet"].max())
-    ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--", label="measured = model")
-    ax.set_xlabel("model [ns per packet]")
-    ax.set_ylabel("measured DUT cost [ns per packet]")
-    ax.set_title(f"R² = {fit.r2_:.3f}, n = {fit.n_samples_}")
+    panels = [("fitted", f"each scenario its own line: R² {model.r2_:.2f} (in-sample)")]
+    if not math.isnan(model.cv_r2_):
+        panels.append(("cv_predicted", f"one scenario left out: R² {model.cv_r2_:.2f} (cross-validated)"
+                       + (" - weak" if model.weak else "")))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 1.5, 4.3), squeeze=False)
+    lo = min(d["load_cores"].min(), *(d[c].min() for c, _ in panels))
+    hi = max(d["load_cores"].max(), *(d[c].max() for c, _ in panels))
+    for i, (ax, (col, name)) in enumerate(zip(axes[0], panels)):
+        sns.scatterplot(data=d, x=col, y="load_cores", hue="variant", style="frame size [bytes]", s=40, ax=ax,
+                        legend=i == len(panels) - 1)
+        ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--", label="measured = model")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("model [cores: packet threads' CPU-seconds per second]")
+        ax.set_ylabel("measured [cores]")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    _title(fig, title, subtitle)
+    return fig
+
+
+def marginal_cost(model: object | None, subtitle: str = "") -> Figure:
+    """Each scenario's marginal cost per packet (its line's slope, ± one standard error) against frame
+    size, and what the second stage (frame size, variant, parameters, cores) makes of it."""
+    title = "DUT marginal cost per packet, per scenario"
+    if model is None or model.scenarios.empty:
+        return _empty(title, "no DUT load model: no scenario has trials at several rates")
+    d = _variants(model.scenarios)
+    fig, ax = plt.subplots(figsize=(7.5, 4.3))
+    variants = list(dict.fromkeys(d["variant"]))
+    palette = dict(zip(variants, sns.color_palette("tab10", len(variants))))
+    for v, g in d.groupby("variant", sort=False):
+        ax.errorbar(g["frame_size"], g["marginal_ns"], yerr=g["marginal_se"], fmt="o", color=palette[v], capsize=3,
+                    label=f"{v}: measured (± 1 s.e.)")
+        if model.marginal is not None:
+            ax.scatter(g["frame_size"], g["marginal_predicted"], marker="x", s=60, color=palette[v],
+                       label=f"{v}: second stage")
+    ax.set_xlabel(LABELS["frame_size"])
+    ax.set_ylabel("marginal cost [ns per packet]")
+    fit = model.marginal
+    ax.set_title("second stage: " + (f"R² {fit.r2_:.2f} in-sample, "
+                                     + (f"{fit.cv_r2_:.2f} cross-validated" if not math.isnan(fit.cv_r2_) else "not cross-validated")
+                                     + (" - weak" if fit.weak else "") if fit is not None else "too few scenarios"),
+                 fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
     _title(fig, title, subtitle)
     return fig

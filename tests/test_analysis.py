@@ -154,6 +154,24 @@ def test_linear_fit_recovers_known_coefficients():
                                        "offered_mpps": 40}, abs=1e-6)
     assert np.allclose(fit.residuals_["residual"], 0, atol=1e-6)
     assert "40 x offered_mpps" in fit.equation()
+    assert fit.cv_r2_ == pytest.approx(1.0) and not fit.weak             # each row its own group: leave one out
+    assert fit.to_dict()["cv_r2"] == pytest.approx(1.0)
+
+
+def test_a_cpu_share_fit_is_cross_validated_over_scenarios():
+    """Leaving one scenario out at a time: a target that follows the features holds up; one that
+    ignores them is weak, in words; with two scenarios there is nothing to cross-validate."""
+    d = _synthetic(60, seed=2)
+    d["scenario_key"] = [f"s{i % 6}" for i in range(len(d))]
+    fit = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct")
+    assert fit.cv_groups_ == 6 and fit.cv_r2_ == pytest.approx(1.0) and not fit.weak
+    d["cpu_cores_pct"] = np.random.default_rng(2).uniform(10, 90, len(d))
+    null = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct")
+    assert null.cv_r2_ < 0.2 and null.weak and "weak" in null.r2_words()
+    assert (null.residuals_["cv_predicted"] != null.residuals_["predicted"]).all()
+    d["scenario_key"] = [f"s{i % 2}" for i in range(len(d))]
+    two = analysis.fit_linear(d, analysis.FEATURES, "cpu_cores_pct")
+    assert math.isnan(two.cv_r2_) and two.weak and "not cross-validated (2 scenarios" in two.r2_words()
 
 
 def test_constant_features_are_dropped_and_too_few_rows_give_no_fit():
@@ -282,35 +300,169 @@ def test_a_search_judged_at_a_slightly_short_offer_finds_its_figure_trial(tmp_pa
     assert not tp[["throughput_mpps", "rx_mpps", "rx_gbps", "loss_ratio"]].isna().any().any()
 
 
-def test_dut_cost_model_recovers_a_known_cost_and_sizes_cores(tmp_path):
-    """Trials of a DUT whose cost per packet is 300 + 0.2 x frame size + 150 (uplink) + 40 x
-    log10(1 + sessions) ns: the model finds it from the busy trials only, and the capacity table
-    inverts it."""
-    store = RunStore.create("cost", tmp_path)
-    rng = np.random.default_rng(3)
-    for i in range(40):
-        fs, ul, sessions = int(rng.choice([64, 256, 512, 1024])), bool(i % 2), int(rng.choice([0, 999, 999_999]))
-        ns = 300 + 0.2 * fs + 150 * ul + 40 * math.log10(1 + sessions)
-        busy = 0.95 if i < 30 else 0.3          # the last ten idled between packets: left out
-        r = _result(f"c{i}", fs, 1e6, busy)
-        r.params = {**r.params, "direction": "ul" if ul else "dl", "sessions": sessions}
-        r.dut_ns_per_packet, r.dut_busy = ns if busy > 0.5 else ns * 5, busy
-        r.bpf_ns_per_packet, r.kernel_ns_per_packet = 100.0, ns - 100.0
+# -- the DUT load model ---------------------------------------------------------------------------
+#: The known cost of the synthetic DUTs: a wake-up [ns], the fixed share per DUT core [cores].
+WAKE_NS, FIXED_PER_CORE = 18_000.0, 0.05
+RATES = (5e4, 2e5, 5e5, 9e5)
+
+
+def _known_marginal(fs: int, ul: bool, sessions: int, cores: int) -> float:
+    """ns per packet: 300 + 0.2 x frame size + 150 (uplink) + 40 x log10(1 + sessions) + 10 x cores."""
+    return 300 + 0.2 * fs + 150 * ul + 40 * math.log10(1 + sessions) + 10 * cores
+
+
+def _wakeups(pps: float) -> float:
+    """Wake-ups per second: one per packet at low rates, fewer as the thread stays busy (not linear in
+    the rate, as on the testbed)."""
+    return 25_000 * pps / (pps + 1e5) * (1 - pps / 1.2e6)
+
+
+def _load_trial(i: int, fs: int, ul: bool, sessions: int, cores: int, pps: float, load: float,
+                **kw) -> TrialResult:
+    r = _result(f"l{i}", fs, pps, load / cores, **kw)
+    r.params = {**r.params, "direction": "ul" if ul else "dl", "sessions": sessions}
+    r.dut_cores, r.method, r.dut_busy = cores, "ndrpdr/binary", load / cores
+    r.dut_wakeups = int(_wakeups(pps))
+    return r
+
+
+def _load_run(tmp_path, marginal, load_of=None, name: str = "load") -> analysis.RunData:
+    """12 scenarios (3 frame sizes x 2 directions x 2 table sizes; 2 cores at 512 B), each at
+    ``RATES``, with the load ``fixed + marginal(scenario) x pps + wake-ups`` (or ``load_of(i, pps)``)."""
+    store = RunStore.create(name, tmp_path)
+    i = 0
+    for fs in (64, 512, 1024):
+        for ul in (False, True):
+            for sessions in (0, 100_000):
+                cores = 1 + (fs == 512)
+                m = marginal(fs, ul, sessions, cores)
+                for pps in RATES:
+                    load = (FIXED_PER_CORE * cores + m * 1e-9 * pps + WAKE_NS * 1e-9 * int(_wakeups(pps))
+                            if load_of is None else load_of(i, pps))
+                    store.append(_load_trial(i, fs, ul, sessions, cores, pps, load))
+                    i += 1
+    return analysis.load_run(name, tmp_path)
+
+
+def test_the_load_model_recovers_a_known_linear_cost(tmp_path):
+    """Trials of DUTs whose load is ``0.05 x cores + marginal x pps + 18 µs x wake-ups/s``, with the
+    marginal cost linear in the features: both stages find every coefficient, and hold up when a
+    scenario is left out."""
+    run = _load_run(tmp_path, _known_marginal)
+    frame = analysis.load_frame(run)
+    assert len(frame) == 48 and frame["pps"].tolist() == pytest.approx([p for _ in range(12) for p in RATES])
+    model = analysis.fit_load(frame)
+    assert model.wake_ns_ == pytest.approx(WAKE_NS, rel=1e-6)
+    assert model.fixed_per_core_ == pytest.approx(FIXED_PER_CORE, abs=1e-6)
+    for row in model.scenarios.to_dict("records"):
+        truth = _known_marginal(row["frame_size"], row["variant"] == "ul", row["sessions"], row["dut_cores"])
+        assert row["marginal_ns"] == pytest.approx(truth, rel=1e-6)
+        assert row["fixed_cores"] == pytest.approx(FIXED_PER_CORE * row["dut_cores"], abs=1e-6)
+    fit = model.marginal
+    assert fit.intercept_ == pytest.approx(300, abs=1e-3)
+    assert fit.coef_ == pytest.approx({"frame_size": 0.2, "dut_cores": 10, "log_sessions": 40, "variant_ul": 150},
+                                      abs=1e-4)
+    assert model.r2_ == pytest.approx(1.0) and model.cv_r2_ == pytest.approx(1.0) and fit.cv_r2_ == pytest.approx(1.0)
+    assert not model.weak and not fit.weak and "weak" not in model.r2_words()
+    assert model.cv_groups_ == fit.cv_groups_ == 12
+    assert model.trials["cv_predicted"].to_numpy() == pytest.approx(model.trials["load_cores"].to_numpy(), rel=1e-6)
+    saved = model.to_dict()
+    assert saved["cv_r2"] == pytest.approx(1.0) and saved["weak"] is False and saved["marginal"]["cv_r2"] == pytest.approx(1.0)
+
+
+def test_the_load_frame_counts_processed_packets_and_picks_no_trial_by_its_load(tmp_path):
+    """The rate is what the program processed (offered less the ring's overflows) over the trial's
+    window; an idle DUT stays in; a trial that shared a core or lost frames to host stalls does not."""
+    store = RunStore.create("frame", tmp_path)
+    kept = _load_trial(0, 64, True, 0, 1, 1e6, 0.9)
+    kept.dut_drops, kept.end_time = {"rx_ring_full": 200_000, "drop_no_session": 5}, kept.start_time + 2.0
+    idle = _load_trial(1, 64, True, 0, 1, 1e4, 0.02)
+    shared = _load_trial(2, 64, True, 0, 1, 1e5, 0.3, shared_cores=True)
+    stalled = _load_trial(3, 64, True, 0, 1, 1e5, 0.3)
+    stalled.disturbed = True
+    for r in (kept, idle, shared, stalled):
         store.append(r)
-    run = analysis.load_run("cost", tmp_path)
-    frame = analysis.cost_frame(run)
-    assert len(frame) == 30 and (frame["dut_busy"] >= analysis.BUSY_MIN).all()
-    fit = analysis.fit_cost(frame)
-    assert fit.r2_ == pytest.approx(1.0) and fit.intercept_ == pytest.approx(300, abs=1e-6)
-    assert fit.coef_ == pytest.approx({"frame_size": 0.2, "log_sessions": 40, "variant_ul": 150}, abs=1e-6)
-    cap = analysis.cost_capacity(fit, frame, [10], [64, 1024], utilization=80)
-    typical = frame["log_sessions"].mode().iloc[0]      # the table holds the other features there
+    frame = analysis.load_frame(analysis.load_run("frame", tmp_path))
+    assert frame["trial_id"].tolist() == ["l0", "l1"]
+    assert frame["pps"].tolist() == pytest.approx([(1e6 - 200_000) / 2.0, 1e4])      # the program's drops count
+    assert frame["window_s"].tolist() == pytest.approx([2.0, 1.0])
+    assert frame["load_cores"].tolist() == pytest.approx([0.9, 0.02])
+    assert frame["wakeups_per_s"].iloc[0] == pytest.approx(int(_wakeups(1e6)) / 2.0)
+
+
+def test_a_marginal_cost_that_does_not_depend_on_the_features_is_weak(tmp_path):
+    """Each scenario's load is a perfect line in its rate, but its marginal cost is drawn at random:
+    the lines fit (in-sample R² 1), the second stage finds nothing to predict a scenario left out
+    with (cross-validated R² near 0 or below) and says so in words."""
+    rng = np.random.default_rng(7)
+    drawn = {}
+    run = _load_run(tmp_path, lambda *key: drawn.setdefault(key, float(rng.uniform(200, 1200))))
+    model = analysis.fit_load(analysis.load_frame(run))
+    assert model.r2_ == pytest.approx(1.0)
+    fit = model.marginal
+    assert fit.cv_r2_ < 0.2 and fit.weak
+    assert "weak" in fit.r2_words() and "cross-validated" in fit.r2_words()
+    assert any("weak" in line for line in model.summary())
+
+
+def test_a_load_that_depends_on_nothing_is_weak_and_gets_no_capacity_table(tmp_path):
+    """Loads that are noise: whatever the lines make of them, the model predicts a scenario left out
+    no better than their mean (cross-validated R² near 0 or below): weak, and no capacity table."""
+    rng = np.random.default_rng(11)
+    run = _load_run(tmp_path, _known_marginal, load_of=lambda i, pps: float(rng.uniform(0.2, 0.8)))
+    model = analysis.fit_load(analysis.load_frame(run))
+    assert model.cv_r2_ < 0.1 and model.weak and "weak" in model.r2_words()
+    answer = analysis.capacity_answer(model, [], [10], [64])
+    assert answer.table.empty and answer.source == ""
+    assert answer.reason.startswith("No table of DUT cores for X Gbit/s") and "DUT load model" in answer.reason
+
+
+def test_load_capacity_is_the_fixed_share_and_the_marginal_cost_inverted(tmp_path):
+    """Cores needed: the fewest c with ``0.05 c + marginal(c) x pps <= 0.8 c``; extrapolated beyond the
+    measured frame sizes, core counts and packets per core."""
+    model = analysis.fit_load(analysis.load_frame(_load_run(tmp_path, _known_marginal)))
+    cap = analysis.load_capacity(model, [1, 10], [64, 1024, 1500], utilization=80)
+    typical = model.scenarios["log_sessions"].mode().iloc[0]       # the table holds the other features there
     for row in cap.to_dict("records"):
-        ns = 300 + 0.2 * row["frame_size"] + 150 * (row["variant"] == "ul") + 40 * typical
-        need = row["mpps"] * 1e6 * ns * 1e-9 / 0.8
-        assert row["cores_needed"] == math.ceil(need), row
-    pivot = analysis.cost_capacity_pivot(cap)
-    assert list(pivot.columns) == [("dl", "10 Gbit/s"), ("ul", "10 Gbit/s")]
+        def need(c: int) -> float:
+            m = 300 + 0.2 * row["frame_size"] + 150 * (row["variant"] == "ul") + 40 * typical + 10 * c
+            return (FIXED_PER_CORE * c + m * 1e-9 * row["mpps"] * 1e6) / c
+        c = row["cores_needed"]
+        assert need(c) <= 0.8 and (c == 1 or need(c - 1) > 0.8), row
+        assert row["predicted_cpu_pct"] == pytest.approx(need(c) * 100)
+        per_core = row["mpps"] / c
+        assert row["extrapolated"] == (row["frame_size"] == 1500 or not 1 <= c <= 2 or per_core > 0.9 * 1.05), row
+    assert cap.set_index(["variant", "frame_size", "gbps"]).loc[("dl", 64, 1), "cores_needed"] == 1
+    pivot = analysis.capacity_pivot(cap)
+    assert list(pivot.columns) == [("dl", "1 Gbit/s"), ("dl", "10 Gbit/s"), ("ul", "1 Gbit/s"), ("ul", "10 Gbit/s")]
+    assert pivot.loc[1500].str.endswith("*").all()
+
+
+def test_one_capacity_table_from_the_model_that_holds_up(tmp_path):
+    """The load model holds up, the CPU-share model (noise) does not: the table is the load model's,
+    and the line says both cross-validated R²."""
+    model = analysis.fit_load(analysis.load_frame(_load_run(tmp_path, _known_marginal)))
+    noise = _synthetic(60, seed=5)
+    noise["cpu_cores_pct"] = np.random.default_rng(5).uniform(10, 90, len(noise))
+    noise["scenario_key"] = [f"s{i % 6}" for i in range(len(noise))]
+    cpu_models = analysis.fit_cpu_models(noise)
+    assert all(m.multivariate.weak for m in cpu_models)
+    answer = analysis.capacity_answer(model, cpu_models, [10], [64])
+    assert answer.source == "DUT load model" and len(answer.table) == 2
+    assert answer.table.equals(analysis.load_capacity(model, [10], [64]))
+    assert "DUT load model 1.00" in answer.reason and "CPU-share model -" in answer.reason
+
+
+def test_trials_without_wake_ups_get_the_model_without_them(tmp_path):
+    store = RunStore.create("nowake", tmp_path)
+    for i, pps in enumerate(RATES * 3):
+        r = _load_trial(i, (64, 512, 1024)[i // 4], True, 0, 1, pps, 0.1 + _known_marginal(64, True, 0, 1) * 1e-9 * pps)
+        r.dut_wakeups = None
+        store.append(r)
+    model = analysis.fit_load(analysis.load_frame(analysis.load_run("nowake", tmp_path)))
+    assert model.wake_ns_ is None and "wake-ups" not in model.equation()
+    assert any("did not count the packet threads' wake-ups" in n for n in model.notes)
+    assert model.scenarios["marginal_ns"].tolist() == pytest.approx([_known_marginal(64, True, 0, 1)] * 3)
 
 
 def test_the_trial_frame_judges_speed_normalized_trials_as_the_searches_do():

@@ -8,19 +8,22 @@ the search summaries):
 - ``perfkit.analysis.throughput``: ``throughput_table``, ``search_table``, ``latency_table``,
   ``search_path``, ``throughput_pivot``;
 - ``perfkit.analysis.cpu``: ``cpu_per_trial``, ``cpu_frame`` (``CpuSource`` says where the figures come from);
-- ``perfkit.analysis.cost``: ``cost_frame``, ``fit_cost``, ``cost_capacity``: the DUT's cost per
-  packet, its model and the cores it implies;
+- ``perfkit.analysis.cost``: ``load_frame``, ``fit_load``, ``load_capacity``, ``capacity_answer``: the
+  DUT's CPU load against the packet rate, what a packet costs, and the cores it implies;
 - ``perfkit.analysis.models``: ``fit_cpu_models``, ``fit_linear``, ``capacity_table`` and the tables
-  the notebook shows.
+  the notebook shows (the CPU-share models).
+
+Every model has an in-sample and a cross-validated R² (one scenario left out at a time); one whose
+cross-validated R² is under ``WEAK_R2`` is weak.
 
 Each module documents the columns of its frames.
 """
-from perfkit.analysis.cost import (BUSY_MIN, cost_capacity, cost_capacity_pivot, cost_frame, drop_generator_limited,
-                                   fit_cost)
+from perfkit.analysis.cost import (CapacityAnswer, LoadModel, capacity_answer, drop_generator_limited, fit_load,
+                                   load_capacity, load_frame)
 from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_per_trial
-from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, TARGET_UNITS, WEAK_R2, CpuModels, LinearFit,
-                                     capacity_pivot, capacity_table, capacity_tables, coefficients_table,
-                                     correlation_table, correlations, fit_cpu_models, fit_linear)
+from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, MIN_CV_GROUPS, TARGET_UNITS, WEAK_R2, CpuModels,
+                                     LinearFit, capacity_pivot, capacity_table, capacity_tables, coefficients_table,
+                                     correlation_table, correlations, fit_cpu_models, fit_linear, r2_words)
 from perfkit.analysis.notes import run_notes
 from perfkit.analysis.run import (SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_summary, trial_frame,
                                   variant_label)
@@ -28,9 +31,10 @@ from perfkit.analysis.throughput import (PERCENTILES, disturbed_table, goals, la
                                          search_path, search_table, throughput_pivot, throughput_table)
 
 __all__ = [
-    "BUSY_MIN", "FEATURES", "FEATURE_UNITS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
-    "CpuModels", "CpuSource", "LinearFit", "RunData", "capacity_pivot", "cost_capacity", "cost_capacity_pivot",
-    "cost_frame", "drop_generator_limited", "fit_cost", "capacity_table", "capacity_tables",
+    "FEATURES", "FEATURE_UNITS", "MIN_CV_GROUPS", "PERCENTILES", "SCENARIO_COLUMNS", "TARGET_UNITS", "WEAK_R2",
+    "CapacityAnswer", "CpuModels", "CpuSource", "LinearFit", "LoadModel", "RunData", "capacity_answer",
+    "capacity_pivot", "drop_generator_limited", "fit_load", "load_capacity", "load_frame", "r2_words",
+    "capacity_table", "capacity_tables",
     "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_per_trial", "disturbed_table",
     "fit_cpu_models", "fit_linear", "frame_sizes", "goals", "latency_table", "limits_table", "load_run",
     "run_notes", "run_summary", "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",

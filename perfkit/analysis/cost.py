@@ -1,154 +1,491 @@
-"""The DUT's cost per packet (seed 003: CPU time per packet), a model of it, and the capacity it
-implies (seed 001's question: how many cores for X Gbit/s of Y-byte frames).
+"""What a packet costs the DUT in CPU, and the cores that implies (seed 003: CPU time per packet;
+seed 001: how many cores for X Gbit/s of Y-byte frames).
 
-Only trials where the DUT set the pace enter: a DUT that idles between packets pays wake-ups per
-packet that a busy one does not (``TrialResult.dut_capacity_pps``), and a figure the generator
-capped says nothing about the DUT.
+The model, in two stages (``fit_load``):
 
-``cost_frame(run)`` -- one row per trial whose DUT packet threads were busy at least ``BUSY_MIN``
-of the DUT cores' time, that shared no core with the tester and lost nothing to host stalls:
-    trial_id, scenario columns (``SCENARIO_COLUMNS``), the dataplane's parameters, offered_mpps,
-    dut_busy [0..1], dut_ns_per_packet, bpf_ns_per_packet, kernel_ns_per_packet [ns], and the
-    model's features: frame_size [B], dut_cores, log_flows (log10 flows), one ``log_<param>``
-    (log10(1 + value)) per integer parameter, one 0/1 column per boolean parameter, one 0/1
-    ``variant_<value>`` column per variant but the first, and ``per_core_inv_mpps`` (DUT cores /
-    offered Mpps [1/Mpps]).
+1. Per scenario, the load of the DUT's packet threads against the rate, over that scenario's
+   trials at different rates::
 
-Why the rate is a feature: the DUT's packet threads cost a share per second that does not depend on
-the packets (NAPI wake-ups and polls, the kthreads' scheduling), and per packet that share is
-spread thinner the faster packets come: ``dut_ns_per_packet = per-packet cost + fixed ns per second
-/ packets per second per core``. Without it, a DUT measured at 0.7 and at 1.1 Mpps looked like two
-DUTs (1302 and 899 ns per packet, the same scenario), and the model explained half the variance.
+       load_cores = fixed_cores + marginal_ns x 1e-9 x pps + wake_ns x 1e-9 x wakeups_per_s
 
-``fit_cost(frame)`` -- ``LinearFit`` (``perfkit.analysis.models``) of ``dut_ns_per_packet`` on the
-features that vary, with R² and residuals.
+   ``load_cores`` (``dut_busy x dut_cores``) is what is explained; ``pps`` and ``wakeups_per_s``
+   are counts, not CPU times. The marginal cost of a packet [ns] and the fixed share [cores] are
+   the scenario's; the cost of a wake-up [ns] is one for the run (the host's scheduler pays it,
+   not the traffic): all are fitted together by least squares.
+2. Across scenarios, the marginal cost by frame size, variant, the dataplane's parameters, flows
+   and DUT cores (``LoadModel.marginal``, a ``LinearFit`` weighted by how well each scenario's
+   rates pin its marginal cost down), and the fixed share per DUT core (their weighted mean).
+
+Which packets: those the DUT's program processed, ``tx_packets`` less the frames its receive ring
+turned away (``dut_drops[RING_DROP]``), over the trial's window (``end_time - start_time``, the
+window ``dut_busy`` is taken over, give or take 1 %). The packet threads pay for those only: a
+frame the full ring refused costs them nothing, so above the DUT's capacity the offered rate keeps
+rising while the load does not, and a line in the offered rate would bend there.
+
+Why wake-ups: a packet thread that sleeps between packets pays each wake-up in CPU time (on the
+2-vCPU VM some 18 µs each, more than 60 packets' worth at N = 0), and it wakes less the busier it is
+(15-25 thousand times a second at partial load, a few at full load). With only the rate, that share
+is neither fixed nor per packet: the calibrated DUT's marginal cost came out 23 % below its
+calibration, and one scenario's line explained nothing (R² 0.01). Trials that did not count
+wake-ups (``dut_wakeups`` None: older records, other generators) get the model without the term,
+and a note says so.
+
+No trial is chosen by its load (a DUT that idles is part of the model, not an exception to it):
+trials are left out only when the DUT shared a core with the tester (``shared_cores``) or lost
+frames to host stalls (``disturbed``). No feature is computed from the load.
+
+Two R² each (as ``perfkit.analysis.models``): in-sample, and cross-validated leaving one scenario out
+at a time: the whole model (both stages, the wake-up cost) is fitted without the scenario and
+predicts its trials' load from its features, its rates and its wake-ups. A model whose
+cross-validated R² is under ``WEAK_R2`` is weak.
+
+Frames (tidy, one row per trial or per scenario):
+
+``load_frame(run)`` -- one row per trial the model may use:
+    trial_id, the scenario columns (``SCENARIO_COLUMNS``), the dataplane's parameters, method_name,
+    window_s [s], pps [packets/s processed], mpps [Mpps], wakeups_per_s [1/s, NaN when not counted],
+    dut_busy [0..1], load_cores [cores: core-seconds per second]
+
+``LoadModel.scenarios`` -- one row per scenario with a line:
+    scenario_key, the scenario columns, the parameters, the second stage's features (``features``),
+    trials, mpps_min, mpps_max [Mpps], mpps_per_core_max [Mpps per DUT core],
+    fixed_cores [cores], fixed_se [cores], marginal_ns [ns per packet], marginal_se [ns],
+    marginal_weight, fixed_weight [1: relative, from the rates alone: 1 / diagonal of (XᵀX)⁻¹],
+    marginal_predicted [ns: the second stage's]
+
+``LoadModel.trials`` -- ``load_frame`` plus fitted (each scenario its own line) and cv_predicted
+(the model fitted without the trial's scenario) [cores]
+
+``load_capacity(model, gbps, frame_sizes)`` -- per variant, frame size and Gbit/s target, the fewest
+DUT cores c whose fixed share plus packets fit in ``utilization`` % of them:
+``c x fixed_per_core + marginal(c) x packets/s <= c x utilization``. Columns: variant, frame_size,
+gbps, mpps, marginal_ns, fixed_cores, cores_needed, predicted_cpu_pct (per core), extrapolated (the
+frame size, the core count or the packets per core outside what was measured), assumption.
+
+``capacity_answer(load, cpu_models, ...)`` -- the one capacity table a report shows: from the model
+that holds up under cross-validation (the better one, of this and the CPU-share model of
+``perfkit.analysis.models``), or none, with one line saying which and why.
 
 ``drop_generator_limited(frame, run)`` -- a per-trial frame without the trials the generator
-capped (for the CPU-share models of ``perfkit.analysis.models``).
-
-``cost_capacity(fit, frame, gbps, frame_sizes)`` -- per variant and frame size, the DUT cores
-needed: the smallest c with ``rate x cost(c) <= c x utilization`` (rate in packets/s of
-user-side frames, cost in s per packet), from the model evaluated at the table's other features
-(their most common values in ``frame``; for the rate feature, a rate where the DUT was busy: the
-fixed share per second is not extrapolated to rates and core counts never measured).
-Columns: variant, frame_size, gbps, mpps, ns_per_packet, cores_needed, extrapolated.
+capped (for the CPU-share models).
 """
 from __future__ import annotations
 
+import json
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from perfkit import dataplanes
-from perfkit.analysis.models import LinearFit, fit_linear
+from perfkit.analysis.models import (MIN_CV_GROUPS, WEAK_R2, CpuModels, LinearFit, capacity_tables, fit_linear,
+                                     r2_words)
 from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
-from perfkit.search.common import OFFER_SHORTFALL, SPARE_BUSY
+from perfkit.search.common import OFFER_SHORTFALL
+from perfkit.trial import RING_DROP
 from perfkit.units import L1_OVERHEAD
 
-#: A trial's DUT packet threads must have run at least this share of the DUT cores' time (below
-#: it the DUT had time to spare, and pays wake-ups a busy one does not).
-BUSY_MIN = SPARE_BUSY
-TARGET = "dut_ns_per_packet"
-#: The rate feature (see module doc): DUT cores / offered Mpps.
-RATE_FEATURE = "per_core_inv_mpps"
-COST_COLUMNS = ["dut_ns_per_packet", "bpf_ns_per_packet", "kernel_ns_per_packet"]
+#: What the model explains: the DUT's packet threads' CPU [cores: core-seconds per second].
+TARGET = "load_cores"
+#: Fewest trials a scenario needs for a line of its own.
+MIN_TRIALS = 3
+#: A scenario whose processed rates spread less than this (standard deviation / mean) cannot tell
+#: its fixed share from its marginal cost: it gets no line.
+MIN_RATE_SPREAD = 0.02
+FRAME_COLUMNS = ["trial_id", *SCENARIO_COLUMNS, "method_name", "window_s", "pps", "mpps", "wakeups_per_s",
+                 "dut_busy", TARGET]
+CAPACITY_COLUMNS = ["variant", "frame_size", "gbps", "mpps", "marginal_ns", "fixed_cores", "cores_needed",
+                    "predicted_cpu_pct", "extrapolated", "assumption"]
 
 
-def _param_features(frame: pd.DataFrame) -> list[str]:
-    """Add the dataplane parameters' feature columns to ``frame``; their names."""
-    names: list[str] = []
-    for dp_name in frame["dataplane"].unique():
+def _ring_drops(drops: Any) -> int:
+    """Frames the DUT's receive ring turned away, from a trial's ``dut_drops`` (JSON or dict)."""
+    d = json.loads(drops) if isinstance(drops, str) and drops else drops
+    return int(d.get(RING_DROP, 0)) if isinstance(d, dict) else 0
+
+
+def _params(frame: pd.DataFrame) -> list[str]:
+    """The dataplane parameter columns ``frame`` has."""
+    names = {p.name for dp in frame["dataplane"].unique() for p in dataplanes.get(str(dp)).params}
+    return sorted(names & set(frame))
+
+
+def load_frame(run: RunData) -> pd.DataFrame:
+    """The trials the DUT load model may use (module doc)."""
+    t = run.trials
+    if t.empty or "dut_busy" not in t:
+        return pd.DataFrame(columns=FRAME_COLUMNS)
+    busy = pd.to_numeric(t["dut_busy"], errors="coerce")
+    window = pd.to_numeric(t["end_time"], errors="coerce") - pd.to_numeric(t["start_time"], errors="coerce")
+    keep = busy.notna() & (window > 0) & (t["tx_packets"] > 0) & ~t["shared_cores"].astype(bool) & ~t["disturbed"]
+    d = t[keep].copy()
+    d["window_s"] = window[keep]
+    d["pps"] = (d["tx_packets"] - d["dut_drops"].map(_ring_drops)) / d["window_s"]
+    d["mpps"] = d["pps"] / 1e6
+    wakeups = pd.to_numeric(d["dut_wakeups"], errors="coerce") if "dut_wakeups" in d else np.nan
+    d["wakeups_per_s"] = wakeups / d["window_s"]
+    d["dut_busy"] = busy[keep]
+    d[TARGET] = d["dut_busy"] * d["dut_cores"]
+    d = d[d["pps"] >= 0]
+    cols = list(dict.fromkeys(FRAME_COLUMNS + (_params(d) if not d.empty else [])))
+    return d[cols].reset_index(drop=True)
+
+
+# -- the second stage's features -------------------------------------------------------------------
+def _features(scen: pd.DataFrame) -> list[str]:
+    """Add the second stage's feature columns to ``scen`` (one row per scenario); their names.
+
+    frame_size [B], dut_cores, log_flows (log10 flows); per dataplane parameter: a boolean as 0/1; an
+    integer as log10(1 + value) (table sizes: sessions, VIPs, reals: a lookup costs by the table's
+    cache footprint, not its size), but as its value when it is the dataplane's variant (calib's
+    work_iterations: the work per packet); a text variant as one 0/1 ``variant_<value>`` column per
+    value but the first."""
+    scen["log_flows"] = np.log10(scen["flows"].astype(float))
+    names = ["frame_size", "dut_cores", "log_flows"]
+    text_variant = False
+    for dp_name in scen["dataplane"].unique():
         dp = dataplanes.get(str(dp_name))
         for p in dp.params:
-            if p.name not in frame or p.name == dp.variant:
+            if p.name not in scen:
                 continue
-            if p.kind is bool:
-                col = p.name
-                frame[col] = frame[p.name].fillna(False).astype(bool).astype(float)
+            values = pd.to_numeric(scen[p.name], errors="coerce")
+            if p.name == dp.variant:
+                if p.kind is int:
+                    names.append(p.name)
+                    scen[p.name] = values
+                else:
+                    text_variant = True
+            elif p.kind is bool:
+                scen[p.name] = scen[p.name].fillna(False).astype(bool).astype(float)
+                names.append(p.name)
             elif p.kind is int:
-                col = f"log_{p.name}"
-                frame[col] = np.log10(1.0 + pd.to_numeric(frame[p.name], errors="coerce").fillna(0.0))
-            else:
-                continue
-            names.append(col)
-    variants = sorted(frame["variant"].astype(str).unique())
-    for v in variants[1:]:
-        frame[f"variant_{v}"] = (frame["variant"].astype(str) == v).astype(float)
-        names.append(f"variant_{v}")
+                scen[f"log_{p.name}"] = np.log10(1.0 + values.fillna(0.0))
+                names.append(f"log_{p.name}")
+    if text_variant:
+        for v in sorted(scen["variant"].astype(str).unique())[1:]:
+            scen[f"variant_{v}"] = (scen["variant"].astype(str) == v).astype(float)
+            names.append(f"variant_{v}")
     return list(dict.fromkeys(names))
 
 
-def cost_frame(run: RunData) -> pd.DataFrame:
-    """The trials the DUT's cost can be read from (see module doc)."""
-    t = run.trials
-    if t.empty or TARGET not in t:
-        return pd.DataFrame(columns=["trial_id", *SCENARIO_COLUMNS, "offered_mpps", "dut_busy", *COST_COLUMNS])
-    busy = pd.to_numeric(t["dut_busy"], errors="coerce")
-    seconds = t["elapsed"].where(t["elapsed"] > 0, t["duration"])
-    capped = t["tx_packets"] / seconds < t["intended_pps"] * (1 - OFFER_SHORTFALL)
-    keep = (busy >= BUSY_MIN) & t[TARGET].notna() & ~t["shared_cores"].astype(bool) & ~t["disturbed"]
-    keep &= ~(capped & (t["tx_packets"] <= t["rx_packets"]))  # the generator, not the DUT, set the pace
-    d = t[keep].copy()
-    d["log_flows"] = np.log10(d["flows"].astype(float))
-    d[RATE_FEATURE] = d["dut_cores"].astype(float) / d["offered_mpps"]
-    d.attrs["features"] = ["frame_size", "dut_cores", "log_flows", *_param_features(d), RATE_FEATURE]
-    cols = ["trial_id", *SCENARIO_COLUMNS, "offered_mpps", "dut_busy", *COST_COLUMNS]
-    params = sorted({p.name for name in d["dataplane"].unique() for p in dataplanes.get(str(name)).params} & set(d))
-    out = d[list(dict.fromkeys(cols + params + d.attrs["features"]))].reset_index(drop=True)
-    out.attrs["features"] = d.attrs["features"]
+def _with_features(scen: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
+    """``scen`` with ``features`` (a variant's column says whether each scenario is that variant, also
+    when the frame holds one variant only)."""
+    _features(scen)
+    for f in features:
+        if f.startswith("variant_"):
+            scen[f] = (scen["variant"].astype(str) == f[len("variant_"):]).astype(float)
+        elif f not in scen:
+            scen[f] = 0.0
+    return scen
+
+
+# -- the first stage: each scenario's line -----------------------------------------------------------
+@dataclass
+class Lines:
+    """The first stage fitted on some trials."""
+
+    scenarios: pd.DataFrame
+    """One row per scenario (module doc, without the second stage's columns)."""
+    wake_ns: float | None
+    """Cost of a wake-up [ns]; None when the trials did not count them."""
+    fitted: np.ndarray
+    """Each trial's load from its scenario's line [cores]."""
+
+
+def _lines(frame: pd.DataFrame, wake: bool) -> Lines:
+    """Every scenario's fixed share and marginal cost, and one wake-up cost, by least squares on
+    ``frame`` (trials of scenarios that each have a line)."""
+    keys = sorted(frame["scenario_key"].unique())
+    idx = frame["scenario_key"].map({k: i for i, k in enumerate(keys)}).to_numpy()
+    n, s = len(frame), len(keys)
+    X = np.zeros((n, 2 * s + int(wake)))
+    X[np.arange(n), idx] = 1.0
+    X[np.arange(n), s + idx] = frame["mpps"].to_numpy(dtype=float)
+    if wake:
+        X[:, -1] = frame["wakeups_per_s"].to_numpy(dtype=float) / 1e6
+    y = frame[TARGET].to_numpy(dtype=float)
+    coef, _, rank, _ = np.linalg.lstsq(X, y, rcond=None)
+    fitted = X @ coef
+    inv = np.diag(np.linalg.pinv(X.T @ X))  # the rates' (and wake-ups') say in each coefficient
+    sigma2 = float(((y - fitted) ** 2).sum()) / max(n - rank, 1)
+    g = frame.groupby("scenario_key", sort=True)
+    scen = g[[c for c in frame.columns if c in SCENARIO_COLUMNS[1:] or c in _params(frame)]].first()
+    scen["trials"] = g.size()
+    scen["mpps_min"], scen["mpps_max"] = g["mpps"].min(), g["mpps"].max()
+    scen["mpps_per_core_max"] = scen["mpps_max"] / scen["dut_cores"]
+    scen["fixed_cores"] = coef[:s]
+    scen["fixed_se"] = np.sqrt(sigma2 * inv[:s])
+    scen["marginal_ns"] = coef[s:2 * s] * 1e3                      # cores per Mpps = 1e3 ns per packet
+    scen["marginal_se"] = np.sqrt(sigma2 * inv[s:2 * s]) * 1e3
+    scen["marginal_weight"] = 1.0 / inv[s:2 * s]
+    scen["fixed_weight"] = 1.0 / inv[:s]
+    return Lines(scen.reset_index(), float(coef[-1] * 1e3) if wake else None, fitted)
+
+
+def _with_lines(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` without the scenarios that cannot have a line of their own, and why."""
+    notes = []
+    g = frame.groupby("scenario_key")["mpps"]
+    spread = g.std() / g.mean()
+    few = g.size()[g.size() < MIN_TRIALS].index
+    flat = spread[(spread < MIN_RATE_SPREAD) | spread.isna()].index.difference(few)
+    if len(few):
+        notes.append(f"{len(few)} scenario(s) with fewer than {MIN_TRIALS} trials have no line: {', '.join(few)}")
+    if len(flat):
+        notes.append(f"{len(flat)} scenario(s) ran at one rate only (rates spread < {MIN_RATE_SPREAD:.0%}): their "
+                     f"fixed share and marginal cost cannot be told apart: {', '.join(flat)}")
+    return frame[~frame["scenario_key"].isin(set(few) | set(flat))], notes
+
+
+# -- the second stage ------------------------------------------------------------------------------
+@dataclass
+class Stage2:
+    """What the second stage says for a scenario it did not necessarily see."""
+
+    marginal: LinearFit | None
+    """marginal_ns on the features (None: too few scenarios; the weighted mean is used)."""
+    marginal_mean_ns: float
+    """Weighted mean marginal cost of the scenarios [ns]."""
+    fixed_per_core: float
+    """Weighted mean fixed share per DUT core [cores per core]."""
+
+    def predict(self, scen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Marginal cost [ns] and fixed share [cores] of each row of ``scen`` (its features)."""
+        marginal = self.marginal.predict(scen) if self.marginal is not None else np.full(len(scen),
+                                                                                         self.marginal_mean_ns)
+        return marginal, self.fixed_per_core * scen["dut_cores"].to_numpy(dtype=float)
+
+
+def _stage2(scen: pd.DataFrame, features: Sequence[str], exact: bool = False) -> Stage2:
+    """The second stage on ``scen``; ``exact``: fit it with no scenario to spare (to predict one left out)."""
+    w = scen["marginal_weight"]
+    per_core = scen["fixed_cores"] / scen["dut_cores"]
+    fw = scen["fixed_weight"] * scen["dut_cores"] ** 2                 # var(fixed / c) = var(fixed) / c²
+    fit = fit_linear(scen, features, "marginal_ns", "marginal cost", weights="marginal_weight", exact=exact)
+    return Stage2(fit, float((w * scen["marginal_ns"]).sum() / w.sum()), float((fw * per_core).sum() / fw.sum()))
+
+
+def _load(stage: Stage2, scen: pd.DataFrame, trials: pd.DataFrame, wake_ns: float | None) -> np.ndarray:
+    """The load [cores] the model predicts for ``trials`` of the scenarios in ``scen``."""
+    marginal, fixed = stage.predict(scen)
+    row = trials["scenario_key"].map({k: i for i, k in enumerate(scen["scenario_key"])}).to_numpy()
+    load = fixed[row] + marginal[row] * 1e-9 * trials["pps"].to_numpy(dtype=float)
+    if wake_ns is not None:
+        load = load + wake_ns * 1e-9 * trials["wakeups_per_s"].to_numpy(dtype=float)
+    return load
+
+
+# -- the model -------------------------------------------------------------------------------------
+@dataclass
+class LoadModel:
+    """The DUT load model of a run (module doc). Fitted attributes end with ``_``."""
+
+    scenarios: pd.DataFrame
+    """One row per scenario with a line (module doc)."""
+    trials: pd.DataFrame
+    """The trials fitted, with ``fitted`` and ``cv_predicted`` (module doc)."""
+    features: tuple[str, ...]
+    """The second stage's features (those that vary are used: ``marginal.features``)."""
+    marginal: LinearFit | None
+    """The second stage: marginal_ns on the features, weighted (None: too few scenarios)."""
+    fixed_per_core_: float
+    """Fixed share of each DUT core [cores per core], weighted mean over the scenarios."""
+    wake_ns_: float | None
+    """CPU time of one wake-up of a packet thread [ns]; None when the trials did not count them."""
+    r2_: float
+    """R² of the trials' load, each scenario its own line (in-sample) [1]."""
+    cv_r2_: float
+    """R² of the trials' load predicted by the model fitted without their scenario [1]; NaN with
+    fewer than ``MIN_CV_GROUPS`` scenarios."""
+    cv_groups_: int
+    """Scenarios with a line: each is left out in turn when there are ``MIN_CV_GROUPS``."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def weak(self) -> bool:
+        """It does not predict a scenario left out (cross-validated R² < ``WEAK_R2``, or untested)."""
+        return not self.cv_r2_ >= WEAK_R2
+
+    def r2_words(self) -> str:
+        return r2_words(self.r2_, self.cv_r2_, self.cv_groups_)
+
+    def equation(self) -> str:
+        wake = f" + {self.wake_ns_:.4g} ns x wake-ups/s" if self.wake_ns_ is not None else ""
+        return f"load_cores = fixed_cores + marginal_ns x packets/s{wake}"
+
+    def summary(self) -> list[str]:
+        """What a page says about the model, one line each."""
+        lines = [f"DUT load model over {len(self.trials)} trials of {len(self.scenarios)} scenarios: "
+                 f"`{self.equation()}`; {self.r2_words()}"]
+        if self.wake_ns_ is not None:
+            lines.append(f"a wake-up of a packet thread costs {self.wake_ns_ / 1e3:.1f} µs of CPU")
+        lines.append(f"fixed share: {self.fixed_per_core_:.3f} of each DUT core (weighted mean)")
+        if self.marginal is not None:
+            lines.append(f"marginal cost per packet: `{self.marginal.equation()}`; {self.marginal.r2_words()}")
+        else:
+            lines.append("marginal cost per packet: too few scenarios to explain it by frame size, variant and "
+                         "cores (their weighted mean is used)")
+        return lines + self.notes
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``models.json``."""
+        cols = ["scenario_key", "trials", "mpps_min", "mpps_max", "fixed_cores", "fixed_se", "marginal_ns",
+                "marginal_se", "marginal_predicted"]
+        return {"equation": self.equation(), "r2": self.r2_, "cv_r2": None if math.isnan(self.cv_r2_) else self.cv_r2_,
+                "cv": f"leave one scenario out ({self.cv_groups_} scenarios)", "weak": self.weak,
+                "n_trials": len(self.trials), "wake_ns": self.wake_ns_, "fixed_per_core": self.fixed_per_core_,
+                "marginal": self.marginal.to_dict() if self.marginal is not None else None,
+                "scenarios": self.scenarios[[c for c in cols if c in self.scenarios]].to_dict("records"),
+                "notes": list(self.notes)}
+
+
+def fit_load(frame: pd.DataFrame) -> LoadModel | None:
+    """Both stages on ``load_frame``'s trials, and their cross-validation (module doc); None when no
+    scenario has a line of its own."""
+    if frame.empty:
+        return None
+    frame, notes = _with_lines(frame)
+    if frame.empty:
+        return None
+    wake = bool(frame["wakeups_per_s"].notna().all())
+    if not wake:
+        notes.append("the trials did not count the packet threads' wake-ups: the model has no wake-up term, so the "
+                     "fixed share and the marginal cost also carry the wake-ups' CPU, which falls as the rate rises")
+    lines = _lines(frame, wake)
+    scen = lines.scenarios
+    features = _features(scen)
+    stage = _stage2(scen, features)
+    scen["marginal_predicted"] = stage.predict(scen)[0]
+    trials = frame.reset_index(drop=True).copy()
+    trials["fitted"] = lines.fitted
+    trials["cv_predicted"] = _cross_validated(trials, wake, features)
+    y = trials[TARGET].to_numpy(dtype=float)
+    cv = _r2(y, trials["cv_predicted"].to_numpy()) if len(scen) >= MIN_CV_GROUPS else math.nan
+    return LoadModel(scen, trials, tuple(features), stage.marginal, stage.fixed_per_core, lines.wake_ns,
+                     _r2(y, trials["fitted"].to_numpy()), cv, len(scen), notes)
+
+
+def _cross_validated(trials: pd.DataFrame, wake: bool, features: Sequence[str]) -> np.ndarray:
+    """Each trial's load predicted by both stages fitted without its scenario (``LeaveOneGroupOut``
+    over ``scenario_key``); NaN with fewer than ``MIN_CV_GROUPS`` scenarios."""
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    out = np.full(len(trials), np.nan)
+    keys = trials["scenario_key"].to_numpy()
+    if len(set(keys)) < MIN_CV_GROUPS:
+        return out
+    for train, test in LeaveOneGroupOut().split(trials, groups=keys):
+        lines = _lines(trials.iloc[train], wake)
+        stage = _stage2(_with_features(lines.scenarios, features), features, exact=True)
+        held = trials.iloc[test]
+        scen_held = _with_features(held.groupby("scenario_key", sort=True).first().reset_index(), features)
+        out[test] = _load(stage, scen_held, held, lines.wake_ns)
     return out
 
 
-def fit_cost(frame: pd.DataFrame) -> LinearFit | None:
-    """The per-packet DUT cost model (see module doc); None with too few trials."""
-    if frame.empty:
-        return None
-    return fit_linear(frame, frame.attrs.get("features", ["frame_size", "dut_cores"]), TARGET, "DUT cost per packet",
-                      {"dataplane": ", ".join(sorted(frame["dataplane"].astype(str).unique()))})
+def _r2(y: np.ndarray, pred: np.ndarray) -> float:
+    from sklearn.metrics import r2_score
+
+    return float(r2_score(y, pred))
 
 
-def cost_capacity(fit: LinearFit, frame: pd.DataFrame, gbps_targets: Sequence[float], frame_sizes: Sequence[int],
+# -- capacity --------------------------------------------------------------------------------------
+def load_capacity(model: LoadModel | None, gbps_targets: Sequence[float], frame_sizes: Sequence[int],
                   utilization: float = 80.0, max_cores: int = 64) -> pd.DataFrame:
-    """DUT cores needed per variant, frame size and Gbit/s target (see module doc)."""
-    cols = ["variant", "frame_size", "gbps", "mpps", "ns_per_packet", "cores_needed", "extrapolated"]
-    if fit is None or frame.empty:
-        return pd.DataFrame(columns=cols)
-    typical = {f: float(frame[f].mode().iloc[0]) for f in fit.features if f in frame}
-    fs_lo, fs_hi = frame["frame_size"].min(), frame["frame_size"].max()
+    """DUT cores needed per variant, frame size and Gbit/s target (module doc); empty without a
+    second stage."""
+    if not 0 < utilization <= 100:
+        from perfkit.errors import ConfigError
+        raise ConfigError("utilization", utilization, "a CPU per core percentage, 0 < x <= 100")
+    if model is None or model.marginal is None:
+        return pd.DataFrame(columns=CAPACITY_COLUMNS)
+    scen = model.scenarios
+    typical = {f: float(scen[f].mode().iloc[0]) for f in model.features if f in scen}
+    fs_lo, fs_hi = scen["frame_size"].min(), scen["frame_size"].max()
+    c_lo, c_hi = scen["dut_cores"].min(), scen["dut_cores"].max()
+    per_core_max = scen["mpps_per_core_max"].max() * 1e6
+    dp = dataplanes.get(str(scen["dataplane"].iloc[0]))
+    int_variant = dp.variant if dp.variant in model.features else None   # calib's work_iterations
+    assumption = ("marginal cost from the model at each core count" if "dut_cores" in model.marginal.features else
+                  f"one core count measured ({c_lo:g}): the marginal cost taken as independent of the core count")
+    assumption += "; no wake-ups counted (a packet thread kept busy hardly sleeps)" if model.wake_ns_ else ""
     cores = np.arange(1, max_cores + 1, dtype=float)
     rows = []
-    variants = sorted(frame["variant"].astype(str).unique())
-    for variant in variants:
+    for variant in sorted(scen["variant"].astype(str).unique(), key=_natural):
         for fs in frame_sizes:
             X = pd.DataFrame({**typical, "frame_size": float(fs), "dut_cores": cores})
-            for v in variants[1:]:
-                X[f"variant_{v}"] = float(v == variant)
-            ns = fit.predict(X)
+            for f in model.features:
+                if f.startswith("variant_"):
+                    X[f] = float(f == f"variant_{variant}")
+            if int_variant:
+                X[int_variant] = float(variant)
+            marginal = model.marginal.predict(X)
+            fixed = model.fixed_per_core_ * cores
             for gbps in gbps_targets:
                 pps = gbps * 1e9 / ((fs + L1_OVERHEAD) * 8)
-                ok = np.nonzero(pps * ns * 1e-9 <= cores * utilization / 100)[0]
+                per_core = (fixed + marginal * 1e-9 * pps) / cores * 100
+                ok = np.nonzero(per_core <= utilization)[0]
+                i = ok[0] if len(ok) else None
+                c = cores[i] if i is not None else math.nan
                 rows.append({"variant": variant, "frame_size": fs, "gbps": gbps, "mpps": pps / 1e6,
-                             "ns_per_packet": float(ns[ok[0]] if len(ok) else ns[0]),
-                             "cores_needed": int(cores[ok[0]]) if len(ok) else math.nan,
-                             "extrapolated": bool(not fs_lo <= fs <= fs_hi
-                                                  or (len(ok) and cores[ok[0]] > frame["dut_cores"].max()))})
-    return pd.DataFrame(rows, columns=cols)
+                             "marginal_ns": float(marginal[i if i is not None else 0]),
+                             "fixed_cores": float(fixed[i]) if i is not None else math.nan,
+                             "cores_needed": int(c) if i is not None else math.nan,
+                             "predicted_cpu_pct": float(per_core[i]) if i is not None else math.nan,
+                             "extrapolated": bool(i is None or not fs_lo <= fs <= fs_hi or not c_lo <= c <= c_hi
+                                                  or pps / c > per_core_max * 1.05),
+                             "assumption": assumption})
+    return pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
 
 
-def cost_capacity_pivot(cap: pd.DataFrame) -> pd.DataFrame:
-    """Cores needed, rows frame size, columns (variant, Gbit/s); ``*``: extrapolated; ``-``: more
-    than the table's maximum."""
-    if cap.empty:
-        return pd.DataFrame()
-    d = cap.copy()
-    d["cores"] = [("-" if pd.isna(c) else f"{int(c)}") + ("*" if x else "") for c, x in zip(d["cores_needed"],
-                                                                                          d["extrapolated"])]
-    d["target"] = d["gbps"].map(lambda g: f"{g:g} Gbit/s")
-    return d.pivot(index="frame_size", columns=["variant", "target"], values="cores")
+def _natural(v: str) -> tuple[float, str]:
+    """Sort numeric variants (calib's work iterations) as numbers."""
+    try:
+        return float(v), v
+    except ValueError:
+        return math.inf, v
 
 
+@dataclass
+class CapacityAnswer:
+    """The one capacity table of a report, and why it is that one (or why there is none)."""
+
+    table: pd.DataFrame
+    """``load_capacity`` or ``models.capacity_tables`` columns; empty when no model holds up."""
+    source: str
+    """``DUT load model``, ``CPU-share model`` or empty."""
+    reason: str
+    """One line: which model, its cross-validated R², and what the other had."""
+
+
+def capacity_answer(load: LoadModel | None, cpu_models: Sequence[CpuModels], gbps_targets: Sequence[float],
+                    frame_sizes: Sequence[int], utilization: float = 80.0, max_cores: int = 64) -> CapacityAnswer:
+    """The capacity table of the model with the higher cross-validated R², if it is at least
+    ``WEAK_R2`` (the CPU-share model counts with its weakest variant); none otherwise."""
+    mv = [m.multivariate for m in cpu_models if m.multivariate is not None]
+    candidates = []
+    if load is not None and load.marginal is not None:
+        candidates.append(("DUT load model", load.cv_r2_, lambda: load_capacity(load, gbps_targets, frame_sizes,
+                                                                               utilization, max_cores)))
+    if mv:
+        cvs = [f.cv_r2_ for f in mv]                 # as good as its weakest variant; untested if one is
+        candidates.append(("CPU-share model", math.nan if any(math.isnan(c) for c in cvs) else min(cvs),
+                           lambda: capacity_tables(cpu_models, gbps_targets, frame_sizes, utilization, max_cores)))
+    said = "; ".join(f"{name} {'untested' if math.isnan(cv) else f'{cv:.2f}'}" for name, cv, _ in candidates)
+    good = sorted((c for c in candidates if c[1] >= WEAK_R2), key=lambda c: -c[1])
+    if not good:
+        why = (f"no model predicts the CPU of a scenario left out well enough (cross-validated R²: {said}; at "
+               f"least {WEAK_R2:g} needed)" if candidates else "no model (too few trials with CPU figures)")
+        return CapacityAnswer(pd.DataFrame(columns=CAPACITY_COLUMNS), "",
+                              f"No table of DUT cores for X Gbit/s: {why}; any core count would be a guess.")
+    name, cv, table = good[0]
+    return CapacityAnswer(table(), name, f"From the {name} (cross-validated R²: {said}; the higher counts).")
+
+
+# -- the CPU-share models' trials ---------------------------------------------------------------------
 def drop_generator_limited(frame: pd.DataFrame, run: RunData) -> pd.DataFrame:
     """``frame`` (one row per trial, with ``trial_id``) without the trials whose generator offered
     clearly less than asked: their figures are the generator's, not the DUT's, and enter no model."""

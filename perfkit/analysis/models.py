@@ -6,6 +6,14 @@
 - ``capacity_table``: the fewest cores whose predicted CPU per core stays under a utilisation, for
   X Gbit/s of Y-byte frames.
 
+Every fit carries two R²: in-sample (``r2_``, how well it describes the rows it was fitted on) and
+cross-validated (``cv_r2_``): each scenario (``scenario_key``) left out in turn
+(``sklearn.model_selection.LeaveOneGroupOut``), the model fitted on the others predicts its rows,
+and R² is taken over those predictions. Only the second says whether the model predicts a
+scenario it has not seen, which is what a capacity table asks of it: a fit whose cross-validated
+R² is below ``WEAK_R2`` (or that had too few scenarios to tell, ``MIN_CV_GROUPS``) is *weak*
+(``LinearFit.weak``, ``r2_words``).
+
 Results are dataclasses (``LinearFit``, ``CpuModels``); fitted attributes end with ``_``.
 """
 from __future__ import annotations
@@ -20,8 +28,10 @@ import pandas as pd
 from perfkit.analysis.run import variant_label
 from perfkit.units import L1_OVERHEAD
 
-#: Below this R² a model's predictions (the capacity table) are flagged as indicative only.
+#: A model whose cross-validated R² is below this is weak: it does not predict a scenario left out.
 WEAK_R2 = 0.5
+#: Fewest scenarios a model is cross-validated over (leave one out: at least two to fit on).
+MIN_CV_GROUPS = 3
 #: Features of the multivariate CPU model.
 FEATURES = ("frame_size", "inv_frame_size", "dut_cores", "offered_mpps")
 TARGET_UNITS = {"cpu_pct": "% of each DUT core", "cpu_cores_pct": "% of one core (summed over DUT cores)"}
@@ -44,14 +54,28 @@ class LinearFit:
     coef_: dict[str, float]
     """Feature -> coefficient [target unit per feature unit]."""
     r2_: float
-    """Coefficient of determination on the fitted rows [1]."""
+    """Coefficient of determination on the fitted rows (in-sample) [1]."""
     n_samples_: int
     residuals_: pd.DataFrame
-    """trial_id, frame_size, dut_cores, offered_mpps, actual, predicted, residual."""
+    """trial_id (or scenario_key), frame_size, dut_cores, offered_mpps, actual, predicted, residual,
+    cv_predicted (the prediction of the model fitted without the row's scenario; NaN when not
+    cross-validated)."""
     dropped: tuple[str, ...] = ()
     """Features left out because they did not vary (e.g. one core count)."""
     constants: dict[str, float] = field(default_factory=dict)
     """The value each dropped feature had [its unit]."""
+    cv_r2_: float = math.nan
+    """Cross-validated R² (module doc): of the predictions for each scenario by the model fitted
+    without it [1]; NaN with fewer than ``MIN_CV_GROUPS`` scenarios."""
+    cv_groups_: int = 0
+    """Scenarios the rows came from: each is left out in turn when there are ``MIN_CV_GROUPS``."""
+    weights: str = ""
+    """The column the rows were weighted by (empty: unweighted); both R² are weighted alike."""
+
+    @property
+    def weak(self) -> bool:
+        """The model does not hold up under cross-validation (``WEAK_R2``), or could not be tested."""
+        return not self.cv_r2_ >= WEAK_R2
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         return self.intercept_ + sum(self.coef_[f] * X[f].to_numpy(dtype=float) for f in self.features)
@@ -60,10 +84,32 @@ class LinearFit:
         terms = " ".join(f"{'+' if c >= 0 else '-'} {abs(c):.4g} x {f}" for f, c in self.coef_.items())
         return f"{self.target} = {self.intercept_:.4g} {terms}".strip()
 
+    def r2_words(self) -> str:
+        """Both R² and, for a weak model, the word (``r2_words``)."""
+        return r2_words(self.r2_, self.cv_r2_, self.cv_groups_)
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "group": self.group, "target": self.target, "features": list(self.features),
-                "intercept": self.intercept_, "coef": self.coef_, "r2": self.r2_, "n_samples": self.n_samples_,
-                "dropped": list(self.dropped), "equation": self.equation()}
+                "intercept": self.intercept_, "coef": self.coef_, "r2": self.r2_, "cv_r2": _num(self.cv_r2_),
+                "cv": f"leave one scenario out ({self.cv_groups_} scenarios)", "weak": self.weak,
+                "n_samples": self.n_samples_, "weights": self.weights, "dropped": list(self.dropped),
+                "equation": self.equation()}
+
+
+def r2_words(r2: float, cv_r2: float, groups: int) -> str:
+    """``R² 0.93 in-sample, 0.41 cross-validated (leave one of 8 scenarios out): weak ...``."""
+    if math.isnan(cv_r2):
+        return (f"R² {r2:.2f} in-sample, not cross-validated ({groups} scenario{'s' if groups != 1 else ''}; "
+                f"at least {MIN_CV_GROUPS} needed): weak, untested on a scenario it was not fitted on")
+    text = f"R² {r2:.2f} in-sample, {cv_r2:.2f} cross-validated (leave one of {groups} scenarios out)"
+    if cv_r2 < WEAK_R2:
+        text += f": weak, it predicts a scenario left out poorly (below {WEAK_R2:g})"
+    return text
+
+
+def _num(x: float) -> float | None:
+    """A float for JSON: None for NaN."""
+    return None if x is None or math.isnan(x) else float(x)
 
 @dataclass
 class CpuModels:
@@ -84,28 +130,57 @@ class CpuModels:
         return self.per_cores + ([self.multivariate] if self.multivariate else [])
 
 def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_pct", name: str = "",
-               group: dict[str, Any] | None = None) -> LinearFit | None:
-    """LinearRegression of ``target`` on the non-constant ``features``; None with fewer rows than terms + 1."""
+               group: dict[str, Any] | None = None, weights: str = "", groups: str = "scenario_key",
+               exact: bool = False) -> LinearFit | None:
+    """LinearRegression of ``target`` on the non-constant ``features`` (rows weighted by the column
+    ``weights`` if given), cross-validated leaving out one value of the column ``groups`` at a time
+    (each row its own group without that column); None with fewer rows than features + 2 (one to
+    spare: a fit with none has no residual to judge it by), or features + 1 if ``exact`` (for a
+    prediction only, e.g. of a scenario a cross-validation left out)."""
     from sklearn.linear_model import LinearRegression
     from sklearn.metrics import r2_score
 
-    data = frame.dropna(subset=[target, *features])
+    data = frame.dropna(subset=[target, *features, *([weights] if weights else [])])
     used = [f for f in features if data[f].nunique() > 1]
     dropped = tuple(f for f in features if f not in used)
-    if not used or len(data) < len(used) + 2:
+    if not used or len(data) < len(used) + (1 if exact else 2):
         return None
     X = data[used].to_numpy(dtype=float)
     y = data[target].to_numpy(dtype=float)
-    model = LinearRegression().fit(X, y)
+    w = data[weights].to_numpy(dtype=float) if weights else None
+    model = LinearRegression().fit(X, y, sample_weight=w)
     pred = model.predict(X)
-    res = data[[c for c in ("trial_id", "variant", "frame_size", "dut_cores", "offered_mpps") if c in data]].copy()
+    labels = data[groups].astype(str).to_numpy() if groups in data else np.arange(len(data)).astype(str)
+    cv_pred = cross_validated(X, y, labels, w)
+    n_groups = len(set(labels))
+    res = data[[c for c in ("trial_id", "scenario_key", "variant", "frame_size", "dut_cores", "offered_mpps")
+                if c in data]].copy()
     res["actual"] = y
     res["predicted"] = pred
     res["residual"] = y - pred
+    res["cv_predicted"] = cv_pred
     return LinearFit(name=name, group=dict(group or {}), target=target, features=tuple(used),
                      intercept_=float(model.intercept_), coef_={f: float(c) for f, c in zip(used, model.coef_)},
-                     r2_=float(r2_score(y, pred)), n_samples_=len(data), residuals_=res.reset_index(drop=True),
-                     dropped=dropped, constants={f: float(data[f].iloc[0]) for f in dropped if len(data)})
+                     r2_=float(r2_score(y, pred, sample_weight=w)), n_samples_=len(data),
+                     residuals_=res.reset_index(drop=True), dropped=dropped,
+                     constants={f: float(data[f].iloc[0]) for f in dropped if len(data)},
+                     cv_r2_=float(r2_score(y, cv_pred, sample_weight=w)) if n_groups >= MIN_CV_GROUPS else math.nan,
+                     cv_groups_=n_groups, weights=weights)
+
+
+def cross_validated(X: np.ndarray, y: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Each row's prediction by a ``LinearRegression`` fitted on the rows of the other groups
+    (``LeaveOneGroupOut``); NaN everywhere with fewer than ``MIN_CV_GROUPS`` groups."""
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    out = np.full(len(y), np.nan)
+    if len(set(groups)) < MIN_CV_GROUPS:
+        return out
+    for train, test in LeaveOneGroupOut().split(X, y, groups):
+        fold = LinearRegression().fit(X[train], y[train], sample_weight=None if weights is None else weights[train])
+        out[test] = fold.predict(X[test])
+    return out
 
 def correlations(frame: pd.DataFrame, target: str = "cpu_cores_pct",
                  features: Sequence[str] = ("frame_size", "inv_frame_size", "dut_cores", "offered_mpps")) -> pd.DataFrame:
@@ -144,24 +219,23 @@ def fit_cpu_models(frame: pd.DataFrame, multivariate_frame: pd.DataFrame | None 
         else:
             if mv.dropped:
                 notes.append(f"{variant}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
-            if mv.r2_ < WEAK_R2:
-                notes.append(f"{variant}: the multivariate model explains little of the CPU's variation "
-                             f"(R² {mv.r2_:.2f} < {WEAK_R2}): its capacity table is indicative only")
         out.append(CpuModels(variant, label, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
     return out
 
 def coefficients_table(models: Sequence[CpuModels]) -> pd.DataFrame:
-    """One row per fit x term: variant, model, target, term, coefficient, unit, r2, n."""
+    """One row per fit x term: variant, model, target, term, coefficient, unit, r2 (in-sample), cv_r2
+    (cross-validated, module doc), weak, n."""
     rows = []
+    cols = ["variant", "model", "target", "term", "coefficient", "unit", "r2", "cv_r2", "weak", "n"]
     for cm in models:
         for fit in cm.fits():
             unit = TARGET_UNITS.get(fit.target, fit.target)
             base = {"variant": cm.variant, "model": fit.name, "target": fit.target, "r2": fit.r2_,
-                    "n": fit.n_samples_}
+                    "cv_r2": fit.cv_r2_, "weak": fit.weak, "n": fit.n_samples_}
             rows.append({**base, "term": "intercept", "coefficient": fit.intercept_, "unit": unit})
             for f, c in fit.coef_.items():
                 rows.append({**base, "term": f, "coefficient": c, "unit": f"{unit} per {FEATURE_UNITS.get(f, '1')}"})
-    return pd.DataFrame(rows, columns=["variant", "model", "target", "term", "coefficient", "unit", "r2", "n"])
+    return pd.DataFrame(rows, columns=cols)
 
 def correlation_table(models: Sequence[CpuModels]) -> pd.DataFrame:
     """The models' correlations, one row per variant x feature."""
