@@ -8,10 +8,13 @@
  * A timer tick runs in softirq context, so a real-time thread hogging the CPU does not delay it;
  * the DUT's packet threads (threaded NAPI, cpumap kthreads) do wait behind such a thread. So the
  * probe also watches chosen threads (the `watched` map, by tid) from the scheduler's tracepoints:
- * the time from wake-up (or preemption) to running is how long packets could not be processed --
- * less the time other watched threads ran meanwhile: several SCHED_FIFO packet threads on one core
- * that wait for each other are the DUT's own cost, not a stall (each CPU's watched-thread run time
- * is kept in `watched_run`; a wait's own part is how much it grew while the thread waited).
+ * the time from wake-up (or preemption) to running is how long packets could not be processed.
+ * Only what could take a core from a real-time packet thread counts: another real-time task (or
+ * interrupts on its time), and the host (the steal clock). Several SCHED_FIFO packet threads on one
+ * core that wait for each other are the DUT's own cost, and so is the kernel's throttling of
+ * real-time threads that would run more than 95 % of a second (the DUT at full load): while it
+ * throttles, ordinary tasks or nothing run. `watched_run` keeps each CPU's run time of other
+ * real-time tasks; a wait's stall is how much that and the steal clock grew while it waited.
  *
  * A vCPU can also run slowly without stopping: the host shares its physical core with other guests
  * (SMT siblings, frequency), and a CPU-bound DUT then forwards less. So each tick also times a fixed
@@ -69,10 +72,16 @@ struct {
  * threads have run on it, and what runs now. */
 struct watched_run {
 	__u64 ns;		/* watched threads' run time on this CPU, up to `since` */
+	__u64 rt_ns;		/* other real-time tasks' run time on this CPU, up to `since` */
 	__u64 since;		/* the last switch on this CPU */
-	__u32 running;		/* whether a watched thread runs since then */
+	__u32 running;		/* what runs since then: RUN_WATCHED, RUN_RT or 0 */
 	__u32 pad;
+	__u64 at_tick;		/* watched threads' run time at this CPU's last tick */
 };
+
+#define RUN_WATCHED 1
+#define RUN_RT 2
+#define MAX_RT_PRIO 100
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -99,6 +108,27 @@ static __always_inline __u64 steal_now(__u32 cpu)
 	__u64 *v = bpf_map_lookup_elem(&steal_seen, &cpu);
 
 	return v ? *v : 0;
+}
+
+/* KVM's steal clock is a per-CPU variable kallsyms does not list (no KALLSYMS_ALL), and neither
+ * is the run queue; kvm_steal_clock() cannot be traced. The run queue keeps what the scheduler last
+ * read of it, in ns, refreshed by every clock update: each switch, and each scheduler tick, in the
+ * local timer interrupt. Both are recorded: a CPU busy with one real-time thread hardly switches,
+ * and after a stall the interrupt (hard) runs before this probe's timer (soft), so a late tick
+ * sees the steal of its own gap. */
+static __always_inline void see_steal(struct task_struct *p)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 steal = p->se.cfs_rq->rq->prev_steal_time_rq;
+
+	bpf_map_update_elem(&steal_seen, &cpu, &steal, BPF_ANY);
+}
+
+SEC("tp_btf/local_timer_exit")
+int BPF_PROG(stall_irq, int vector)
+{
+	see_steal(bpf_get_current_task_btf());
+	return 0;
 }
 
 static __always_inline __u32 log2_us(__u64 ns)
@@ -168,15 +198,53 @@ static __always_inline void speed_probe(struct stall_cpu *s, struct stall_config
 	s->speed_probes++;
 }
 
+/* The watched threads' run time on `cpu` until `now`, the one running now included. */
+static __always_inline __u64 watched_ns(__u32 cpu, __u64 now)
+{
+	struct watched_run *r = bpf_map_lookup_elem(&watched_run, &cpu);
+
+	if (!r)
+		return 0;
+	return r->ns + (r->running == RUN_WATCHED && now > r->since ? now - r->since : 0);
+}
+
+/* Other real-time tasks' run time on `cpu` until `now`, the one running now included. */
+static __always_inline __u64 rt_ns(__u32 cpu, __u64 now)
+{
+	struct watched_run *r = bpf_map_lookup_elem(&watched_run, &cpu);
+
+	if (!r)
+		return 0;
+	return r->rt_ns + (r->running == RUN_RT && now > r->since ? now - r->since : 0);
+}
+
+/* A watched thread starts waiting on `cpu`: what could stall it so far. */
+static __always_inline void stamp(struct stall_watch *w, __u32 cpu, __u64 now)
+{
+	w->since_ns = now;
+	w->rt_ns = rt_ns(cpu, now);
+	w->steal_ns = steal_now(cpu);
+}
+
 static int tick(void *map, __u32 *key, struct probe_timer *t)
 {
 	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
 	struct stall_cpu *s = bpf_map_lookup_elem(&stall_cpu, &zero);
 	struct stall_config *c = bpf_map_lookup_elem(&probe_config, &zero);
-	__u64 now = bpf_ktime_get_ns(), steal = steal_now(cpu);
+	__u64 now = bpf_ktime_get_ns(), steal = steal_now(cpu), own = 0;
+	struct watched_run *run = bpf_map_lookup_elem(&watched_run, &cpu);
 
 	if (!c)
 		return 0;
+	/* How long watched threads ran since the last tick: a tick that is late while they ran was
+	 * delayed behind them (at full load a real-time packet thread can keep the timer's softirq
+	 * from running for tens of ms), and they processed packets all along: no stall for them. */
+	if (run) {
+		__u64 ran = watched_ns(cpu, now);
+
+		own = ran - run->at_tick;
+		run->at_tick = ran;
+	}
 	if (s) {
 		__u64 period_ns = c->period_ns, report_ns = c->report_ns;
 
@@ -193,7 +261,7 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 				s->stalled_ns += gap - period_ns;
 				if (b < STALL_HIST_BUCKETS)
 					s->hist[b]++;
-				send(now, gap, steal - s->last_steal_ns, cpu, STALL_TICK, 0, s);
+				send(now, gap, steal - s->last_steal_ns, cpu, STALL_TICK, own, s);
 			}
 		}
 		s->last_ns = now;
@@ -202,16 +270,6 @@ static int tick(void *map, __u32 *key, struct probe_timer *t)
 	}
 	bpf_timer_start(&t->timer, c->period_ns, BPF_F_TIMER_CPU_PIN);
 	return 0;
-}
-
-/* The watched threads' run time on `cpu` until `now`, the one running now included. */
-static __always_inline __u64 watched_ns(__u32 cpu, __u64 now)
-{
-	struct watched_run *r = bpf_map_lookup_elem(&watched_run, &cpu);
-
-	if (!r)
-		return 0;
-	return r->ns + (r->running && now > r->since ? now - r->since : 0);
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -223,8 +281,7 @@ int BPF_PROG(stall_wakeup, struct task_struct *p)
 
 	if (w && !w->since_ns) {
 		now = bpf_ktime_get_ns();
-		w->since_ns = now;
-		w->own_ns = watched_ns(p->wake_cpu, now);	/* the CPU it will run on */
+		stamp(w, p->wake_cpu, now);	/* the CPU it will run on */
 	}
 	return 0;
 }
@@ -236,19 +293,19 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 	__u64 now = bpf_ktime_get_ns(), own = 0;
 	struct stall_watch *w = bpf_map_lookup_elem(&watched, &tid);
 	struct watched_run *run = bpf_map_lookup_elem(&watched_run, &cpu);
-	__u64 steal = prev->se.cfs_rq->rq->prev_steal_time_rq;
 	struct stall_config *c;
 	struct stall_cpu *s;
 
-	/* KVM's steal clock is a per-CPU variable kallsyms does not list (no KALLSYMS_ALL) and
-	 * kvm_steal_clock() cannot be traced here; the run queue keeps what it last read of it, in
-	 * ns, refreshed by the clock update that precedes every switch. */
-	bpf_map_update_elem(&steal_seen, &cpu, &steal, BPF_ANY);
-
-	/* What ran since the last switch on this CPU: a watched thread's run is the DUT's own. */
+	see_steal(prev);
+	/* What ran since the last switch on this CPU: a watched thread's run is the DUT's own; another
+	 * real-time task's could delay a packet thread. */
 	if (run) {
-		if (run->running && run->since && now > run->since)
-			run->ns += now - run->since;
+		if (run->since && now > run->since) {
+			if (run->running == RUN_WATCHED)
+				run->ns += now - run->since;
+			else if (run->running == RUN_RT)
+				run->rt_ns += now - run->since;
+		}
 		run->since = now;
 	}
 	/* Preempted while runnable: it waits from now. A thread that blocks waits for a wake-up, not
@@ -256,13 +313,15 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 	 * announced that it would sleep, as NAPI and cpumap kthreads do before checking their queue)
 	 * stamps it too, and that stamp would otherwise count its whole sleep as a wait. */
 	if (w) {
-		w->since_ns = prev->__state == 0 ? now : 0;
-		w->own_ns = run ? run->ns : 0;
+		if (prev->__state == 0)
+			stamp(w, cpu, now);
+		else
+			w->since_ns = 0;
 	}
 	tid = next->pid;
 	w = bpf_map_lookup_elem(&watched, &tid);
 	if (run)
-		run->running = w != NULL;
+		run->running = w ? RUN_WATCHED : next->prio < MAX_RT_PRIO && next->pid ? RUN_RT : 0;
 	if (!w || !w->since_ns)
 		return 0;
 	s = bpf_map_lookup_elem(&stall_cpu, &zero);
@@ -270,12 +329,13 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 	if (s && c && now > w->since_ns) {
 		__u64 wait = now - w->since_ns;
 
-		/* other watched threads that ran meanwhile are the DUT's own cost, not a stall */
-		if (run && run->ns > w->own_ns)
-			own = run->ns - w->own_ns;
-		if (own > wait)
-			own = wait;
-		wait -= own;
+		/* only other real-time tasks and the host could keep it from running (see the top) */
+		__u64 stalled = (run ? run->rt_ns - w->rt_ns : 0) + (steal_now(cpu) - w->steal_ns);
+
+		if (stalled > wait)
+			stalled = wait;
+		own = wait - stalled;
+		wait = stalled;
 		if (wait > s->max_wait_ns)
 			s->max_wait_ns = wait;
 		if (wait > c->report_ns) {

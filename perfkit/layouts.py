@@ -202,7 +202,7 @@ class StallKind(enum.IntEnum):
 
 
 class stall_watch(Struct):
-    _fields_ = [("since_ns", u64), ("own_ns", u64)]
+    _fields_ = [("since_ns", u64), ("rt_ns", u64), ("steal_ns", u64)]
 
 
 class stall_event(Struct):

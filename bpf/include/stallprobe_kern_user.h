@@ -27,9 +27,9 @@ struct stall_cpu {
 	__u64 stalled_ns;	/* sum of those gaps minus the period */
 	__u64 max_gap_ns;	/* longest gap since armed */
 	__u64 lost_events;	/* stall events the ring buffer had no room for */
-	__u64 waits;		/* times a watched thread waited longer than report_ns for other work */
-	__u64 max_wait_ns;	/* longest wait of a watched thread, runnable but not running, for other
-				 * work: what other watched threads ran meanwhile is left out */
+	__u64 waits;		/* times a watched thread was kept from running longer than report_ns */
+	__u64 max_wait_ns;	/* longest time a watched thread, runnable, was kept from running by
+				 * another real-time task or the host (see stall_event) */
 	__u64 hist[STALL_HIST_BUCKETS];
 	__u64 speed_ns;		/* time the speed probe took, summed over the probes counted */
 	__u64 speed_probes;	/* probes counted (a probe a stall interrupted is not) */
@@ -40,24 +40,30 @@ enum stall_kind {
 	STALL_WAIT = 1,		/* a watched thread (a DUT packet thread) was runnable but did not run */
 };
 
-/* The value of the watched map, per thread id: when it became runnable and how long the watched
- * threads had run on its CPU by then (a wait's own part is what they ran until it runs). */
+/* The value of the watched map, per thread id: when it became runnable, and what could keep it
+ * from running had grown to by then on its CPU: other real-time tasks' run time and the host's
+ * steal clock (a wait's stall is how much they grow until it runs). */
 struct stall_watch {
 	__u64 since_ns;		/* bpf_ktime_get_ns() when it became runnable; 0: running or sleeping */
-	__u64 own_ns;		/* the CPU's watched-thread run time at since_ns */
+	__u64 rt_ns;		/* the CPU's run time of real-time tasks not watched, at since_ns */
+	__u64 steal_ns;		/* the CPU's steal clock at since_ns */
 };
 
 /* One stall of gap_ns ending at end_ns (bpf_ktime_get_ns()); for STALL_TICK the period included.
- * For STALL_WAIT, gap_ns is the part of the wait in which no watched thread ran (something else
- * did, or the CPU idled or was away): several packet threads on one core that wait for each other
- * are the DUT's own cost, not a stall; own_ns is that part. */
+ * For STALL_WAIT, gap_ns is the part of the wait in which other real-time tasks ran or the host
+ * took the CPU: other packet threads, ordinary tasks and idle while the kernel throttled the
+ * real-time ones (the DUT at full load) are the DUT's own cost, not a stall; own_ns is that part.
+ * For STALL_TICK, own_ns is how long watched threads ran during the gap (the time the hypervisor
+ * took while one was current included): userspace leaves out what of it the steal clock does not
+ * account for. */
 struct stall_event {
 	__u64 end_ns;
 	__u64 gap_ns;
 	__u64 steal_ns;		/* what the hypervisor's steal clock advanced during the gap */
 	__u32 cpu;
 	__u32 kind;		/* enum stall_kind */
-	__u64 own_ns;		/* STALL_WAIT: of the wait, the time other watched threads ran */
+	__u64 own_ns;		/* of the wait, the part that did not count; of a late tick, the time
+				 * watched threads ran */
 };
 
 #endif /* STALLPROBE_KERN_USER_H */
