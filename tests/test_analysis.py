@@ -370,6 +370,23 @@ def test_the_load_model_recovers_a_known_linear_cost(tmp_path):
     assert saved["cv_r2"] == pytest.approx(1.0) and saved["weak"] is False and saved["marginal"]["cv_r2"] == pytest.approx(1.0)
 
 
+def test_a_scenario_measured_at_nearly_one_rate_counts_little(tmp_path):
+    """A 13th scenario whose trials ran within 6 % of one rate, with 1 % of noise on its load: its
+    own line's slope is far off, but the second stage weighs it by what its rates can say and
+    still finds the known cost."""
+    run = _load_run(tmp_path, _known_marginal)
+    store = run.store
+    for j, (pps, noise) in enumerate(((5.0e5, 0.01), (5.15e5, 0.0), (5.3e5, -0.01))):
+        load = FIXED_PER_CORE + _known_marginal(256, True, 0, 1) * 1e-9 * pps + WAKE_NS * 1e-9 * int(_wakeups(pps))
+        store.append(_load_trial(100 + j, 256, True, 0, 1, pps, load + noise))
+    model = analysis.fit_load(analysis.load_frame(analysis.load_run("load", tmp_path)))
+    odd = model.scenarios.set_index("scenario_key").loc["pgwu-ul-256B-1flow-1core"]
+    assert abs(odd["marginal_ns"] - _known_marginal(256, True, 0, 1)) > 300        # its own line is far off
+    assert odd["marginal_weight"] < 0.02 * model.scenarios["marginal_weight"].median()
+    assert model.marginal.coef_ == pytest.approx({"frame_size": 0.2, "dut_cores": 10, "log_sessions": 40,
+                                                  "variant_ul": 150}, rel=0.05)
+
+
 def test_the_load_frame_counts_processed_packets_and_picks_no_trial_by_its_load(tmp_path):
     """The rate is what the program processed (offered less the ring's overflows) over the trial's
     window; an idle DUT stays in; a trial that shared a core or lost frames to host stalls does not."""
