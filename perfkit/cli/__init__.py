@@ -49,9 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `perfkit ... | head` ends quietly
-    try:
-        with stop_on_signals():   # first, before build_parser's imports: Ctrl-C or SIGTERM exit 130
-            return _main(argv)
+    try:   # first, before build_parser's imports: Ctrl-C or SIGTERM exit 130
+        with stop_on_signals(then_default=argv is None):
+            code = _main(argv)
+            sys.stdout.flush()    # the result is out before a signal may end the exiting process
+            return code
     except KeyboardInterrupt:     # a stop in the block's last moments, after _main's own handling
         print("perfkit: interrupted", file=sys.stderr)
         return 130

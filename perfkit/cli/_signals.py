@@ -8,10 +8,12 @@ a ctypes callback would be dropped, and the stop lost (``perfkit.stop`` says why
 further signal prints that perfkit is stopping and raises nothing, so it cannot cut the clean-up
 short. The CLI exits 130 after a stop by either signal (``perfkit.cli.main``).
 
-The one exception is start-up: until ``perfkit.cli.main`` runs (Python starting and importing
-perfkit, about 0.5 s; nothing exists yet), a signal has its default effect: SIGTERM kills the
-process (status 143 in a shell, -15 from Python's ``subprocess``), Ctrl-C ends it with Python's
-``KeyboardInterrupt`` (status 130 in a shell, -2 from ``subprocess``).
+The exceptions are the process's first and last moments, when nothing of perfkit exists. Until
+``perfkit.cli.main`` runs (Python starting and importing perfkit, about 0.5 s) a signal has its
+default effect: SIGTERM kills the process (status 143 in a shell, -15 from Python's ``subprocess``),
+Ctrl-C ends it with Python's ``KeyboardInterrupt`` (status 130 in a shell, -2). Once the command
+has done its work and printed its result, while Python exits, both signals kill the process
+(``then_default``: no traceback from a ``KeyboardInterrupt`` in Python's own exit).
 
 ``sigpipe_ignored()`` (``run``, ``search``): ``perfkit.cli.main`` restores SIGPIPE's default action
 (so that ``perfkit ... | head`` ends quietly), which would also kill the process the moment it
@@ -30,9 +32,11 @@ from perfkit import stop
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals(then_default: bool = False) -> Iterator[None]:
     """SIGINT and SIGTERM stop the block once (see the module doc); a stop still pending when the
-    block ends is raised there. Outside the main thread (where no handler can be set) it does nothing."""
+    block ends is raised there. Afterwards the handlers before it are back, or with ``then_default``
+    (the block was the program's work) the signals' default actions. Outside the main thread (where
+    no handler can be set) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -49,7 +53,7 @@ def stop_on_signals() -> Iterator[None]:
         stop.check()
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_DFL if then_default else old)
         stop.reset()
 
 
