@@ -49,7 +49,12 @@ Every figure says what limited it (``LIMITS``, in ``Bounds.limited_by`` and
 
 - ``generator``: the figure reached the generator's capacity (a search's bound at its ceiling, or
   a max-rate trial that lost nothing while the generator offered less than asked): the DUT can do
-  at least this much -- a lower bound, never a DUT figure;
+  at least this much -- a lower bound, never a DUT figure. Not so where the generator shares a DUT
+  core (``shared_cores``, two DUT cores on a 2-vCPU machine) and that core had no time to spare,
+  mostly the DUT's packet threads' (``shared_core_saturated``): the real-time packet threads take
+  the core before the generator's thread, which gets what they leave, so the generator falling
+  short there is where the shared set-up runs out -- ``dut``, the DUT's capacity in that set-up
+  (pessimistic, and noted);
 - ``dut``: the DUT lost frames just above it, with no host stall to explain the loss;
 - ``host stalls``: the loss that set it was explained by measured host stalls (disturbed trials
   whose retries ran out);
@@ -79,7 +84,6 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from tqdm import tqdm
 
-from perfkit import stop
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
@@ -193,6 +197,10 @@ class Bounds:
     notes: list[str] = field(default_factory=list)
     limited_by: str = ""
     """What set the bound (``LIMITS``); filled in when the search ends."""
+    reason: str = ""
+    """``limited_by``'s evidence, in words: for a loss, what the judged trials at ``upper_bound``
+    lost, by the DUT's drop counter (``dut_drops``: ``rx_ring_full`` its receive queue, any other
+    its program), and what no counter explains (``loss_reason``)."""
 
     @property
     def relative_width(self) -> float | None:
@@ -233,6 +241,8 @@ class SearchResult:
     """Time the search took, overheads included [s]."""
     limited_by: str = ""
     """What limited the main figure (``LIMITS``; for searches, the first goal's)."""
+    reason: str = ""
+    """``limited_by``'s evidence, in words (``Bounds.reason``; for searches, the first goal's)."""
 
     @property
     def trial_count(self) -> int:
@@ -274,7 +284,7 @@ class SearchResult:
             "stalled_trials": self.stalled_trials,
             "disturbed_trials": self.disturbed_trials, "disturbed_seconds": self.disturbed_seconds,
             "wall_seconds": self.wall_seconds, "generator_limited": self.generator_limited,
-            "limited_by": self.limited_by,
+            "limited_by": self.limited_by, "reason": self.reason,
             "goals": [g.to_dict() for g in self.goals], "params": dict(self.params),
             "notes": list(self.notes),
         }
@@ -358,7 +368,6 @@ class TrialLog:
 
     def _measure(self, ask: float, duration: float, phase: str) -> TrialResult:
         trial = self.measurer.measure(ask, duration)
-        stop.check()   # a stop pending (perfkit.stop): the trial is not kept, the search ends here
         trial.method = f"{self.method}/{phase}"
         if generator_limited(trial):
             self.shortfalls += 1
@@ -423,36 +432,104 @@ class TrialLog:
         goals = goals or []
         for g in goals:
             g.limited_by = self.limit(g.lower_bound, g.upper_bound, g.loss_tolerance)
+            g.reason = self.reason(g.limited_by, g.upper_bound, g.loss_tolerance)
         if goals:
-            limit = goals[0].limited_by
+            limit, reason = goals[0].limited_by, goals[0].reason
         elif method == "maxrate" and self.trials:
             limit = self.maxrate_limit(self.trials[-1])
+            last = self.trials[-1]
+            reason = (loss_reason([last]) if last.dut_loss_ratio > 0 else
+                      f"the generator, sharing a DUT core, offered {last.tx_pps:.6g} of {last.intended_pps:.6g} pps: that "
+                      f"core had no time to spare ({shared_core_note(last)}); the shared set-up's capacity"
+                      if limit == "dut" else
+                      f"the generator offered {last.tx_pps:.6g} of {last.intended_pps:.6g} pps" if limit == "generator"
+                      else "nothing lost at the rate asked for")
         else:
             limit = self.limit(lower, upper, 0.0)
+            reason = self.reason(limit, upper, 0.0)
         return SearchResult(
             method=method, lower_bound=lower, upper_bound=upper, trials=list(self.trials),
             goals=goals, params=dataclasses.asdict(params),
             notes=self.notes + limited + self.speed_note() + (notes or []),
             generator_limited=limit == "generator" or any(g.limited_by == "generator" for g in goals),
-            wall_seconds=self.wall_seconds, limited_by=limit)
+            wall_seconds=self.wall_seconds, limited_by=limit, reason=reason)
 
     def limit(self, lower: float | None, upper: float | None, loss_tolerance: float) -> str:
         """What set a bound (``LIMITS``): the generator's ceiling, nothing lost up to the maximum
         rate, or the loss just above it -- the DUT's own, or host stalls'."""
         if self.ceiling is not None and lower is not None and lower >= self.ceiling * (1 - OFFER_SHORTFALL):
-            return "generator"
+            return "dut" if self._shared_saturated() else "generator"
         if upper is None:
             return "max rate"
-        bad = [t for t in self.judged if abs(offered_rate(t) - upper) <= upper * RATE_EPS * 10
-               and t.dut_loss_ratio > loss_tolerance]
+        bad = self._bad_at(upper, loss_tolerance)
         return loss_limit(bad) if bad else "dut"
+
+    def _bad_at(self, upper: float, loss_tolerance: float) -> list[TrialResult]:
+        """The judged trials at ``upper`` [pps] that lost more than ``loss_tolerance``."""
+        return [t for t in self.judged if abs(offered_rate(t) - upper) <= upper * RATE_EPS * 10
+                and t.dut_loss_ratio > loss_tolerance]
+
+    def _at_ceiling(self) -> list[TrialResult]:
+        """The judged trials offered within ``OFFER_SHORTFALL`` of the generator's ceiling."""
+        if self.ceiling is None:
+            return []
+        return [t for t in self.judged if judged_pps(t.tx_pps, t.intended_pps) >= self.ceiling * (1 - OFFER_SHORTFALL)]
+
+    def _shared_saturated(self) -> bool:
+        """Whether the generator's ceiling is where a DUT core it shares ran out (the module doc)."""
+        near = self._at_ceiling()
+        return bool(near) and all(shared_core_saturated(t) for t in near)
+
+    def reason(self, limit: str, upper: float | None, loss_tolerance: float) -> str:
+        """``limit``'s evidence, in words (``Bounds.reason``)."""
+        if self.ceiling is not None and limit == "dut" and self._shared_saturated() and (
+                upper is None or not self._bad_at(upper, loss_tolerance)):
+            return (f"the generator, sharing a DUT core, offered at most {self.ceiling:.6g} pps: that core had no "
+                    f"time to spare ({shared_core_note(self._at_ceiling()[-1])}); the shared set-up's capacity")
+        if limit == "generator":
+            return f"the generator offered at most {self.ceiling or self.best_offer:.6g} pps"
+        if limit == "max rate" or upper is None:
+            return "nothing lost up to the highest rate asked for"
+        bad = self._bad_at(upper, loss_tolerance)
+        return loss_reason(bad) if bad else ""
 
     @staticmethod
     def maxrate_limit(trial: TrialResult) -> str:
         """What limited a max-rate trial's received rate."""
         if trial.dut_loss_ratio > 0:
             return loss_limit([trial])
-        return "generator" if generator_limited(trial) else "max rate"
+        if generator_limited(trial):
+            return "dut" if shared_core_saturated(trial) else "generator"
+        return "max rate"
+
+
+def _core_busy(trial: TrialResult, core: str) -> float:
+    """How busy DUT core ``core`` was [0..1]: the larger of its packet threads' share and the share
+    anything ran on it (1 - idle of ``dut_core_time``)."""
+    share = trial.dut_core_time.get(core)
+    return max(trial.dut_busy_per_core.get(core, 0.0), 1 - share.get("idle", 1.0) if share else 0.0)
+
+
+def shared_core_saturated(trial: TrialResult) -> bool:
+    """Whether the trial's DUT shares a core with the tester (``shared_cores``) and a DUT core had no
+    time to spare (busy at least ``SPARE_BUSY``), its packet threads having run there more than
+    anything but the tester (``dut_core_time``'s ``other``): what the shared core gives the
+    generator is then what the DUT leaves it."""
+    if not trial.shared_cores:
+        return False
+    for core, busy in trial.dut_busy_per_core.items():
+        other = trial.dut_core_time.get(core, {}).get("other", 0.0)
+        if _core_busy(trial, core) >= SPARE_BUSY and busy >= other:
+            return True
+    return False
+
+
+def shared_core_note(trial: TrialResult) -> str:
+    """The busiest DUT core of a trial, in words: ``"core 0 busy 0.95, the DUT's packet threads 0.77"``."""
+    core = max(trial.dut_busy_per_core, key=lambda c: _core_busy(trial, c), default=None)
+    if core is None:
+        return "no per-core figures"
+    return f"core {core} busy {_core_busy(trial, core):.2f}, the DUT's packet threads {trial.dut_busy_per_core[core]:.2f}"
 
 
 def ring_core_busy(trial: TrialResult) -> float | None:
@@ -462,8 +539,7 @@ def ring_core_busy(trial: TrialResult) -> float | None:
     judged one by one have only the mean, ``dut_busy``; None when nothing was measured."""
     per_core = trial.dut_busy_per_core
     cores = [str(c) for c in trial.ring_cores] or list(per_core) or list(trial.dut_core_time)
-    busy = [max(per_core.get(c, 0.0), 1 - trial.dut_core_time[c].get("idle", 1.0) if c in trial.dut_core_time else 0.0)
-            for c in cores if c in per_core or c in trial.dut_core_time]
+    busy = [_core_busy(trial, c) for c in cores if c in per_core or c in trial.dut_core_time]
     return max(busy) if busy else trial.dut_busy
 
 
@@ -484,6 +560,24 @@ def loss_limit(lossy: list[TrialResult]) -> str:
     if all(t.disturbed or ring_overflow_with_time_to_spare(t) for t in lossy):
         return "testbed"
     return "dut"
+
+
+def loss_reason(lossy: list[TrialResult]) -> str:
+    """What the DUT lost in these trials, by its drop counter, and what no counter explains:
+    ``"1 trial(s) at 132429 pps lost 405 frames: rx_ring_full 405"``."""
+    drops: dict[str, int] = {}
+    lost = 0
+    for t in lossy:
+        lost += t.lost_packets - sum(t.tester_drops.values())
+        for k, v in t.dut_drops.items():
+            drops[k] = drops.get(k, 0) + v
+    parts = [f"{k} {v}" for k, v in sorted(drops.items())]
+    if lost > sum(drops.values()):
+        parts.append(f"{lost - sum(drops.values())} that no counter explains")
+    rates = sorted({round(offered_rate(t)) for t in lossy})
+    return (f"{len(lossy)} trial(s) at {', '.join(f'{r}' for r in rates)} pps lost {lost} frames: "
+            + ", ".join(parts) + (f"; {sum(t.disturbed for t in lossy)} explained by host stalls"
+                                  if any(t.disturbed for t in lossy) else ""))
 
 
 def goal_name(loss_tolerance: float) -> str:

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from perfkit.errors import ConfigError
-from perfkit.search.common import (RATE_EPS, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
+from perfkit.search.common import (OFFER_SHORTFALL, RATE_EPS, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
                                    check_positive, check_rate_range, check_ratio, goal_name, is_good, narrow,
                                    offered_rate, resolve_max_rate)
 from perfkit.trial import TrialResult
@@ -180,7 +180,10 @@ class _Search:
 
     def _closed(self, lower: float, hi: _Obs | None) -> bool:
         if hi is None:
-            return lower >= self.top * (1 - RATE_EPS)
+            # at the generator's ceiling, what it offers wanders a few % below it from trial to
+            # trial: within that is at the top (else confirmations at the ceiling never end)
+            slack = OFFER_SHORTFALL if self.log.ceiling is not None and self.top >= self.log.ceiling else RATE_EPS
+            return lower >= self.top * (1 - slack)
         return narrow(lower, hi.rate, self.p.relative_width)
 
     def guess(self, goal: _Goal, v: _View) -> float | None:
