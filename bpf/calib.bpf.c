@@ -9,7 +9,7 @@
  *
  * With drop_every N, every Nth packet a CPU works on is dropped after its work (so every packet
  * costs the same): a DUT that loses 1 frame in N by its own program, whatever the rate, counted
- * as CALIB_DROP_EVERY. The searches must call that the DUT's loss (tests/test_search_dut.py).
+ * as CALIB_DROP_EVERY. The searches must call that the DUT's loss (tests/test_calib.py).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>

@@ -396,3 +396,19 @@ def test_a_stall_longer_than_the_queue_overflows_it_and_is_explained(ul_queue):
     assert ring > 0 and r.lost_packets == ring + sum(r.tester_drops.values())
     assert r.dut_loss_ratio == ring / r.tx_packets  # the burst after the stall may overflow the sink's ring
     assert r.disturbed and "2048-frame ring" in r.disturbance, (r.disturbance, r.stalls)
+
+
+@pytest.mark.parametrize("own, steal, length", [
+    (0.0, 0.0, 9750.0),         # nothing of the packet threads ran: the whole gap (± half a period)
+    (10_000.0, 0.0, 0.0),       # they ran all along: the timer waited behind them, no stall for them
+    (10_000.0, 6000.0, 5750.0),  # they were current, but the host took 6 ms of it
+    (3000.0, 0.0, 6750.0),
+])
+def test_a_late_tick_is_a_stall_only_for_what_the_packet_threads_did_not_run(own, steal, length):
+    """At full load a real-time packet thread keeps the timer's softirq from running (10-60 ms with
+    no steal on a saturated calibrated DUT here): that was no stall for it."""
+    from perfkit.stalls import Stall
+
+    tick = Stall(cpu=1, kind="tick", end_ns=0, gap_us=10_000.0, steal_us=steal, own_us=own)
+    assert tick.length_us(500.0) == pytest.approx(length)
+    assert Stall(cpu=1, kind="wait", end_ns=0, gap_us=700.0, steal_us=0.0, own_us=5000.0).length_us(500.0) == 700.0
