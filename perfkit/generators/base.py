@@ -13,8 +13,8 @@ class Generator(ABC):
 
     #: Short backend name written into every result (``xdp``, ``trex``, ``sim`` ...).
     name: str = "abstract"
-    #: How often searches repeat a disturbed trial (``TrialResult.disturbed``: its loss explained by
-    #: measured host stalls) before its loss counts.
+    #: How often searches repeat a stalled trial (``TrialResult.stalled``: a DUT core stalled as long
+    #: as its receive queue lasts, whatever it lost) before the last one is judged with its loss.
     disturbed_retries: int = 3
     #: Speed normalization: the reference CPU speed [ns per step of the stall probe's speed probe]
     #: every trial is judged at (``TrialResult.speed_reference_ns``; ``perfkit.search.common``).

@@ -45,7 +45,8 @@ clearly more than the generator ever offered gets no more, that is its capacity:
 never ask for more (the generator, not the DUT, is the limit) and say so (``generator_limited``).
 
 Every figure says what limited it (``LIMITS``, in ``Bounds.limited_by`` and
-``SearchResult.limited_by``):
+``SearchResult.limited_by``) and on what evidence (``reason``: what the trials just above it
+lost, by the DUT's drop counter, and what no counter explains; or the generator's ceiling):
 
 - ``generator``: the figure reached the generator's capacity (a search's bound at its ceiling, or
   a max-rate trial that lost nothing while the generator offered less than asked): the DUT can do
