@@ -23,10 +23,11 @@ frame the full ring refused costs them nothing, so above the DUT's capacity the 
 rising while the load does not, and a line in the offered rate would bend there.
 
 Why wake-ups: a packet thread that sleeps between packets pays each wake-up in CPU time (on the
-2-vCPU VM some 18 µs each, more than 60 packets' worth at N = 0), and it wakes less the busier it is
-(15-25 thousand times a second at partial load, a few at full load). With only the rate, that share
-is neither fixed nor per packet: the calibrated DUT's marginal cost came out 23 % below its
-calibration, and one scenario's line explained nothing (R² 0.01). Trials that did not count
+2-vCPU VM 9-19 µs each, fitted on different days: the CPU of 40-100 packets of the calibrated DUT
+at N = 0), and it wakes less the busier it is (15-25 thousand times a second at partial load, a
+few at full load). With only the rate, that share is neither fixed nor per packet: the calibrated
+DUT's marginal cost per work iteration came out 23 % below its calibration, and one scenario's
+line explained nothing (R² 0.01). Trials that did not count
 wake-ups (``dut_wakeups`` None: older records, other generators) get the model without the term,
 and a note says so.
 
