@@ -459,13 +459,23 @@ def marginal_cost(model: object | None, subtitle: str = "") -> Figure:
     d = _variants(model.scenarios)
     fig, ax = plt.subplots(figsize=(7.5, 4.3))
     variants = list(dict.fromkeys(d["variant"]))
+    flows = sorted(d["flows"].unique())
     palette = dict(zip(variants, sns.color_palette("tab10", len(variants))))
-    for v, g in d.groupby("variant", sort=False):
-        ax.errorbar(g["frame_size"], g["marginal_ns"], yerr=g["marginal_se"], fmt="o", color=palette[v], capsize=3,
-                    label=f"{v}: measured (± 1 s.e.)")
+    markers = dict(zip(flows, ["o", "s", "D", "^", "v", "P"] * 3))
+    shift = (d["frame_size"].max() - d["frame_size"].min() or 100) * 0.012     # side by side, not on top
+    for (i, v), f in ((iv, f) for iv in enumerate(variants) for f in flows):
+        g = d[(d["variant"] == v) & (d["flows"] == f)]
+        if g.empty:
+            continue
+        x = g["frame_size"] + (i - (len(variants) - 1) / 2) * shift
+        ax.errorbar(x, g["marginal_ns"], yerr=g["marginal_se"], fmt=markers[f], color=palette[v], capsize=3, ms=6)
         if model.marginal is not None:
-            ax.scatter(g["frame_size"], g["marginal_predicted"], marker="x", s=60, color=palette[v],
-                       label=f"{v}: second stage")
+            ax.scatter(x, g["marginal_predicted"], marker="_", s=200, color=palette[v], lw=2)
+    handles = [Patch(color=palette[v], label=v) for v in variants]
+    handles += [Line2D([], [], color="gray", marker=markers[f], lw=0, label=f"{f} flow{'s' if f > 1 else ''}: "
+                       "measured (± 1 s.e.)") for f in flows]
+    if model.marginal is not None:
+        handles.append(Line2D([], [], color="gray", marker="_", ms=14, mew=2, lw=0, label="second stage"))
     ax.set_xlabel(LABELS["frame_size"])
     ax.set_ylabel("marginal cost [ns per packet]")
     fit = model.marginal
@@ -473,7 +483,7 @@ def marginal_cost(model: object | None, subtitle: str = "") -> Figure:
                                      + (f"{fit.cv_r2_:.2f} cross-validated" if not math.isnan(fit.cv_r2_) else "not cross-validated")
                                      + (" - weak" if fit.weak else "") if fit is not None else "too few scenarios"),
                  fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     _title(fig, title, subtitle)
     return fig

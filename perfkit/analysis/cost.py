@@ -412,6 +412,11 @@ def load_capacity(model: LoadModel | None, gbps_targets: Sequence[float], frame_
     int_variant = dp.variant if dp.variant in model.features else None   # calib's work_iterations
     assumption = ("marginal cost from the model at each core count" if "dut_cores" in model.marginal.features else
                   f"one core count measured ({c_lo:g}): the marginal cost taken as independent of the core count")
+    held = {f: v for f, v in typical.items() if f in model.marginal.features and f not in ("frame_size", "dut_cores")
+            and not f.startswith("variant_") and f != int_variant}
+    if held:
+        assumption += "; the other features at the scenarios' most common value: " + ", ".join(
+            _feature_value(f, v) for f, v in held.items())
     assumption += "; no wake-ups counted (a packet thread kept busy hardly sleeps)" if model.wake_ns_ else ""
     cores = np.arange(1, max_cores + 1, dtype=float)
     rows = []
@@ -440,6 +445,15 @@ def load_capacity(model: LoadModel | None, gbps_targets: Sequence[float], frame_
                                                   or pps / c > per_core_max * 1.05),
                              "assumption": assumption})
     return pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
+
+
+def _feature_value(feature: str, value: float) -> str:
+    """A feature's value as the scenario said it (``log_flows`` 3 -> ``flows 1000``)."""
+    if feature == "log_flows":
+        return f"flows {10 ** value:.0f}"
+    if feature.startswith("log_"):
+        return f"{feature[4:]} {10 ** value - 1:.0f}"
+    return f"{feature} {value:g}"
 
 
 def _natural(v: str) -> tuple[float, str]:
