@@ -226,6 +226,8 @@ def test_the_notebook_saves_models_and_figures(executed):
     out = executed["root"] / "e2e" / ex.OUTPUTS_DIR
     assert Path(executed["outputs"]) == out
     models = json.loads((out / "models.json").read_text())
+    assert executed["models"] == models                                # --json prints them too
+    assert all(set(f) >= {"r2", "cv_r2", "weak"} for m in models["cpu_models"] for f in m["fits"])
     variants = {m["variant"] for m in models["cpu_models"]}
     assert variants == {"ul", "dl"}
     for m in models["cpu_models"]:

@@ -5,8 +5,9 @@ gives them all, ``-p NAME=VALUE`` sets one (VALUE is YAML: ``-p frame_sizes=[64,
 generator=sim``); without either the notebook's defaults apply. Every parameter is checked before
 the kernel starts. The notebook runs the campaign with the runner ``perfkit run`` uses (trials in
 ``data/runs/<run_id>/``, pushed to the Pushgateway), pulls node-exporter CPU back from Prometheus,
-fits the CPU models and saves them with its figures in ``data/runs/<run_id>/experiment/``. The
-executed notebook is kept with the run (``data/runs/<run_id>/experiment.ipynb``) and rendered to
+fits the CPU models and the DUT load model and saves them with its figures in
+``data/runs/<run_id>/experiment/`` (``--json`` prints the models too, ``models``: each with its
+in-sample and cross-validated R²). The executed notebook is kept with the run (``data/runs/<run_id>/experiment.ipynb``) and rendered to
 ``reports/<run_id>/experiment.html``; ``--report`` also writes the report set (``perfkit report``),
 whose index links the experiment's page.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -114,6 +116,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                               "notebook_ok": error is None, "notebook_error": error}
     if (root / run_id / ex.OUTPUTS_DIR).is_dir():
         result["outputs"] = str(root / run_id / ex.OUTPUTS_DIR)
+        models = root / run_id / ex.OUTPUTS_DIR / "models.json"
+        if models.is_file():
+            result["models"] = json.loads(models.read_text())
     if interrupted:
         emit(result, args.json, _human)
         print(f"perfkit: interrupted; resume with: perfkit experiment --resume {run_id}", file=sys.stderr)
