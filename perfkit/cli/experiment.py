@@ -7,9 +7,10 @@ the kernel starts. The notebook runs the campaign with the runner ``perfkit run`
 ``data/runs/<run_id>/``, pushed to the Pushgateway), pulls node-exporter CPU back from Prometheus,
 fits the CPU models and the DUT load model and saves them with its figures in
 ``data/runs/<run_id>/experiment/`` (``--json`` prints the models too, ``models``: each with its
-in-sample and cross-validated R²). The executed notebook is kept with the run (``data/runs/<run_id>/experiment.ipynb``) and rendered to
-``reports/<run_id>/experiment.html``; ``--report`` also writes the report set (``perfkit report``),
-whose index links the experiment's page.
+in-sample and cross-validated R²). The executed notebook is kept with the run
+(``data/runs/<run_id>/experiment.ipynb``) and rendered to ``reports/<run_id>/experiment.html``;
+``--report`` also writes the report set (``perfkit report``), whose index links the experiment's
+page.
 
 Exit status: 0 every unit done (and every page rendered); 2 bad input, a unit or the notebook
 failed; 130 interrupted (Ctrl-C or SIGTERM: the kernel is interrupted, the run's testbed and servers
