@@ -234,7 +234,7 @@ def test_trial_forwards_and_matches_the_model(size, flows, cores):
     # receive ring that overflowed while the host held a packet thread off its core)
     assert r.tx_packets - r.rx_packets == sum(r.dut_drops.values()) + sum(r.tester_drops.values()), r.notes
     assert set(r.dut_drops) <= {"rx_ring_full"}, "the program itself dropped nothing"
-    assert r.rx_bytes == r.rx_packets * size and r.params == {"work_iterations": work}
+    assert r.rx_bytes == r.rx_packets * size and r.params == {"work_iterations": work, "drop_every": 0}
     assert r.scenario_key == f"calib-{size}B-{flows}flow-{cores}core-w{work}"
     assert stats[FWD].packets == r.tx_packets - r.dut_drops.get("rx_ring_full", 0)
     assert stats[FWD].iterations == work * stats[FWD].packets, "every packet did its N iterations"
