@@ -117,7 +117,7 @@ class TrialResult:
     dut_wakeups: int | None = None
     """Times the DUT's packet threads were put on a CPU during the trial window
     (``cpustat.timeslices``): their wake-ups, and returns after a preemption. A thread that sleeps
-    between packets pays each wake-up in CPU time (some 18 µs on the 2-vCPU VM), a saturated one
+    between packets pays each wake-up in CPU time (9-19 µs on the 2-vCPU VM), a saturated one
     hardly wakes: the DUT load model counts them (``perfkit.analysis.cost``). None when not measured."""
     shared_cores: bool = False
     """True when DUT and generator had to share a core (the numbers are then pessimistic)."""
