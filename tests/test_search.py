@@ -791,7 +791,7 @@ class _SharedCore:
         r.shared_cores, r.dut_cores = self.shared, 2
         r.dut_busy_per_core = {"0": self.packet, "1": 0.0}
         r.dut_core_time = {"0": {"packet": self.packet, "other": self.other, "idle": 1 - self.busy},
-                           "1": {"packet": 0.0, "other": 0.0, "idle": 1.0}}
+                           "1": {"packet": 0.0, "other": 0.96, "idle": 0.04}}  # busy, but not with the DUT
         return r
 
 
@@ -807,6 +807,7 @@ def test_a_generator_sharing_a_saturated_dut_core_is_the_duts_limit(shared, busy
     mr = max_rate(gen, MaxRate(max_rate=1e6, duration=1.0))
     assert res.limited_by == mr.limited_by == limit, (res.reason, mr.reason)
     assert ("sharing a DUT core" in res.reason) == (limit == "dut") == ("sharing a DUT core" in mr.reason)
+    assert ("core 0 busy" in res.reason) == (limit == "dut"), res.reason
     assert res.lower_bound == pytest.approx(1.7e5, rel=0.06) and res.trial_count < 20
 
 

@@ -516,18 +516,18 @@ def shared_core_saturated(trial: TrialResult) -> bool:
     time to spare (busy at least ``SPARE_BUSY``), its packet threads having run there more than
     anything but the tester (``dut_core_time``'s ``other``): what the shared core gives the
     generator is then what the DUT leaves it."""
-    if not trial.shared_cores:
-        return False
-    for core, busy in trial.dut_busy_per_core.items():
-        other = trial.dut_core_time.get(core, {}).get("other", 0.0)
-        if _core_busy(trial, core) >= SPARE_BUSY and busy >= other:
-            return True
-    return False
+    return trial.shared_cores and bool(_saturated_cores(trial))
+
+
+def _saturated_cores(trial: TrialResult) -> list[str]:
+    """The DUT cores busy at least ``SPARE_BUSY`` whose packet threads ran more than others there."""
+    return [core for core, busy in trial.dut_busy_per_core.items()
+            if _core_busy(trial, core) >= SPARE_BUSY and busy >= trial.dut_core_time.get(core, {}).get("other", 0.0)]
 
 
 def shared_core_note(trial: TrialResult) -> str:
-    """The busiest DUT core of a trial, in words: ``"core 0 busy 0.95, the DUT's packet threads 0.77"``."""
-    core = max(trial.dut_busy_per_core, key=lambda c: _core_busy(trial, c), default=None)
+    """The DUT core that ran out, in words: ``"core 0 busy 0.95, the DUT's packet threads 0.77"``."""
+    core = max(_saturated_cores(trial) or trial.dut_busy_per_core, key=lambda c: _core_busy(trial, c), default=None)
     if core is None:
         return "no per-core figures"
     return f"core {core} busy {_core_busy(trial, core):.2f}, the DUT's packet threads {trial.dut_busy_per_core[core]:.2f}"
