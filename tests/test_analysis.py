@@ -264,7 +264,7 @@ def test_disturbed_trials_are_shown_and_never_carry_a_figure(tmp_path):
     assert "ring overflows" in dt["disturbance"].iloc[0]
     path = analysis.search_path(run)
     assert path["verdict"].tolist()[1] == "disturbed, run again"
-    assert any("1 trial(s) lost frames to measured host stalls" in n for n in analysis.run_notes(run))
+    assert any("1 trial(s) had a DUT core stalled" in n and "1 of them lost frames" in n for n in analysis.run_notes(run))
 
 
 def test_a_search_judged_at_a_slightly_short_offer_finds_its_figure_trial(tmp_path):

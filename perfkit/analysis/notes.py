@@ -25,12 +25,15 @@ def run_notes(run: RunData) -> list[str]:
     limited = tp[tp["generator_limited"]]["scenario_key"].nunique() if not tp.empty else 0
     if limited:
         notes.append(f"{limited} scenario(s) were generator-limited: the generator, not the DUT, set the maximum")
-    if not run.trials.empty and run.trials["disturbed"].any():
-        d = run.trials[run.trials["disturbed"]]
-        retried = d[d["retried"]]
-        notes.append(f"{len(d)} trial(s) lost frames to measured host stalls (disturbed): {len(retried)} were run "
-                     f"again ({retried['duration'].sum():.0f} s of traffic), {len(d) - len(retried)} counted with "
-                     "their loss once retries ran out; see the search page")
+    if not run.trials.empty and run.trials["retried"].any():
+        r = run.trials[run.trials["retried"]]
+        lossy = int(r["disturbed"].sum())
+        notes.append(f"{len(r)} trial(s) had a DUT core stalled by the host as long as its queue lasts and were run "
+                     f"again whatever they lost ({r['duration'].sum():.0f} s of traffic; {lossy} of them lost frames "
+                     "the stalls explain); see the search page")
+    if not run.trials.empty and "stalled" in run.trials and (still := run.trials["notes"].astype(str)
+                                                               .str.contains("still stalled", regex=False)).any():
+        notes.append(f"{int(still.sum())} trial(s) still stalled after their retries were judged with their loss")
     met = m.get("metrics") or {}
     if met.get("note"):
         notes.append(met["note"])

@@ -16,7 +16,7 @@ from campaigns) and
     offered_mpps, tx_mpps, rx_mpps  float  [Mpps];  tx_gbps, rx_gbps  float  L1 [Gbit/s]
     in_result    bool   the trial is part of its unit's final search (False: a superseded trial)
     disturbed    bool   host stalls explained its loss (``perfkit.stalls``); False for old records
-    retried      bool   a disturbed trial the search ran again (its figure does not count)
+    retried      bool   a stalled trial the search ran again (its figure does not count)
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     searched = {s["unit"] for s in searches}
     df["in_result"] = [(t in in_result) if u in searched else True for t, u in zip(df["trial_id"], df["unit"])]
     notes = df["notes"] if "notes" in df else pd.Series("", index=df.index)
-    df["retried"] = df["disturbed"] & notes.astype(str).str.contains("run again", regex=False)
+    df["retried"] = notes.astype(str).str.contains("run again", regex=False)  # stalled, whatever it lost
     return df
 
 def _column(df: pd.DataFrame, name: str) -> np.ndarray:

@@ -258,8 +258,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_trial(m, duration=None)
         add_options(m)
         m.add_argument("--disturbed-retries", type=integer(0), default=None, metavar="N",
-                       help="run a trial whose loss host stalls explain again, up to N times "
-                            "(default 3; 0: count every loss)")
+                       help="run a trial during which a DUT core stalled again, whatever it lost, up to N "
+                            "times (default 3; 0: judge every trial as it came)")
         m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
         add_json(m)
         m.set_defaults(func=cmd_search, build=build)
