@@ -494,3 +494,15 @@ def test_the_trial_frame_judges_speed_normalized_trials_as_the_searches_do():
     df = analysis.run.trial_frame(pd.DataFrame([t.to_record() for t in (*normalized, plain)] + [old]))
     assert df["offered_pps"].tolist() == pytest.approx([t.judged_pps for t in (*normalized, plain)] + [3e5])
     assert normalized[0].judged_pps != 2e5 and plain.judged_pps == 3e5
+
+
+def test_a_run_whose_trials_the_load_model_cannot_use_gives_an_empty_frame(tmp_path):
+    """Every trial disturbed (a run killed and resumed, say): no trial is left, and the CPU page
+    says so instead of failing (the ring-drop column of no rows once kept a string dtype)."""
+    store = RunStore.create("none", tmp_path)
+    for i in range(3):
+        r = _result(f"n{i}", 64, 1e6, 0.9)
+        r.dut_busy, r.disturbed, r.dut_drops = 0.9, True, {"rx_ring_full": 10}
+        store.append(r)
+    frame = analysis.load_frame(analysis.load_run("none", tmp_path))
+    assert frame.empty

@@ -123,7 +123,9 @@ def load_frame(run: RunData) -> pd.DataFrame:
     keep = busy.notna() & (window > 0) & (t["tx_packets"] > 0) & ~t["shared_cores"].astype(bool) & ~t["disturbed"]
     d = t[keep].copy()
     d["window_s"] = window[keep]
-    d["pps"] = (d["tx_packets"] - d["dut_drops"].map(_ring_drops)) / d["window_s"]
+    # a list, not Series.map: on an empty arrow-string column map keeps the string dtype
+    ring = np.array([_ring_drops(x) for x in d["dut_drops"]], dtype=float)
+    d["pps"] = (d["tx_packets"] - ring) / d["window_s"]
     d["mpps"] = d["pps"] / 1e6
     wakeups = pd.to_numeric(d["dut_wakeups"], errors="coerce") if "dut_wakeups" in d else np.nan
     d["wakeups_per_s"] = wakeups / d["window_s"]
