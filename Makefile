@@ -24,12 +24,13 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
 
-.PHONY: help setup apt venv bpf tools trex-venv test run lab bench report clean distclean cleanup-net
+.PHONY: help setup apt venv bpf tools trex-venv test test-drills run lab bench report clean distclean cleanup-net
 
 help:
 	@echo "make run    - set up, run the default campaign on the local testbed through notebooks/experiment.ipynb, write the HTML report"
 	@echo "make lab    - set up, start JupyterLab on notebooks/ (127.0.0.1, with a token; Ctrl-C stops it)"
 	@echo "make test   - set up and run the whole test suite (root; real kernel, real servers)"
+	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make bench  - the benchmarks in bench/"
 	@echo "make cleanup-net - remove the perfkit namespaces, links, XDP attachments, pins and servers no live process owns"
@@ -99,7 +100,12 @@ build/vmlinux.h:
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not drill" $(PYTEST_ARGS)
+
+# The reliability drills (pytest marker `drill`): SIGTERM and SIGINT at 20 random moments each of
+# searches and of runs on the real testbed (about 10 minutes; PERFKIT_DRILL_SEED=N repeats one).
+test-drills: setup
+	$(PY) -m pytest -m drill $(PYTEST_ARGS)
 
 # The default campaign's values as the parameters of notebooks/experiment.ipynb, executed by papermill
 # (the campaign runner of `perfkit run`); the report set as `perfkit run $(CAMPAIGN) --report` writes it.

@@ -85,6 +85,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from tqdm import tqdm
 
+from perfkit import stop
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
@@ -369,6 +370,7 @@ class TrialLog:
 
     def _measure(self, ask: float, duration: float, phase: str) -> TrialResult:
         trial = self.measurer.measure(ask, duration)
+        stop.check()   # a stop pending (perfkit.stop): the trial is not kept, the search ends here
         trial.method = f"{self.method}/{phase}"
         if generator_limited(trial):
             self.shortfalls += 1
