@@ -102,8 +102,9 @@ build/vmlinux.h:
 test: setup
 	$(PY) -m pytest -m "not drill" $(PYTEST_ARGS)
 
-# The reliability drills (pytest marker `drill`): SIGTERM and SIGINT at 20 random moments each of
-# searches and of runs on the real testbed (about 10 minutes; PERFKIT_DRILL_SEED=N repeats one).
+# The reliability drills (pytest marker `drill`): SIGTERM and SIGINT at random moments of searches
+# and of runs on the real testbed (about 15 minutes on 2 cores; PERFKIT_DRILL_SEED=N repeats one's
+# moments).
 test-drills: setup
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)
 

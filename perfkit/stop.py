@@ -14,10 +14,10 @@ saw ``perfkit search`` take a SIGTERM inside the ring buffer's callback and exit
 - ``deferred()`` is the region a caller wraps around a C function that calls back into Python
   (``RingBuffer.drain``), or around a few steps that must not be cut in half (a new run's
   directory and its metadata). There the request is kept *pending* and nothing is raised; the
-  region raises it as it ends, right after the C function returned. The caller marks the region, not the
-  callback: a callback cannot mark itself before its first bytecode, and CPython runs a pending
-  handler exactly there (on entering the function), so a depth counter kept by the callback itself
-  would miss the most likely moment: a signal that arrived while libbpf was in C.
+  region raises it as it ends, right after the C function returned. The caller marks the region,
+  not the callback: a callback cannot mark itself before its first bytecode, and CPython runs a
+  pending handler exactly there (on entering the function), so a depth counter kept by the
+  callback itself would miss the most likely moment: a signal that arrived while libbpf was in C.
 - A stop raised anyway where Python drops exceptions (a ``__del__``, a callback that no
   ``deferred()`` covers) reaches ``sys.unraisablehook``; this module's hook makes it pending again
   (a ``KeyboardInterrupt`` of another handler, such as a Jupyter kernel's, is made pending too).
@@ -32,6 +32,11 @@ Why not a flag alone: a handler that never raises leaves ``time.sleep``, ``Popen
 reads blocked until they end by themselves (PEP 475 resumes them after the handler), so a stop
 during a 60 s wait for Prometheus would take a minute. Raising at once where that is safe keeps
 stops immediate; the record, the deferral and the hook make the rare unsafe moment harmless.
+
+Measured (the stop drill, ``tests/test_reliability.py``, on the real testbed): with the callback
+slowed to 2 ms a record so that random signals often land in it, searches lost 11 of 40 stops
+before this module (exit 0 after "Exception ignored on calling ctypes callback function"), 0 of 40
+after. What the CLI exits with is ``perfkit.cli._signals``'s.
 
 The state belongs to the process and the handlers run in the main thread; ``deferred()`` counts
 only the main thread's regions (a ring buffer drained by another thread needs none: no handler

@@ -427,7 +427,8 @@ DRILL_SEARCH = ("search", "ndr", "--generator", "xdp", "--dataplane", "calib", "
                 "--duration", "0.2", "--relative-width", "5%", "--no-progress")
 #: Signals land uniformly in [0, span] s after the start; a command that had printed its result by
 #: then gets none (a new moment is drawn), so that every signal sent met a command still at work.
-SEARCH_SPAN_S, RUN_SPAN_S = 6.0, 14.0
+#: A run's first session lasts ~9-11 s here (a few end before their signal), a resume less.
+SEARCH_SPAN_S, RUN_SPAN_S = 6.0, 11.0
 #: Stopped sessions of one run before a last ``--resume`` completes it.
 SESSIONS_PER_RUN = 5
 
