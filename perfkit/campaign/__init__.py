@@ -1,6 +1,8 @@
 """Campaigns: declarative sets of scenarios x methods, run into the store, resumable.
 
-- ``perfkit.campaign.schema``: the YAML file -> ``Campaign`` (validated, frozen; errors name the field);
+- ``perfkit.campaign.model``: ``Campaign`` and its parts, validated and frozen;
+- ``perfkit.campaign.schema``: the YAML file or its mapping -> ``Campaign`` (the keys, their
+  defaults; errors name the field);
 - ``perfkit.campaign.units``: ``expand`` into ``Unit`` (scenario x repeat x method), ``estimate``;
 - ``perfkit.campaign.runner``: ``run_campaign``, ``resume_campaign`` (tqdm progress, trials on disk
   first, replay-based resume);
@@ -9,8 +11,9 @@
 - ``perfkit.campaign.metadata``: host, kernel, CPU, git sha, BPF object hashes.
 """
 from perfkit.campaign.runner import RunOutcome, resume_campaign, run_campaign
-from perfkit.campaign.schema import Campaign, GeneratorSpec, MethodSpec, MetricsSpec, load_campaign, parse_campaign
+from perfkit.campaign.model import Campaign, GeneratorSpec, MethodSpec, MetricsSpec
+from perfkit.campaign.schema import from_mapping, load_campaign, parse_campaign
 from perfkit.campaign.units import Estimate, Unit, estimate, expand
 
 __all__ = ["Campaign", "Estimate", "GeneratorSpec", "MethodSpec", "MetricsSpec", "RunOutcome", "Unit", "estimate",
-           "expand", "load_campaign", "parse_campaign", "resume_campaign", "run_campaign"]
+           "expand", "from_mapping", "load_campaign", "parse_campaign", "resume_campaign", "run_campaign"]

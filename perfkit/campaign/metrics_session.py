@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from perfkit.campaign.schema import MetricsSpec
+from perfkit.campaign.model import MetricsSpec
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from perfkit.campaign.schema import Campaign, MethodSpec
+from perfkit.campaign.model import Campaign, MethodSpec
 from perfkit.scenario import Scenario
 
 
