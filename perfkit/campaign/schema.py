@@ -49,7 +49,7 @@ import copy
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import yaml
 
@@ -173,7 +173,7 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
     resolves ``dut_cores``."""
     if not isinstance(raw, Mapping):
         raise ConfigError("campaign", type(raw).__name__, "a mapping of keys: " + ", ".join(TOP_KEYS))
-    _keys("campaign", raw, TOP_KEYS)
+    check_keys("campaign", raw, TOP_KEYS)
     cpus = cpus or machine_cpus()
     generator = _generator(_default(raw, "generator", DEFAULTS))
     dut_cores = _default(raw, "dut_cores", DEFAULTS)
@@ -219,7 +219,7 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     if not isinstance(raw, dict):
         raise ConfigError("campaign.params", raw, f"a mapping of {dataplane}'s parameters: "
                           + (", ".join(p.name for p in dp.params) or "none"))
-    _keys("campaign.params", raw, tuple(p.name for p in dp.params))
+    check_keys("campaign.params", raw, tuple(p.name for p in dp.params))
     out = []
     for p in dp.params:
         value = raw.get(p.name, p.default)
@@ -233,7 +233,8 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     return tuple(out)
 
 
-def _keys(where: str, raw: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+def check_keys(where: str, raw: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse a key of ``raw`` (the mapping at ``where``) that is not ``allowed``, naming it and its value."""
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}", raw[key], f"no such key; keys of {where}: {', '.join(allowed)}")
@@ -264,7 +265,7 @@ def _number(name: str, value: Any) -> float:
 
 
 def _choice(name: str, value: Any, allowed: Any) -> Any:
-    if value not in allowed:
+    if not isinstance(value, Hashable) or value not in allowed:
         raise ConfigError(name, value, allowed)
     return value
 
@@ -345,7 +346,7 @@ def _generator(raw: Any) -> GeneratorSpec:
     raw = long_form("generator", raw)
     if not isinstance(raw, dict):
         raise ConfigError("campaign.generator", raw, "a backend name or a mapping with backend, options, jumbo_mtu ...")
-    _keys("campaign.generator", raw, GENERATOR_KEYS)
+    check_keys("campaign.generator", raw, GENERATOR_KEYS)
     backend = _choice("campaign.generator.backend", _default(raw, "backend", GENERATOR_DEFAULTS), BACKENDS)
     options = _default(raw, "options", GENERATOR_DEFAULTS) or {}
     if not isinstance(options, dict):
@@ -405,7 +406,7 @@ def _methods(raw: Any) -> tuple[MethodSpec, ...]:
         item = long_form("methods[]", item)
         if not isinstance(item, dict):
             raise ConfigError(where, item, "a method name or a mapping with method, label, params")
-        _keys(where, item, METHOD_KEYS)
+        check_keys(where, item, METHOD_KEYS)
         name = _choice(f"{where}.method", item.get("method"), METHODS)
         label = _str(f"{where}.label", item.get("label", name))
         if not label or not all(c.isalnum() or c in "_.%+-" for c in label):
@@ -444,7 +445,7 @@ def _metrics(raw: Any) -> MetricsSpec:
     raw = long_form("metrics", raw)
     if not isinstance(raw, dict):
         raise ConfigError("campaign.metrics", raw, "true, false or a mapping with enabled, start_local ...")
-    _keys("campaign.metrics", raw, METRICS_KEYS)
+    check_keys("campaign.metrics", raw, METRICS_KEYS)
     strs = {}
     for key in ("stack_dir", "config", "prometheus_url", "pushgateway_url"):
         v = _default(raw, key, METRICS_DEFAULTS)
