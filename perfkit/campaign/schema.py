@@ -56,9 +56,11 @@ import yaml
 from perfkit import dataplanes
 from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec
 from perfkit.errors import ConfigError
+from perfkit.generators import BACKENDS
 from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
 from perfkit.scenario import FRAME_MAX, FRAME_MIN
+from perfkit.search import METHODS
 from perfkit.units import LINE_RATES
 from perfkit.yamlload import load_yaml
 
@@ -341,8 +343,6 @@ def _dut_cores(value: Any, backend: str, cpus: int) -> tuple[tuple[int, ...], tu
 
 
 def _generator(raw: Any) -> GeneratorSpec:
-    from perfkit.generators import BACKENDS
-
     raw = long_form("generator", raw)
     if not isinstance(raw, dict):
         raise ConfigError("campaign.generator", raw, "a backend name or a mapping with backend, options, jumbo_mtu ...")
@@ -397,8 +397,6 @@ def _trex_profile(backend: str, options: dict[str, Any]) -> None:
 
 
 def _methods(raw: Any) -> tuple[MethodSpec, ...]:
-    from perfkit.search import METHODS
-
     items = _list("campaign.methods", raw)
     out: list[MethodSpec] = []
     for i, item in enumerate(items):
@@ -423,8 +421,6 @@ def _methods(raw: Any) -> tuple[MethodSpec, ...]:
 
 def _check_params(where: str, name: str, params: dict[str, Any]) -> None:
     """Build the method's parameter dataclass once (rates as placeholders) to check every field."""
-    from perfkit.search import METHODS
-
     trial = dict(params)
     for key in RATE_PARAMS:
         if isinstance(trial.get(key), str):
