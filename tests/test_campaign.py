@@ -11,7 +11,8 @@ import yaml
 
 from perfkit.campaign import estimate, expand, load_campaign, parse_campaign, resume_campaign, run_campaign
 from perfkit.campaign.journal import Journal
-from perfkit.campaign.runner import LazyGenerator, ReplayMeasurer, generator_options
+from perfkit.campaign.backend import LazyGenerator, generator_options
+from perfkit.campaign.replay import ReplayMeasurer
 from perfkit.cli import main
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.generators.sim import SimGenerator

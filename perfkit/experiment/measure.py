@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from tqdm import tqdm
 
 from perfkit.campaign import Campaign, RunOutcome, from_mapping, resume_campaign, run_campaign
-from perfkit.campaign.runner import preflight
+from perfkit.campaign.backend import preflight
 from perfkit.campaign.schema import load_mapping, to_text
 from perfkit.campaign.units import estimate, expand
 from perfkit.errors import ConfigError, StoreError
