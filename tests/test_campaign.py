@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfkit.campaign import estimate, expand, load_campaign, parse_campaign, resume_campaign, run_campaign
+from perfkit.campaign import estimate, expand, from_mapping, load_campaign, parse_campaign, resume_campaign, run_campaign
 from perfkit.campaign.journal import Journal
-from perfkit.campaign.runner import LazyGenerator, ReplayMeasurer, generator_options
+from perfkit.campaign.backend import LazyGenerator, generator_options
+from perfkit.campaign.edit import apply_edits, parse_edits
+from perfkit.campaign.replay import ReplayMeasurer
+from perfkit.campaign.schema import DEFAULTS, GENERATOR_DEFAULTS, METRICS_DEFAULTS, REQUIRED, load_mapping
 from perfkit.cli import main
 from perfkit.errors import ConfigError, PerfkitError, StoreError
 from perfkit.generators.sim import SimGenerator
@@ -149,6 +152,66 @@ def test_validation_of_the_file_itself(tmp_path):
         parse_campaign("- 64\n")
     with pytest.raises(ConfigError, match=r"campaign.frame_sizes: None is not allowed"):
         parse_campaign(_mutate(frame_sizes=_DELETE))
+
+
+# -- a campaign as a mapping; edits (perfkit experiment -p KEY=VALUE) ----------------------------------
+@pytest.mark.parametrize("path", sorted(CAMPAIGNS.glob("*.yaml")), ids=lambda p: p.name)
+def test_a_campaign_files_mapping_is_the_same_campaign(path):
+    text = path.read_text()
+    assert from_mapping(load_mapping(text, str(path)), text=text, source=str(path), cpus=2) == \
+        parse_campaign(text, str(path), cpus=2)
+
+
+def test_a_key_left_out_takes_the_schemas_default():
+    """The schema says once what a missing key means: a campaign with only the required keys is the
+    campaign with every default written out."""
+    least = {"frame_sizes": [64], "methods": ["maxrate"]}
+    assert set(least) == set(REQUIRED)
+    written = {**least, **DEFAULTS, "generator": dict(GENERATOR_DEFAULTS), "metrics": dict(METRICS_DEFAULTS)}
+    short, full = (from_mapping(m, cpus=2).to_dict() for m in (least, written))
+    assert short == full and full["generator"]["setup_seconds"] == 5.0      # the xdp backend's estimate
+    for key in REQUIRED:
+        with pytest.raises(ConfigError, match=f"campaign.{key}: None is not allowed"):
+            from_mapping({k: v for k, v in least.items() if k != key}, cpus=2)
+
+
+def test_edits_set_nested_keys_list_items_and_yaml_values():
+    base = load_mapping((CAMPAIGNS / "smoke.yaml").read_text(), "smoke.yaml")
+    edits = parse_edits(["generator.options.threshold=2Mpps", "methods[1].params.goals=[0.0]",
+                         "methods.0.params.duration=2", "metrics.start_local=false", "flows=[1, 1024]",
+                         "params.direction=[dl]", "methods[2]=latency", "description="])
+    assert edits["flows"] == [1, 1024] and edits["methods[1].params.goals"] == [0.0] and edits["description"] is None
+    edited = apply_edits(base, {**edits, "description": "edited"})
+    assert edited["generator"] == {"backend": "sim", "options": {"model": "smooth", "threshold": "2Mpps"}}
+    assert edited["methods"][0]["params"] == {"duration": 2} and edited["methods"][1]["params"]["goals"] == [0.0]
+    assert edited["methods"][2] == "latency" and edited["metrics"] == {"enabled": False, "start_local": False}
+    assert base["generator"]["options"]["threshold"] == "1.5Mpps"              # the original is left as it was
+    campaign = from_mapping(edited, cpus=2)
+    assert [m.label for m in campaign.methods] == ["maxrate", "ndrpdr", "latency"] and campaign.flows == (1, 1024)
+    assert dict(campaign.params)["direction"] == ("dl",) and campaign.description == "edited"
+    # a short form is made long on the way; a missing mapping is made
+    assert apply_edits({"generator": "sim"}, {"generator.options.model": "sharp"})["generator"] == \
+        {"backend": "sim", "options": {"model": "sharp"}}
+    assert apply_edits({}, {"metrics.enabled": False}) == {"metrics": {"enabled": False}}
+
+
+@pytest.mark.parametrize("edits, message", [
+    ({"colour": "red"}, "campaign.colour: 'red' is not allowed; allowed: no such key; keys of campaign: name, "),
+    ({"generator.colour": 1}, "campaign.generator.colour: 1 is not allowed; allowed: no such key; keys of "
+                              "campaign.generator: backend, options"),
+    ({"methods[0].speed": 3}, "campaign.methods[0].speed: 3 is not allowed; allowed: no such key; keys of "
+                              "campaign.methods[0]: method, label, params"),
+    ({"methods[5].label": "x"}, "campaign.methods[5].label: 'x' is not allowed; allowed: an item of campaign.methods: "
+                                "0 .. 1 (or 2: a new one)"),
+    ({"name.first": "x"}, "campaign.name.first: 'x' is not allowed; allowed: a key of a mapping; campaign.name holds a "
+                           "value, not keys (set it whole: -p name=VALUE)"),
+    ({"frame_sizes.big": 1}, "campaign.frame_sizes.big: 1 is not allowed; allowed: an index of campaign.frame_sizes"),
+])
+def test_an_edit_of_a_key_the_schema_does_not_have_is_refused(edits, message):
+    base = load_mapping((CAMPAIGNS / "smoke.yaml").read_text(), "smoke.yaml")
+    with pytest.raises(ConfigError) as err:
+        apply_edits(base, edits)
+    assert str(err.value).startswith(message), str(err.value)
 
 
 def test_auto_dut_cores_per_machine_and_backend():

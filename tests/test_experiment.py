@@ -1,17 +1,23 @@
-"""The experiment notebook (notebooks/experiment.ipynb) and its module (perfkit/experiment.py).
+"""The experiment notebook (notebooks/experiment.ipynb), its package (perfkit/experiment/) and the
+campaign edits of ``perfkit experiment FILE -p KEY=VALUE`` (perfkit/campaign/edit.py).
 
-- its parameters are a campaign's keys: every shipped campaign, as parameters, is the same campaign
-  (``make run`` runs campaigns/default.yaml through the notebook);
-- bad parameters are refused before any kernel starts, in one line naming the parameter;
-- the runner resumes an experiment only with the parameters it started with;
+- its parameters are ``campaign`` (a campaign file's keys) and the run parameters, in the words of
+  ``perfkit experiment``'s options; every shipped campaign, as that mapping, is the same campaign
+  (``make run`` runs campaigns/default.yaml through the notebook), through papermill's injection and
+  the run's stored text; its own default campaign says only what the schema has no default for;
+- ``-p KEY=VALUE`` edits nested keys and list items; a key the schema does not have, or a bad value,
+  is refused before any kernel starts, in one line naming the key, the value and what is allowed;
+- the runner resumes an experiment only with the campaign it started with;
 - papermill executes the notebook end to end on a simulated DUT with a real Prometheus, Pushgateway
   and node-exporter: trials in the store and pushed, CPU pulled back, models and figures saved, the
   executed notebook kept with the run, and the report set written with the experiment's page.
 """
 from __future__ import annotations
 
+import ast
 import base64
 import contextlib
+import inspect
 import io
 import json
 import re
@@ -29,14 +35,18 @@ import papermill
 import pytest
 import requests
 import yaml
+from papermill.translators import translate_parameters
 from PIL import Image
 
 from perfkit import experiment as ex
-from perfkit.campaign import load_campaign
-from perfkit.cli import main
+from perfkit.campaign import from_mapping, load_campaign
+from perfkit.campaign.edit import apply_edits, parse_edits
+from perfkit.campaign.schema import DEFAULTS, REQUIRED, load_mapping
+from perfkit.cli import build_parser, main
 from perfkit.errors import ConfigError, StoreError
 from perfkit.metrics.query import pushed_trials_frame
 from perfkit.report import build_report
+from perfkit.scenario import FRAME_MAX
 from perfkit.store import RunStore
 from tests.conftest import ROOT
 from tests.metrics_fixtures import metrics_stack  # noqa: F401 - a fixture
@@ -51,84 +61,120 @@ def _comparable(campaign) -> dict:
     return d
 
 
-# -- parameters <-> campaigns ------------------------------------------------------------------------
-@pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: p.name)
-def test_every_shipped_campaign_is_expressed_by_the_notebooks_parameters(path):
-    exp = ex.Experiment.from_campaign(path)
-    assert _comparable(exp.campaign()) == _comparable(load_campaign(path))
-    # the parameters papermill injects give the same experiment again
-    again = ex.Experiment.from_parameters(exp.parameters())
-    assert again == exp and _comparable(again.campaign()) == _comparable(load_campaign(path))
-
-
-def test_default_campaign_as_parameters():
-    p = ex.Experiment.from_campaign(ROOT / "campaigns" / "default.yaml").parameters()
-    assert p["generator"] == "xdp" and p["generator_options"] == {"flow_op": "random"}
-    assert p["frame_sizes"] == [64, 256, 512, 1024, 1424] and p["flows"] == {"single": 1, "multi": 1001000}
-    assert [m.get("label", m["method"]) for m in p["methods"]] == ["maxrate", "ndr"]
-    assert p["perf"] == ["maxrate"] and p["trex_profile"] is None
-
-
-def test_the_notebook_has_a_parameter_for_every_field_and_no_outputs():
+def _parameters_cell() -> str:
     nb = nbformat.read(ex.NOTEBOOK, as_version=4)
-    assert set(papermill.inspect_notebook(str(ex.NOTEBOOK))) == set(ex.parameter_names()) | set(ex.RUN_PARAMETERS)
+    return next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
+
+
+# -- the notebook's parameters ----------------------------------------------------------------------
+def test_the_notebooks_parameters_are_the_campaign_and_the_run_parameters():
+    assert list(papermill.inspect_notebook(str(ex.NOTEBOOK))) == ["campaign", *ex.RUN_PARAMETERS]
+    nb = nbformat.read(ex.NOTEBOOK, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, "notebook outputs are never committed"
-    # its defaults are a valid experiment on the local testbed
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    namespace: dict = {}
-    exec(cell.source, namespace)  # noqa: S102 - the notebook's own parameters cell
-    exp = ex.from_namespace(namespace)
-    assert exp.generator == "xdp" and exp.campaign(cpus=2).dut_cores == (1,)
+            # only calls into perfkit: no function, class, loop or handler tests could not reach
+            kinds = {type(n).__name__ for n in ast.walk(ast.parse(cell.source))}
+            assert not kinds & {"FunctionDef", "Lambda", "ClassDef", "For", "While", "Try", "With"}, cell.source
 
 
-def test_trex_profile_and_server_go_into_the_campaign():
-    # a TRex STL profile on the local testbed: the generator options perfkit trial --trex-profile uses
-    exp = ex.Experiment.from_parameters({"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": {"flows": 1000}})
-    campaign = exp.campaign(cpus=2)
-    assert campaign.generator.options == {"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["flows=1000"]}
-    back = ex.Experiment.from_campaign_text(exp.campaign_text())
-    assert back.trex_profile == "trex_profiles/pgwu.py" and back.trex_tunables == ["flows=1000"]
-    assert back.generator_options == {} and _comparable(back.campaign(cpus=2)) == _comparable(campaign)
-    # a lab's TRex server
-    lab = ex.Experiment.from_parameters({"generator": "trex", "trex_server": "10.0.0.2", "dut_cores": [4]})
-    assert lab.campaign(cpus=2).generator.options == {"server": "10.0.0.2"}
-    trex = {**yaml.safe_load((ROOT / "campaigns" / "smoke.yaml").read_text()), "dut_cores": [2],
-            "generator": {"backend": "trex", "options": {"server": "trex-lab"}}}
-    assert ex.Experiment.from_campaign_text(yaml.safe_dump(trex)).trex_server == "trex-lab"
+def test_the_notebooks_campaign_holds_only_what_the_schema_has_no_default_for():
+    own = ex.default_campaign()
+    assert set(own) == set(REQUIRED) and not set(own) & set(DEFAULTS)
+    campaign = ex.check(own, cpus=2)           # a valid campaign on the local testbed
+    assert campaign.generator.backend == "xdp" and campaign.dut_cores == (1,)
+    assert list(campaign.flows) == DEFAULTS["flows"] and campaign.name == "experiment"
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"frame_sizes": [64, 9]}, "frame_sizes[1]: 9 is not allowed; allowed: 64 .."),
-    ({"frame_sizes": 64}, "frame_sizes: 64 is not allowed; allowed: a list of frame sizes [bytes]"),
-    ({"generator": "nope"}, "generator: 'nope' is not allowed; allowed: xdp, trex, sim"),
-    ({"generator_options": {"colour": 1}}, "generator_options.colour: 1 is not allowed; allowed: options of the xdp"),
-    ({"params": {"colour": 1}}, "params.colour: 1 is not allowed; allowed: no such key; keys of params:"),
+def test_the_run_parameters_say_what_perfkit_experiments_options_say():
+    """The notebook's comments, ``perfkit experiment --help`` and the Python entry point use the same
+    words: a run parameter is an option (``progress`` is ``--no-progress``)."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["experiment"]
+    helps = {a.dest: a.help for a in sub._actions}
+    comments = dict(re.findall(r"^(\w+) = .*?# (.*)$", _parameters_cell(), re.M))
+    option = {"run_id": "run", "resume": "resume", "root": "root", "progress": "no_progress", "report": "report",
+              "reports": "reports"}
+    for name in ex.RUN_PARAMETERS:
+        said = helps[option[name]].split(" (default")[0].removeprefix("no ")
+        assert comments[name].startswith(said), (name, comments[name], said)
+    keywords = set(inspect.signature(ex.run_notebook).parameters)
+    assert keywords == {"campaign", "edits", "baseline", *ex.RUN_PARAMETERS}
+    assert set(inspect.signature(ex.run).parameters) - {"campaign", "say"} <= set(ex.RUN_PARAMETERS)
+
+
+# -- campaigns as the notebook's parameter ------------------------------------------------------------
+@pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: p.name)
+def test_every_shipped_campaign_is_the_same_campaign_as_the_notebooks_parameter(path):
+    mapping = load_mapping(path.read_text(), str(path))
+    # what papermill injects is that mapping again
+    injected: dict = {}
+    exec(translate_parameters("python", "python", {"campaign": mapping}, "injected"), injected)  # noqa: S102
+    assert injected["campaign"] == mapping
+    campaign = ex.check(injected["campaign"], cpus=2)
+    assert _comparable(campaign) == _comparable(load_campaign(path, cpus=2))
+    # the text the run keeps is the same campaign (a resume parses it)
+    again = from_mapping(load_mapping(campaign.text, ex.SOURCE), source=ex.SOURCE, cpus=2)
+    assert _comparable(again) == _comparable(campaign)
+
+
+def test_a_campaign_without_a_name_is_named_after_its_file(tmp_path):
+    raw = yaml.safe_load((ROOT / "campaigns" / "smoke.yaml").read_text())
+    del raw["name"]
+    path = tmp_path / "unnamed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert load_mapping(path.read_text(), str(path))["name"] == "unnamed"
+    assert ex.check(load_mapping(path.read_text(), str(path)), cpus=2).name == load_campaign(path).name
+
+
+# -- edits: -p KEY=VALUE ------------------------------------------------------------------------------
+@pytest.mark.parametrize("campaign, message", [
+    ({"frame_sizes": [64, 9]}, f"campaign.frame_sizes[1]: 9 is not allowed; allowed: 64 .. {FRAME_MAX}"),
+    ({"frame_sizes": 64}, "campaign.frame_sizes: 64 is not allowed; allowed: a non-empty list"),
+    ({"generator": "nope"}, "campaign.generator.backend: 'nope' is not allowed; allowed: xdp, trex, sim"),
+    ({"generator": {"options": {"colour": 1}}}, "campaign.generator.options.colour: 1 is not allowed; allowed: "
+                                                "options of the xdp"),
+    ({"params": {"colour": 1}}, "campaign.params.colour: 1 is not allowed; allowed: no such key; keys of "
+                                "campaign.params:"),
     ({"methods": [{"method": "maxrate", "params": {"duration": -1}}]},
-     "methods[0].params.duration: -1 is not allowed; allowed: a positive number [s]"),
-    ({"repeats": True}, "repeats: True is not allowed; allowed: an integer >= 1"),
-    ({"colour": 1}, "colour: 1 is not allowed; allowed: a parameter of experiment.ipynb: name, description"),
-    ({"trex_server": "10.0.0.2"}, "trex_server: '10.0.0.2' is not allowed; allowed: None with generator 'xdp'"),
-    ({"trex_tunables": {"a": 1}}, "trex_tunables: {'a': 1} is not allowed; allowed: nothing unless trex_profile"),
-    ({"trex_profile": "missing.py"}, "trex_profile: 'missing.py' is not allowed; allowed: the path of an existing TRex"),
-    ({"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["--flows"]},
-     "trex_tunables: '--flows' is not allowed; allowed: KEY=VALUE"),
-    ({"generator_options": {"trex_profile": "x.py"}}, "generator_options.trex_profile: 'x.py' is not allowed; allowed: "
-                                                      "nothing here: the parameter trex_profile gives it"),
-    ({"generator": "trex", "trex_server": "x"}, "dut_cores: 'auto' is not allowed; allowed: a list of core counts"),
-    ({"metrics": {"prometheus": "x"}}, "metrics.prometheus: 'x' is not allowed; allowed: no such key"),
+     "campaign.methods[0].params.duration: -1 is not allowed; allowed: a positive number [s]"),
+    ({"repeats": True}, "campaign.repeats: True is not allowed; allowed: an integer, 1 .. 100"),
+    ({"generator": {"options": {"trex_profile": "missing.py"}}},
+     "campaign.generator.options.trex_profile: 'missing.py' is not allowed; allowed: the path of an existing TRex"),
+    ({"generator": {"options": {"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["--flows"]}}},
+     "campaign.generator.options.trex_tunables: '--flows' is not allowed; allowed: KEY=VALUE"),
+    ({"generator": {"options": {"trex_tunables": ["flows=1"]}}},
+     "campaign.generator.options.trex_tunables: ['flows=1'] is not allowed; allowed: only with trex_profile"),
+    ({"generator": "trex"}, "campaign.dut_cores: 'auto' is not allowed; allowed: a list of core counts"),
+    ({"metrics": {"prometheus": "x"}}, "campaign.metrics.prometheus: 'x' is not allowed; allowed: no such key"),
 ])
-def test_bad_parameters_name_the_parameter(values, message):
+def test_a_bad_campaign_names_the_key(campaign, message):
+    base = {"frame_sizes": [64], "methods": ["maxrate"]}
     with pytest.raises(ConfigError) as err:
-        ex.Experiment.from_parameters(values).check(cpus=2)
+        ex.check({**base, **campaign}, cpus=2)
     assert str(err.value).startswith(message), str(err.value)
 
 
+def test_a_trex_profile_and_a_lab_server_are_generator_options():
+    profile = {"frame_sizes": [64], "methods": ["maxrate"], "flows": [1000],
+               "generator": {"options": {"trex_profile": "trex_profiles/pgwu.py", "trex_tunables": ["flows=1000"]}}}
+    assert ex.check(profile, cpus=2).generator.options == profile["generator"]["options"]
+    lab = apply_edits({"frame_sizes": [64], "methods": ["maxrate"]},
+                      {"generator": "trex", "generator.options.server": "198.18.0.2", "dut_cores": [4]})
+    assert from_mapping(lab, cpus=2).generator.options == {"server": "198.18.0.2"}
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["-p", "frame_sizes=[64,9]"], "perfkit: error: frame_sizes[1]: 9 is not allowed; allowed: 64 .."),
-    (["-p", "frame_sizes"], "perfkit: error: -p: 'frame_sizes' is not allowed; allowed: NAME=VALUE"),
-    (["-p", "colour=red"], "perfkit: error: colour: 'red' is not allowed; allowed: a parameter of experiment.ipynb"),
+    (["-p", "frame_sizes=[64,9]"], f"perfkit: error: campaign.frame_sizes[1]: 9 is not allowed; allowed: 64 .. "
+                                   f"{FRAME_MAX}"),
+    (["-p", "frame_sizes"], "perfkit: error: -p: 'frame_sizes' is not allowed; allowed: KEY=VALUE"),
+    (["-p", "frame_sizes=[64"], "perfkit: error: -p frame_sizes: '[64' is not allowed; allowed: a YAML value"),
+    (["-p", "colour=red"], "perfkit: error: campaign.colour: 'red' is not allowed; allowed: no such key; keys of "
+                           "campaign: name, description"),
+    (["-p", "generator.backend.name=sim"], "perfkit: error: campaign.generator.backend.name: 'sim' is not allowed; "
+                                           "allowed: a key of a mapping"),
+    (["-p", "methods[3].params.duration=1"], "perfkit: error: campaign.methods[3].params.duration: 1 is not allowed; "
+                                             "allowed: an item of campaign.methods: 0 .. 0 (or 1: a new one)"),
+    (["-p", "params.colour=1"], "perfkit: error: campaign.params.colour: 1 is not allowed; allowed: no such key"),
     (["--resume", "nope"], "perfkit: error: --resume: 'nope' is not allowed; allowed: the id of a run under"),
     (["missing.yaml"], "perfkit: error: CAMPAIGN: 'missing.yaml' is not allowed; allowed: a campaign file"),
     (["--baseline", "auto"], "perfkit: error: --baseline: 'auto' is not allowed; allowed: only with --report"),
@@ -141,24 +187,35 @@ def test_bad_input_exits_2_in_one_line_before_any_kernel(tmp_path, capsys, argv,
     assert not (tmp_path / "reports").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("edit", ["colour=red", "generator.options.colour=1", "methods[0].params.duration=-1"])
+def test_the_cli_and_the_python_entry_point_say_the_same(tmp_path, capsys, edit):
+    argv = ["--root", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
+    assert main(["experiment", "campaigns/smoke.yaml", "-p", edit, *argv]) == 2
+    with pytest.raises(ConfigError) as err:
+        ex.run_notebook("campaigns/smoke.yaml", edits=parse_edits([edit]), root=tmp_path / "runs",
+                        reports=tmp_path / "reports")
+    assert capsys.readouterr().err == f"perfkit: error: {err.value}\n"
+    assert not (tmp_path / "reports").exists()
+
+
 # -- running ----------------------------------------------------------------------------------------
 SIM = {"name": "exp-sim", "dataplane": "pgwu", "params": {"direction": ["ul", "dl"]}, "frame_sizes": [64, 512, 1518],
-       "flows": [1], "dut_cores": [1], "generator": "sim",
-       "generator_options": {"model": "smooth", "threshold": "1.5Mpps"},
+       "flows": [1], "dut_cores": [1], "generator": {"backend": "sim", "options": {"model": "smooth",
+                                                                                 "threshold": "1.5Mpps"}},
        "methods": [{"method": "maxrate", "params": {"duration": 1}},
                    {"method": "ndrpdr", "params": {"goals": [0.0], "initial_duration": 0.5, "final_duration": 1}}],
        "metrics": False}
 
 
-def test_run_resumes_only_with_the_same_parameters(tmp_path):
-    exp = ex.Experiment.from_parameters(SIM)
-    first = ex.run(exp, run_id="r", data_root=tmp_path, progress=False, say=lambda m: None)
+def test_run_resumes_only_with_the_same_campaign(tmp_path):
+    first = ex.run(SIM, run_id="r", root=tmp_path, progress=False, say=lambda m: None)
     assert first.outcome.status == "complete" and first.outcome.trials_written > 12
-    assert ex.stored_experiment("r", tmp_path) == exp        # what --resume re-runs the notebook with
-    other = ex.Experiment.from_parameters({**SIM, "frame_sizes": [64]})
-    with pytest.raises(StoreError, match="run r was started with other parameters"):
-        ex.run(other, run_id="r", resume=True, data_root=tmp_path, progress=False, say=lambda m: None)
-    again = ex.run(exp, run_id="r", resume=True, data_root=tmp_path, progress=False, say=lambda m: None)
+    assert ex.stored_campaign("r", tmp_path) == SIM         # what --resume runs the notebook with
+    with pytest.raises(StoreError, match="run r was started with another campaign"):
+        ex.run({**SIM, "frame_sizes": [64]}, resume="r", root=tmp_path, progress=False, say=lambda m: None)
+    with pytest.raises(ConfigError, match="run_id: 'r' is not allowed; allowed: None with resume"):
+        ex.run(SIM, run_id="r", resume="r", root=tmp_path, progress=False, say=lambda m: None)
+    again = ex.run(SIM, resume="r", root=tmp_path, progress=False, say=lambda m: None)
     assert again.outcome.units_done_before == again.outcome.units_total and again.outcome.trials_written == 0
 
 
@@ -174,9 +231,8 @@ def executed(tmp_path_factory, metrics_stack):  # noqa: F811 - the fixture
     ep = metrics_stack.endpoints()
     campaign = {"name": "exp-e2e", "dataplane": "pgwu", "params": {"direction": ["ul", "dl"]},
                 "frame_sizes": [64, 512, 1518], "flows": [1], "dut_cores": [1],
-                "generator": {"backend": "sim", "options": {"model": "smooth", "threshold": "1.5Mpps"}},
-                # 3.5 s max-rate trials: long enough for Prometheus' 1 s scrapes (3 intervals)
-                "methods": [{"method": "maxrate", "params": {"duration": 3.5}},
+                "generator": {"backend": "sim", "options": {"model": "smooth", "threshold": "2Mpps"}},
+                "methods": [{"method": "maxrate", "params": {"duration": 3}},
                             {"method": "ndrpdr", "params": {"goals": [0.0], "initial_duration": 0.5,
                                                             "final_duration": 1}}],
                 "metrics": {"enabled": True, "pushgateway_url": ep.pushgateway_url,
@@ -185,8 +241,12 @@ def executed(tmp_path_factory, metrics_stack):  # noqa: F811 - the fixture
     path.write_text(yaml.safe_dump(campaign))
     root, reports = tmp / "runs", tmp / "reports"
     buf = io.StringIO()
+    # edits of a top-level key, a nested one and one in a list item; 3.5 s max-rate trials: long
+    # enough for Prometheus' 1 s scrapes (3 intervals)
+    edits = ["-p", "description=papermill end to end", "-p", "generator.options.threshold=1.5Mpps",
+             "-p", "methods[0].params.duration=3.5"]
     with contextlib.redirect_stdout(buf):
-        code = main(["experiment", str(path), "-p", "description=papermill end to end", "--run", "e2e",
+        code = main(["experiment", str(path), *edits, "--run", "e2e",
                      "--root", str(root), "--reports", str(reports), "--json", "--no-progress"])
     return {**json.loads(buf.getvalue()), "exit": code, "root": root, "reports": reports, "endpoints": ep}
 
@@ -200,7 +260,10 @@ def test_papermill_runs_the_experiment_and_the_store_holds_its_trials(executed):
     assert set(trials["unit"].str.split("__").str[1]) == {"maxrate", "ndrpdr"}
     meta = store.metadata()
     assert meta["status"] == "complete" and meta["campaign"]["name"] == "exp-e2e"
-    assert meta["campaign"]["source"] == ex.SOURCE and "papermill end to end" in meta["campaign"]["text"]
+    assert meta["campaign"]["source"] == ex.SOURCE
+    stored = load_mapping(meta["campaign"]["text"])             # the file with the edits made
+    assert stored["description"] == "papermill end to end" and stored["generator"]["options"]["threshold"] == "1.5Mpps"
+    assert stored["methods"][0]["params"]["duration"] == 3.5
 
 
 def test_every_trial_is_pushed_and_cpu_pulled_back_from_prometheus(executed):
@@ -248,7 +311,10 @@ def test_the_executed_notebook_is_kept_and_rendered(executed):
     assert Path(executed["notebook"]) == kept
     nb = nbformat.read(kept, as_version=4)
     injected = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
-    assert "generator = \"sim\"" in injected.source and "run_id = \"e2e\"" in injected.source
+    values: dict = {}
+    exec(injected.source, values)  # noqa: S102 - papermill's injected cell
+    assert set(values) - {"__builtins__"} == {"campaign", *ex.RUN_PARAMETERS}
+    assert values["campaign"]["generator"]["backend"] == "sim" and values["run_id"] == "e2e" and values["resume"] is None
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     rdir = executed["reports"] / "e2e"
     assert Path(executed["notebook_html"]) == rdir / "experiment.html"
@@ -299,9 +365,7 @@ def test_ctrl_c_interrupts_the_kernel_and_the_run_resumes(tmp_path, capsys):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         path = tmp_path / "slow.yaml"
-        path.write_text(yaml.safe_dump({**{k: v for k, v in SIM.items() if not k.startswith("generator")},
-                                        "generator": {"backend": "sim", "options": SIM["generator_options"]},
-                                        "metrics": {"pushgateway_url": url, "prometheus_url": url + "/prom"}}))
+        path.write_text(yaml.safe_dump({**SIM, "metrics": {"pushgateway_url": url, "prometheus_url": url + "/prom"}}))
         argv = ["--root", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports"), "--no-progress"]
         proc = subprocess.Popen([sys.executable, "-m", "perfkit", "experiment", str(path), "--run", "i", *argv],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

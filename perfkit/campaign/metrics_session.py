@@ -31,8 +31,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from perfkit.campaign.schema import MetricsSpec
+from perfkit import owners
+from perfkit.campaign.model import MetricsSpec
 from perfkit.errors import ConfigError, MetricsError
+from perfkit.metrics import stack
+from perfkit.metrics.config import load_endpoints
+from perfkit.metrics.push import push_trial, run_git_sha
+from perfkit.metrics.query import check_endpoints, cpu_frame
+from perfkit.metrics.retire import retire_runs
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 
@@ -105,8 +111,6 @@ class MetricsSession:
         a failure is said once as a warning (nothing is lost: only scraped groups are deleted)."""
         if self.endpoints is None or not self.prometheus_ok:
             return
-        from perfkit.metrics.retire import retire_runs
-
         try:
             res = retire_runs(self.endpoints, [run_id], min_age=RETIRE_MIN_AGE)
         except MetricsError as err:
@@ -118,9 +122,6 @@ class MetricsSession:
             self.say(f"metrics: {self.retire_note}")
 
     def _start_local(self, spec: MetricsSpec) -> None:
-        from perfkit import owners
-        from perfkit.metrics import stack
-
         owner = owners.me()
         st = stack.up(spec.stack_dir, owner=owner)
         self.owner = owner
@@ -132,9 +133,6 @@ class MetricsSession:
                      f"Pushgateway {self.endpoints.pushgateway_url})")
 
     def _use_configured(self, spec: MetricsSpec) -> None:
-        from perfkit.metrics.config import load_endpoints
-        from perfkit.metrics.query import check_endpoints
-
         ep = load_endpoints(spec.config, prometheus_url=spec.prometheus_url, pushgateway_url=spec.pushgateway_url)
         checks = {c.name: c for c in check_endpoints(ep)}
         self.prometheus_ok = checks["prometheus"].ok
@@ -161,8 +159,6 @@ class MetricsSession:
         """Push one trial already on disk; never raises for a metrics failure."""
         if not self.pushing:
             return
-        from perfkit.metrics.push import push_trial, run_git_sha
-
         try:
             push_trial(trial, self.endpoints, store, git_sha=run_git_sha(store))
         except MetricsError as err:
@@ -187,8 +183,6 @@ class MetricsSession:
         is a warning once (nothing is lost: an unscraped group stays)."""
         if self.endpoints is None or not self.prometheus_ok:
             return
-        from perfkit.metrics.retire import retire_runs
-
         try:
             self.retired_own += retire_runs(self.endpoints, only=[run_id]).count("retired")
         except MetricsError as err:
@@ -203,8 +197,6 @@ class MetricsSession:
         their CPU from /proc/stat and says so)."""
         if self.endpoints is None or not self.prometheus_ok:
             return
-        from perfkit.metrics.query import cpu_frame
-
         trials = store.trials()
         if trials.empty:
             return
@@ -234,8 +226,6 @@ class MetricsSession:
         still uses them (``perfkit.metrics.stack.release``)."""
         if self.owner is None:
             return
-        from perfkit.metrics import stack
-
         try:
             st = stack.release(self.stack_dir, self.owner)
             self.started = [c for c in self.started if c not in st.started]

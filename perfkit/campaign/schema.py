@@ -1,4 +1,4 @@
-"""A campaign file (YAML) -> a validated, frozen ``Campaign``; every error names the field.
+"""A campaign file (YAML) or its mapping -> a validated, frozen ``Campaign``; every error names the field.
 
 A campaign is declarative data (flent's idea): the scenarios to measure and the methods to measure
 each with. Example (``campaigns/default.yaml`` is the full one)::
@@ -37,26 +37,32 @@ converted per scenario (the frame size changes what ``50%`` is).
 ``dut_cores: auto`` is every count the local machine allows: 1 .. nproc-1 (the generator needs a
 core of its own); ``auto+shared`` adds nproc, where DUT and generator share a core (its units are
 flagged ``shared_cores``; the numbers are pessimistic). On one CPU both give ``[1]``, shared.
+
+What a key left out means is said here once (``DEFAULTS``, ``GENERATOR_DEFAULTS``,
+``METRICS_DEFAULTS``); ``frame_sizes`` and ``methods`` have no default (``REQUIRED``). A campaign is
+the same whether it comes from a file (``load_campaign``, ``parse_campaign``) or from a mapping with
+the file's keys (``from_mapping``: the experiment notebook's ``campaign`` parameter).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import yaml
 
-import itertools
-
 from perfkit import dataplanes
+from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec
 from perfkit.errors import ConfigError
+from perfkit.generators import BACKENDS
 from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
-from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.scenario import FRAME_MAX, FRAME_MIN
+from perfkit.search import METHODS
+from perfkit.units import LINE_RATES
 from perfkit.yamlload import load_yaml
-from perfkit.units import FCS_LEN, LINE_RATES
 
 #: The keys a campaign file may have at the top level.
 TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
@@ -64,16 +70,27 @@ TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows"
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds", "host_check_seconds")
 METHOD_KEYS = ("method", "label", "params")
 METRICS_KEYS = ("enabled", "start_local", "stack_dir", "config", "prometheus_url", "pushgateway_url")
-#: Method parameters that are rates: a number [pps] or a string Rate.parse understands.
-RATE_PARAMS = ("max_rate", "min_rate", "start_rate", "start_step", "resolution", "nominal_rate")
+#: The top-level keys a campaign must have.
+REQUIRED = ("frame_sizes", "methods")
+#: What a top-level key left out means. Not here: ``name`` (the file's stem), ``dataplane``
+#: (``perfkit.dataplanes.DEFAULT``); each dataplane parameter left out of ``params`` takes its own default.
+DEFAULTS: dict[str, Any] = {"description": "", "params": {}, "flows": [1], "dut_cores": "auto", "line_rate": "10GbE",
+                            "repeats": 1, "generator": {}, "metrics": {}, "perf": False}
+#: What a ``generator`` key left out means; ``setup_seconds`` and ``trial_overhead_seconds`` depend
+#: on the backend (``SETUP_SECONDS``, ``TRIAL_OVERHEAD_SECONDS``).
+GENERATOR_DEFAULTS: dict[str, Any] = {"backend": "xdp", "options": {}, "jumbo_mtu": "auto", "host_check_seconds": 5.0}
 #: Per-backend defaults for the duration estimate: generator set-up per scenario, overhead per trial [s].
 SETUP_SECONDS = {"xdp": 5.0, "trex": 10.0, "sim": 0.0}
 TRIAL_OVERHEAD_SECONDS = {"xdp": 0.5, "trex": 1.0, "sim": 0.0}
+#: What a ``metrics`` key left out means.
+METRICS_DEFAULTS: dict[str, Any] = {"enabled": True, "start_local": True, "stack_dir": None, "config": None,
+                                    "prometheus_url": None, "pushgateway_url": None}
+#: Values that may be written short, as the one key they set: ``generator: sim`` is ``{backend: sim}``,
+#: ``metrics: false`` is ``{enabled: false}``, a method ``maxrate`` is ``{method: maxrate}``.
+SHORT_FORMS: dict[str, tuple[type, str]] = {"generator": (str, "backend"), "metrics": (bool, "enabled"),
+                                            "methods[]": (str, "method")}
 #: Backends whose DUT is this machine (``dut_cores`` is checked against its CPUs).
 LOCAL_BACKENDS = ("xdp", "sim")
-STANDARD_MTU = 1500
-#: Default seconds of ``perfkit host check`` at the start of every campaign on the local testbed.
-HOST_CHECK_SECONDS = 5.0
 
 
 def machine_cpus() -> int:
@@ -84,158 +101,99 @@ def machine_cpus() -> int:
         return os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class MethodSpec:
-    """One method every scenario is measured with."""
-
-    name: str
-    """A key of ``perfkit.search.METHODS``: maxrate, sweep, ndr, pdr, bestworst, ndrpdr, latency."""
-    label: str
-    """Unique name in the campaign (defaults to ``name``); used in unit ids and reports."""
-    params: dict[str, Any] = field(default_factory=dict)
-    """Fields of the method's parameter dataclass, as written (rates may be strings)."""
-
-    def resolved_params(self, scenario: Scenario) -> dict[str, Any]:
-        """``params`` with rate strings converted to pps for ``scenario``'s frames."""
-        out = dict(self.params)
-        wire = None
-        for key in RATE_PARAMS:
-            value = out.get(key)
-            if isinstance(value, str):
-                if wire is None:
-                    wire = scenario.wire_frame_size
-                out[key] = Rate.parse(value, scenario.line_rate).pps(wire)
-        return out
+def long_form(where: str, value: Any) -> Any:
+    """``value`` of ``where`` (``generator``, ``metrics``, ``methods[]``) as a mapping if it is written
+    short (``SHORT_FORMS``), else as it is."""
+    kind, key = SHORT_FORMS[where]
+    return {key: value} if isinstance(value, kind) else value
 
 
-@dataclass(frozen=True)
-class GeneratorSpec:
-    """Which generator backend measures, with which options."""
-
-    backend: str = "xdp"
-    options: dict[str, Any] = field(default_factory=dict)
-    """Keyword options of the backend's constructor (``perfkit.generators.create``)."""
-    jumbo_mtu: int | None = None
-    """MTU given (option ``mtu``) to scenarios whose frames do not fit a 1500-byte MTU [bytes];
-    None (``auto``): the generator picks the smallest MTU that carries them (the xdp testbed does:
-    3024-byte frames need about 3050, within the ~3500 bytes native XDP on veth allows; 9000 would
-    need multi-buffer XDP programs)."""
-    setup_seconds: float = 5.0
-    """Expected set-up time of the generator for one scenario, for the estimate [s]."""
-    trial_overhead_seconds: float = 0.5
-    """Expected time per trial on top of its duration (start, drain, counters), for the estimate [s]."""
-    host_check_seconds: float = HOST_CHECK_SECONDS
-    """How long ``perfkit host check`` measures the cores at the start of a campaign on the local
-    testbed (backend ``xdp``) [s]; longer counts rarer stalls."""
+def default_name(source: str) -> str:
+    """A campaign's name when its file does not say one: the file's stem."""
+    return Path(source).stem if source != "<string>" else "campaign"
 
 
-@dataclass(frozen=True)
-class MetricsSpec:
-    """Where trials are pushed and whether the local metrics stack is started."""
-
-    enabled: bool = True
-    """Push every trial to a Pushgateway after it is on disk."""
-    start_local: bool = True
-    """Start the local Prometheus/Pushgateway/node-exporter (and stop what was started at the end),
-    unless endpoints are configured (``config``, URLs, or $PERFKIT_METRICS_CONFIG/$PERFKIT_*_URL)."""
-    stack_dir: str | None = None
-    """Directory of the local stack (default $PERFKIT_DATA/stack)."""
-    config: str | None = None
-    """A metrics endpoints file (``perfkit.metrics.config``)."""
-    prometheus_url: str | None = None
-    pushgateway_url: str | None = None
-
-
-@dataclass(frozen=True)
-class Campaign:
-    """A validated campaign. Build it with ``load_campaign``/``parse_campaign``."""
-
-    name: str
-    description: str
-    dataplane: str
-    params: tuple[tuple[str, tuple[Any, ...]], ...]
-    """The dataplane's parameters, each with its values (one value: fixed; several: a grid axis),
-    in the dataplane's parameter order; every parameter is present."""
-    frame_sizes: tuple[int, ...]
-    """Frame sizes [bytes], FCS included (the dataplane's frame)."""
-    flows: tuple[int, ...]
-    """Flow counts; 1 is the single-flow case, more is multi-flow."""
-    dut_cores: tuple[int, ...]
-    """DUT core counts, resolved (``auto`` expanded for this machine)."""
-    shared_cores: tuple[int, ...]
-    """The counts of ``dut_cores`` for which DUT and generator share a core."""
-    methods: tuple[MethodSpec, ...]
-    generator: GeneratorSpec
-    metrics: MetricsSpec
-    line_rate: str = "10GbE"
-    repeats: int = 1
-    perf: tuple[str, ...] = ()
-    """Labels of the methods whose trials ``perf record`` the DUT cores (``perf: true``: every
-    method; the folded stacks go to ``<run>/perf/<trial_id>.folded``)."""
-    dut_cores_spec: Any = "auto"
-    """``dut_cores`` as written."""
-    text: str = ""
-    """The campaign file's text (kept in the run's metadata)."""
-    source: str = "<string>"
-    """Where the text came from (a path)."""
-
-    def scenarios(self) -> list[Scenario]:
-        """Every scenario, in run order: the parameter grid (first parameter outermost), frame size,
-        flows, cores."""
-        names = [n for n, _ in self.params]
-        return [Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)))
-                for values in itertools.product(*(v for _, v in self.params))
-                for fs in self.frame_sizes for fl in self.flows for c in self.dut_cores]
-
-    def needs_jumbo(self, scenario: Scenario) -> bool:
-        """Whether the scenario's largest packet (offered or emitted, e.g. with a tunnel) exceeds a
-        1500-byte MTU."""
-        traffic = scenario.traffic()
-        return max(traffic.wire_frame_size, traffic.output_frame_size) - FCS_LEN - 14 > STANDARD_MTU
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.pop("text")
-        return d
+def _default(raw: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> Any:
+    return raw[key] if key in raw else copy.deepcopy(defaults[key])
 
 
 # -- parsing -------------------------------------------------------------------------------------
 def load_campaign(path: str | Path, cpus: int | None = None) -> Campaign:
     """Read and validate a campaign file."""
-    p = Path(path)
+    return parse_campaign(read_text(path), source=str(path), cpus=cpus)
+
+
+def read_text(path: str | Path) -> str:
+    """A campaign file's text; an unreadable file is a ``ConfigError`` naming it."""
     try:
-        text = p.read_text()
-    except OSError as err:
-        raise ConfigError("campaign", str(p), f"a readable YAML file ({err.strerror})") from None
-    return parse_campaign(text, source=str(p), cpus=cpus)
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError("campaign", str(path), f"a readable YAML file ({err.__class__.__name__})") from None
 
 
-def parse_campaign(text: str, source: str = "<string>", cpus: int | None = None) -> Campaign:
-    """Validate campaign YAML ``text``; ``cpus`` (default: this machine's) resolves ``dut_cores``."""
+def load_mapping(text: str, source: str = "<string>") -> dict[str, Any]:
+    """Campaign YAML ``text`` as a mapping of its keys, not yet validated, with its ``name`` (a file
+    that has none is named after its stem): what ``from_mapping`` takes."""
     try:
         raw = load_yaml(text, f"campaign {source}")  # a key given twice is refused
     except yaml.YAMLError as err:
         raise ConfigError("campaign", source, f"valid YAML ({' '.join(str(err).split())})") from None
     if not isinstance(raw, dict):
         raise ConfigError("campaign", type(raw).__name__, "a mapping of keys: " + ", ".join(TOP_KEYS))
-    _keys("campaign", raw, TOP_KEYS)
+    return {"name": default_name(source), **raw}
+
+
+def parse_campaign(text: str, source: str = "<string>", cpus: int | None = None) -> Campaign:
+    """Validate campaign YAML ``text``; ``cpus`` (default: this machine's) resolves ``dut_cores``."""
+    return from_mapping(load_mapping(text, source), text=text, source=source, cpus=cpus)
+
+
+def to_text(raw: Mapping[str, Any], header: str = "") -> str:
+    """A campaign mapping as YAML (what a run keeps as its campaign's text); ``header``: a comment."""
+    try:
+        body = yaml.safe_dump(_plain(raw), sort_keys=False, default_flow_style=None, width=110)
+    except yaml.YAMLError as err:
+        raise ConfigError("campaign", raw, f"a mapping of YAML values ({' '.join(str(err).split())[:80]})") from None
+    return "".join(f"# {line}\n" for line in header.splitlines()) + body
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists and paths as strings (as YAML writes them)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str = "<string>",
+                 cpus: int | None = None) -> Campaign:
+    """Validate a campaign given as a mapping with a campaign file's keys; ``text``: the file it was
+    read from (default: the mapping as YAML, ``to_text``); ``cpus`` (default: this machine's)
+    resolves ``dut_cores``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("campaign", type(raw).__name__, "a mapping of keys: " + ", ".join(TOP_KEYS))
+    check_keys("campaign", raw, TOP_KEYS)
     cpus = cpus or machine_cpus()
-    generator = _generator(raw.get("generator", {}))
-    cores, shared = _dut_cores(raw.get("dut_cores", "auto"), generator.backend, cpus)
-    name = raw.get("name", Path(source).stem if source != "<string>" else "campaign")
+    generator = _generator(_default(raw, "generator", DEFAULTS))
+    dut_cores = _default(raw, "dut_cores", DEFAULTS)
+    cores, shared = _dut_cores(dut_cores, generator.backend, cpus)
     dataplane = _choice("campaign.dataplane", raw.get("dataplane", dataplanes.DEFAULT), dataplanes.names())
     campaign = Campaign(
-        name=_str("campaign.name", name), description=_str("campaign.description", raw.get("description", "")),
-        dataplane=dataplane, params=_params(dataplane, raw.get("params", {})),
+        name=_str("campaign.name", raw.get("name", default_name(source))),
+        description=_str("campaign.description", _default(raw, "description", DEFAULTS)),
+        dataplane=dataplane, params=_params(dataplane, _default(raw, "params", DEFAULTS)),
         frame_sizes=_frame_sizes(raw.get("frame_sizes")),
-        flows=_flows(raw.get("flows", [1])),
-        dut_cores=cores, shared_cores=shared, dut_cores_spec=raw.get("dut_cores", "auto"),
+        flows=_flows(_default(raw, "flows", DEFAULTS)),
+        dut_cores=cores, shared_cores=shared, dut_cores_spec=dut_cores,
         methods=_methods(raw.get("methods")),
-        generator=generator, metrics=_metrics(raw.get("metrics", {})),
-        line_rate=_choice("campaign.line_rate", raw.get("line_rate", "10GbE"), LINE_RATES),
-        repeats=_int("campaign.repeats", raw.get("repeats", 1), 1, 100),
-        text=text, source=source)
-    campaign = dataclasses.replace(campaign, perf=_perf(raw.get("perf", False), campaign))
+        generator=generator, metrics=_metrics(_default(raw, "metrics", DEFAULTS)),
+        line_rate=_choice("campaign.line_rate", _default(raw, "line_rate", DEFAULTS), LINE_RATES),
+        repeats=_int("campaign.repeats", _default(raw, "repeats", DEFAULTS), 1, 100),
+        perf=(), text=to_text(raw) if text is None else text, source=source)
+    campaign = dataclasses.replace(campaign, perf=_perf(_default(raw, "perf", DEFAULTS), campaign))
     try:
         campaign.scenarios()  # the dataplane checks every combination (and frame sizes against it)
     except ConfigError as err:
@@ -263,7 +221,7 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     if not isinstance(raw, dict):
         raise ConfigError("campaign.params", raw, f"a mapping of {dataplane}'s parameters: "
                           + (", ".join(p.name for p in dp.params) or "none"))
-    _keys("campaign.params", raw, tuple(p.name for p in dp.params))
+    check_keys("campaign.params", raw, tuple(p.name for p in dp.params))
     out = []
     for p in dp.params:
         value = raw.get(p.name, p.default)
@@ -277,7 +235,8 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     return tuple(out)
 
 
-def _keys(where: str, raw: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+def check_keys(where: str, raw: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse a key of ``raw`` (the mapping at ``where``) that is not ``allowed``, naming it and its value."""
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}", raw[key], f"no such key; keys of {where}: {', '.join(allowed)}")
@@ -308,7 +267,7 @@ def _number(name: str, value: Any) -> float:
 
 
 def _choice(name: str, value: Any, allowed: Any) -> Any:
-    if value not in allowed:
+    if not isinstance(value, Hashable) or value not in allowed:
         raise ConfigError(name, value, allowed)
     return value
 
@@ -384,15 +343,12 @@ def _dut_cores(value: Any, backend: str, cpus: int) -> tuple[tuple[int, ...], tu
 
 
 def _generator(raw: Any) -> GeneratorSpec:
-    from perfkit.generators import BACKENDS
-
-    if isinstance(raw, str):
-        raw = {"backend": raw}
+    raw = long_form("generator", raw)
     if not isinstance(raw, dict):
-        raise ConfigError("campaign.generator", raw, "a mapping with backend, options, jumbo_mtu ...")
-    _keys("campaign.generator", raw, GENERATOR_KEYS)
-    backend = _choice("campaign.generator.backend", raw.get("backend", "xdp"), BACKENDS)
-    options = raw.get("options", {}) or {}
+        raise ConfigError("campaign.generator", raw, "a backend name or a mapping with backend, options, jumbo_mtu ...")
+    check_keys("campaign.generator", raw, GENERATOR_KEYS)
+    backend = _choice("campaign.generator.backend", _default(raw, "backend", GENERATOR_DEFAULTS), BACKENDS)
+    options = _default(raw, "options", GENERATOR_DEFAULTS) or {}
     if not isinstance(options, dict):
         raise ConfigError("campaign.generator.options", options, "a mapping of constructor options")
     if "mtu" in options:
@@ -401,12 +357,12 @@ def _generator(raw: Any) -> GeneratorSpec:
     _trex_profile(backend, options)
     setup = raw.get("setup_seconds", SETUP_SECONDS.get(backend, 5.0))
     overhead = raw.get("trial_overhead_seconds", TRIAL_OVERHEAD_SECONDS.get(backend, 0.5))
-    jumbo = raw.get("jumbo_mtu", "auto")
+    jumbo = _default(raw, "jumbo_mtu", GENERATOR_DEFAULTS)
     return GeneratorSpec(backend=backend, options=dict(options),
                          jumbo_mtu=None if jumbo == "auto" else _int("campaign.generator.jumbo_mtu", jumbo, 1501, 65535),
                          setup_seconds=_number("campaign.generator.setup_seconds", setup),
                          trial_overhead_seconds=_number("campaign.generator.trial_overhead_seconds", overhead),
-                         host_check_seconds=_host_check_seconds(raw.get("host_check_seconds", HOST_CHECK_SECONDS)))
+                         host_check_seconds=_host_check_seconds(_default(raw, "host_check_seconds", GENERATOR_DEFAULTS)))
 
 
 def _host_check_seconds(value: Any) -> float:
@@ -441,17 +397,14 @@ def _trex_profile(backend: str, options: dict[str, Any]) -> None:
 
 
 def _methods(raw: Any) -> tuple[MethodSpec, ...]:
-    from perfkit.search import METHODS
-
     items = _list("campaign.methods", raw)
     out: list[MethodSpec] = []
     for i, item in enumerate(items):
         where = f"campaign.methods[{i}]"
-        if isinstance(item, str):
-            item = {"method": item}
+        item = long_form("methods[]", item)
         if not isinstance(item, dict):
             raise ConfigError(where, item, "a method name or a mapping with method, label, params")
-        _keys(where, item, METHOD_KEYS)
+        check_keys(where, item, METHOD_KEYS)
         name = _choice(f"{where}.method", item.get("method"), METHODS)
         label = _str(f"{where}.label", item.get("label", name))
         if not label or not all(c.isalnum() or c in "_.%+-" for c in label):
@@ -468,8 +421,6 @@ def _methods(raw: Any) -> tuple[MethodSpec, ...]:
 
 def _check_params(where: str, name: str, params: dict[str, Any]) -> None:
     """Build the method's parameter dataclass once (rates as placeholders) to check every field."""
-    from perfkit.search import METHODS
-
     trial = dict(params)
     for key in RATE_PARAMS:
         if isinstance(trial.get(key), str):
@@ -487,17 +438,17 @@ def _check_params(where: str, name: str, params: dict[str, Any]) -> None:
 
 
 def _metrics(raw: Any) -> MetricsSpec:
-    if isinstance(raw, bool):
-        raw = {"enabled": raw}
+    raw = long_form("metrics", raw)
     if not isinstance(raw, dict):
         raise ConfigError("campaign.metrics", raw, "true, false or a mapping with enabled, start_local ...")
-    _keys("campaign.metrics", raw, METRICS_KEYS)
+    check_keys("campaign.metrics", raw, METRICS_KEYS)
     strs = {}
     for key in ("stack_dir", "config", "prometheus_url", "pushgateway_url"):
-        v = raw.get(key)
+        v = _default(raw, key, METRICS_DEFAULTS)
         strs[key] = None if v is None else _str(f"campaign.metrics.{key}", v)
     for key in ("prometheus_url", "pushgateway_url"):
         if strs[key] is not None:
             check_url(f"campaign.metrics.{key}", strs[key])
-    return MetricsSpec(enabled=_bool("campaign.metrics.enabled", raw.get("enabled", True)),
-                       start_local=_bool("campaign.metrics.start_local", raw.get("start_local", True)), **strs)
+    return MetricsSpec(enabled=_bool("campaign.metrics.enabled", _default(raw, "enabled", METRICS_DEFAULTS)),
+                       start_local=_bool("campaign.metrics.start_local", _default(raw, "start_local", METRICS_DEFAULTS)),
+                       **strs)

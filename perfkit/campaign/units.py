@@ -26,8 +26,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from perfkit.campaign.schema import Campaign, MethodSpec
+from perfkit.campaign.model import Campaign, MethodSpec
 from perfkit.scenario import Scenario
+from perfkit.search import METHODS
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,6 @@ def estimate(campaign: Campaign, units: list[Unit] | None = None) -> Estimate:
 def expected_trials(method: MethodSpec, noisy: bool = True) -> tuple[float, float]:
     """(expected trials, expected traffic seconds) of one run of ``method`` (see module doc);
     ``noisy``: a real DUT, whose confirmations fail now and then."""
-    from perfkit.search import METHODS
-
     params = {k: v for k, v in method.params.items() if not isinstance(v, str)}
     built = METHODS[method.name][0](params)
     if method.name == "maxrate":
