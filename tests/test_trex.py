@@ -26,11 +26,11 @@ from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, SessionPlan
 from perfkit.dataplanes.pgwu.model import emit
 from perfkit.dataplanes.pgwu.traffic import SPORT_BASE, PgwuTraffic
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.fieldengine import FieldEngine, FieldWrite, FlowVar
 from perfkit.generators import create
 from perfkit.generators.trex import (ENV_SERVER, GLOBAL_COUNTERS_NOTE, TRexGenerator, build_streams, latency_ns,
                                      split_load, stats_to_result, streams_json, vm_instructions)
 from perfkit.scenario import Scenario
+from perfkit.stl.fieldengine import FieldEngine, FieldWrite, FlowVar
 from perfkit.trexlib import client as trexlib
 from perfkit.trexlib.client import TRexWorker, WorkerError, load_profile
 from tests.fake_trex_rpc_server import FakeTRexRpcServer

@@ -26,9 +26,9 @@ from typing import Any
 
 from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.fieldengine import FieldEngine
 from perfkit.generators.base import Generator
 from perfkit.scenario import Scenario
+from perfkit.stl.fieldengine import FieldEngine
 from perfkit.trexlib.client import TRexWorker, build_streams_json, int_keys
 from perfkit.trial import TrialResult
 from perfkit.units import FCS_LEN

@@ -40,8 +40,8 @@ from perfkit.stalls import StallProbe
 from perfkit.housekeeping import Confinement
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import CPUMAP_QSIZE, Dut, check_rx_queue
-from perfkit import stlprofile
-from perfkit.stlprofile import StlProfile
+from perfkit.stl import profile as stlprofile
+from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap

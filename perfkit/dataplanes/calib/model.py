@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from perfkit.dataplane import Emitted
 from perfkit.dataplanes.calib.control import CalibConfig
 from perfkit.dataplanes.calib.layouts import CalibStat
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.netaddr import mac_bytes
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 
 if TYPE_CHECKING:
     from perfkit.dataplanes.calib.traffic import CalibTraffic

@@ -21,7 +21,8 @@ from scapy.packet import Raw
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.calib.control import CalibConfig
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
+from perfkit.stl.fieldengine import FieldEngine, flow_engine
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.testbed.topology import PORT_MACS
 from perfkit.units import FCS_LEN
 

@@ -28,8 +28,9 @@ from perfkit.dataplanes.l4lb.config import (CLIENT_BASE, CLIENT_MAC, CLIENT_POOL
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
 from perfkit.netaddr import int2ip
+from perfkit.stl.fieldengine import FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.units import FCS_LEN
 
 PROTOCOLS = ("udp", "tcp")
