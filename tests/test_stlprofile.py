@@ -1,5 +1,5 @@
 """TRex STL profiles on perfkit's XDP generator: real TRex library (``STLProfile.load_py`` in its own
-environment through ``perfkit.trexlib``), real generator program (BPF_PROG_TEST_RUN), real scapy.
+environment through ``perfkit.trex``), real generator program (BPF_PROG_TEST_RUN), real scapy.
 
 TRex's simulator binary (bp-sim-64) does not ship with the PyPI client, so the frames are checked
 against TRex's semantics as trex-core implements them (``src/stx/stl/trex_stl_stream_vm.h``:

@@ -11,5 +11,5 @@
 
 What runs them: ``perfkit.testbed.livegen`` (a field engine, in ``bpf/gen.bpf.c``),
 ``perfkit.testbed.stlgen`` (an STL profile compiled for that program) and
-``perfkit.generators.trex`` (a field engine as TRex's instructions).
+``perfkit.trex.streams`` (a field engine as TRex's instructions).
 """

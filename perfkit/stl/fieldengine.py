@@ -4,7 +4,7 @@ field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
 A dataplane's traffic profile describes its variation as a ``FieldEngine`` with byte offsets into
 its template frame, and where the signature goes (``perfkit.stl.signature``); the generator
 (``perfkit.testbed.livegen``) compiles it into ``bpf/gen.bpf.c``, the TRex backend into TRex's
-instructions (``perfkit.generators.trex``).
+instructions (``perfkit.trex.streams``).
 """
 from __future__ import annotations
 

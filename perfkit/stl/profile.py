@@ -1,5 +1,5 @@
 """TRex STL profiles for perfkit's local XDP generator: the streams a profile gives TRex, read from
-the JSON a TRex server receives (``perfkit.trexlib.client.load_profile``: the real
+the JSON a TRex server receives (``perfkit.trex.client.load_profile``: the real
 ``STLProfile.load_py(...).to_json()`` in TRex's own environment), checked for what the local
 generator can send, and held as plain data (``StlProfile``).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfkit.errors import ConfigError
-from perfkit.trexlib.client import load_profile
+from perfkit.trex.client import load_profile
 
 #: The instructions the local generator runs.
 SUPPORTED_INSTRUCTIONS = ("flow_var", "tuple_flow_var", "write_flow_var", "write_mask_flow_var", "fix_checksum_ipv4",
