@@ -84,7 +84,7 @@ from perfkit import dataplanes
 from perfkit.analysis.models import (MIN_CV_GROUPS, WEAK_R2, CpuModels, LinearFit, capacity_tables, fit_linear,
                                      r2_words)
 from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
-from perfkit.search.common import OFFER_SHORTFALL
+from perfkit.search.limits import fell_short
 from perfkit.trial import RING_DROP
 from perfkit.units import L1_OVERHEAD
 
@@ -510,5 +510,5 @@ def drop_generator_limited(frame: pd.DataFrame, run: RunData) -> pd.DataFrame:
     if frame.empty or t.empty:
         return frame
     seconds = t["elapsed"].where(t["elapsed"] > 0, t["duration"])
-    short = t["tx_packets"] / seconds < t["intended_pps"] * (1 - OFFER_SHORTFALL)
+    short = fell_short(t["tx_packets"] / seconds, t["intended_pps"])
     return frame[~frame["trial_id"].isin(set(t.loc[short, "trial_id"]))].reset_index(drop=True)

@@ -47,7 +47,7 @@ from perfkit.testbed.livegen import LiveGenerator
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.shield import Shield
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
-from perfkit.search.common import line_rate_pps
+from perfkit.search.params import line_rate_pps
 from perfkit.trial import BUSY_MIN, TrialResult
 from perfkit.units import FCS_LEN
 
@@ -183,7 +183,7 @@ class XdpGenerator(Generator):
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
                  rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None, shield: bool = False):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
-        see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.common``)
+        see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.judging``)
         at a reference CPU speed [ns per probe step], or ``"auto"``: the DUT cores' speed measured at
         set-up (``SPEED_REFERENCE_S``); None: off. ``trex_profile``: a TRex STL profile (an ``StlProfile`` or the
         path of one, loaded with ``trex_tunables``) whose streams the generator sends instead of the
