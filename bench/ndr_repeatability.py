@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm  # noqa: E402
 
 from perfkit.generators import create  # noqa: E402
-from perfkit.generators.xdp import NIC_RX_QUEUE  # noqa: E402
+from perfkit.generators.xdpcores import NIC_RX_QUEUE  # noqa: E402
 from perfkit.rate import Rate  # noqa: E402
 from perfkit.scenario import Scenario  # noqa: E402
 from perfkit.search import run_method  # noqa: E402
