@@ -27,9 +27,14 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from perfkit import experiment as ex
 from perfkit import stop
 from perfkit.cli.options import add_json, add_run_store, check_run, emit
+from perfkit.durable import atomic_write
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.experiment import KEPT_NOTEBOOK, Experiment, stored_experiment
+from perfkit.report import build_report
+from perfkit.store import new_run_id
 
 
 def _human(d: dict) -> str:
@@ -67,8 +72,6 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
 
 
 def _experiment(args: argparse.Namespace):
-    from perfkit.experiment import Experiment, stored_experiment
-
     overrides = parse_assignments(args.param)
     if args.resume:
         if args.campaign or overrides:
@@ -87,9 +90,6 @@ def _experiment(args: argparse.Namespace):
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from perfkit import experiment as ex
-    from perfkit.store import new_run_id
-
     root = Path(args.root).absolute()
     if args.resume:
         check_run("--resume", args.resume, root)
@@ -126,8 +126,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         return 130
     rep = None
     if args.report and (root / run_id / "metadata.json").exists():   # the run's pages even if the analysis failed
-        from perfkit.report import build_report
-
         rep = build_report(run_id, baseline_run_id=args.baseline, data_root=root, reports_root=out_dir.parent,
                            progress=not args.no_progress, extra_pages=[page])
         result.update(report=str(rep.index), report_ok=rep.ok)
@@ -214,9 +212,6 @@ def _forward_signals(km: Any) -> Iterator[list[int]]:
 
 def _keep(executed: Path, run_dir: Path) -> Path | None:
     """Copy the executed notebook into the run directory (durably); None if there is no run."""
-    from perfkit.durable import atomic_write
-    from perfkit.experiment import KEPT_NOTEBOOK
-
     if not executed.exists() or not (run_dir / "metadata.json").exists():
         return None
     atomic_write(run_dir / KEPT_NOTEBOOK, executed.read_bytes(), point="experiment.notebook")
