@@ -26,7 +26,7 @@ from perfkit.dataplane import Dataplane, Emitted, Traffic
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.fuzz.frames import BATCH, FLOWS, MIN_FRAME, Seeds, config_name, configs, plan, seed_frames, systematic
 from perfkit.fuzz.result import Failure, FuzzResult
-from perfkit.libbpf import XDP_REDIRECT, XDP_TX, XDP_VERDICTS, BpfObject, _TestRunOpts, lib
+from perfkit.libbpf import XDP_REDIRECT, XDP_TX, XDP_VERDICTS, BpfObject, BpfTestRunOpts, lib
 from perfkit.paths import BUILD_DIR
 
 #: Bytes of output buffer per run: room for any growth of the frame.
@@ -44,8 +44,8 @@ class _Runner:
         self.fn = lib().bpf_prog_test_run_opts
         self.out = ctypes.create_string_buffer(OUT_CAP)
         self.out_addr = ctypes.addressof(self.out)
-        self.opts = _TestRunOpts()
-        self.opts.sz = ctypes.sizeof(_TestRunOpts)
+        self.opts = BpfTestRunOpts()
+        self.opts.sz = ctypes.sizeof(BpfTestRunOpts)
         self.opts.data_out = self.out_addr
         self.opts.repeat = 1
         self.ref = ctypes.byref(self.opts)
