@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm  # noqa: E402
 
 from perfkit.generators import create  # noqa: E402
-from perfkit.generators.xdp import NIC_RX_QUEUE  # noqa: E402
+from perfkit.generators.xdpcores import NIC_RX_QUEUE  # noqa: E402
 from perfkit.rate import Rate  # noqa: E402
 from perfkit.scenario import Scenario  # noqa: E402
 from perfkit.search import run_method  # noqa: E402
-from perfkit.search.common import trial_dict  # noqa: E402
+from perfkit.search.result import trial_dict  # noqa: E402
 
 MODES = {"on": (3, True, True), "speed": (3, True, False), "off": (0, False, False)}
 """Host handling: (retries of a disturbed trial, judged at the DUT cores' reference speed, and at the

@@ -53,7 +53,8 @@ from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E40
 from perfkit.generators.base import Generator  # noqa: E402
 from perfkit.generators.sim import SimGenerator  # noqa: E402
 from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
-from perfkit.search.common import TrialLog, trial_dict  # noqa: E402
+from perfkit.search.result import trial_dict  # noqa: E402
+from perfkit.search.trials import TrialLog  # noqa: E402
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult  # noqa: E402
@@ -77,7 +78,7 @@ class Run:
     disturbed: int = 0
     """Trials whose loss measured host stalls explained (each run again; their seconds count)."""
     limited_by: str = ""
-    """What limited the NDR (``perfkit.search.common.LIMITS``). MLRsearch's bounds are loads it asked
+    """What limited the NDR (``perfkit.search.limits.LIMITS``). MLRsearch's bounds are loads it asked
     for, which speed-normalized trials seldom land on exactly, so the loss behind its upper bound is
     seldom found: its NDR is told ``dut`` unless the generator or the maximum rate limited it."""
 
@@ -151,7 +152,7 @@ def run_mlr(gen: Generator, s: Settings, strict: bool) -> Run:
         bounds[goal.loss_ratio] = (float(lo) if lo else None, float(hi) if hi else None)
     trials = [(t.duration, t.intended_pps, t.loss_ratio) for t in measurer.trials]
     return Run("mlr-strict" if strict else "mlr-default", trials, bounds, time.monotonic() - start,
-               sum(t.disturbed for t in measurer.trials), measurer.log.limit(*bounds[0.0], 0.0))
+               sum(t.disturbed for t in measurer.trials), measurer.log.evidence().limit(*bounds[0.0], 0.0))
 
 
 RUNNERS: dict[str, Callable[[Generator, Settings], Run]] = {

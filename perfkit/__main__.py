@@ -3,4 +3,5 @@ import sys
 
 from perfkit.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (pkgutil.walk_packages) must not run the command
+    sys.exit(main())

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from perfkit import durable
 from perfkit.paths import REPO_ROOT, bench_results_dir
+from perfkit.version import git_sha
 
 #: The head of a new ``bench/RESULTS.md``.
 RESULTS_MD_HEADER = """# Bench results: the measured history
@@ -110,7 +111,7 @@ def results_md() -> Path:
 
 
 def this_host() -> Host:
-    from perfkit.campaign.metadata import cpu_model   # here: the readers need none of the campaign package
+    from perfkit.campaign.metadata import cpu_model  # heavy: loads the campaign package, +0.1 s on perfkit.compare
 
     return Host(hostname=socket.gethostname(), kernel=platform.release(), cpu_model=cpu_model(),
                 nproc=os.cpu_count() or 1)
@@ -126,8 +127,6 @@ def command_line(argv: Sequence[str]) -> str:
 def record(bench: str, figures: dict[str, Any], summary: str, argv: Sequence[str]) -> BenchRecord:
     """Append one run of ``bench`` to its results file and a dated line with ``summary`` (its headline
     figures, in words) to ``RESULTS.md``; both fsynced. Returns the record."""
-    from perfkit.version import git_sha
-
     rec = BenchRecord(bench=bench, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       host=this_host(), git_sha=git_sha(), command=command_line(argv),
                       figures=json.loads(json.dumps(figures)))   # plain JSON types, as a reader gets them

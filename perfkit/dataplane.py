@@ -25,8 +25,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import FieldEngine
 from perfkit.libbpf import Program
+from perfkit.stl.fieldengine import FieldEngine
 from perfkit.units import FCS_LEN
 
 #: Steering keys ``bpf/steer.bpf.c`` knows (``enum steer_key``, lower case): how DUT cores share traffic.
@@ -125,7 +125,7 @@ class Traffic(ABC):
 
     @abstractmethod
     def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
-        """The frame offered for ``flow`` with a signature (``perfkit.fieldengine.SIGNATURE``)."""
+        """The frame offered for ``flow`` with a signature (``perfkit.stl.signature.SIGNATURE``)."""
 
     @abstractmethod
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:

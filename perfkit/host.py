@@ -84,7 +84,7 @@ import numpy as np
 
 from perfkit import cpustat
 from perfkit.errors import ConfigError
-from perfkit.generators.xdp import RING_FRAMES
+from perfkit.generators.xdpcores import RING_FRAMES
 from perfkit.layouts import STALL_MAX_CPUS
 from perfkit.stalls import StallProbe
 from perfkit.testbed import netns, topology

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.metrics.stack import free_port
 from perfkit.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -67,8 +68,6 @@ class Lab:
               ready_seconds: float = READY_SECONDS) -> Lab:
         """Start JupyterLab on ``port`` (None: a free one) and wait until it answers with the token.
         ``log``: a file for the server's output (default: our stderr)."""
-        from perfkit.metrics.stack import free_port
-
         root = Path(root_dir).absolute()
         if not root.is_dir():
             raise ConfigError("--root-dir", str(root), "an existing directory of notebooks")

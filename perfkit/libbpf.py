@@ -51,8 +51,9 @@ class XdpMd(ctypes.Structure):
                 ("rx_queue_index", ctypes.c_uint32), ("egress_ifindex", ctypes.c_uint32)]
 
 
-class _TestRunOpts(ctypes.Structure):
-    """struct bpf_test_run_opts (libbpf 1.x)."""
+class BpfTestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts (libbpf 1.x); public for loops that call ``lib().bpf_prog_test_run_opts``
+    themselves (``perfkit.fuzz.run``: one frame per call, no copies)."""
 
     _fields_ = [("sz", ctypes.c_size_t),
                 ("data_in", ctypes.c_void_p), ("data_out", ctypes.c_void_p),
@@ -302,8 +303,8 @@ class Program:
         din = _buf(data)
         size_out = data_out_size if data_out_size is not None else len(data) + XDP_PACKET_HEADROOM
         dout = ctypes.create_string_buffer(max(size_out, 1))
-        opts = _TestRunOpts()
-        opts.sz = ctypes.sizeof(_TestRunOpts)
+        opts = BpfTestRunOpts()
+        opts.sz = ctypes.sizeof(BpfTestRunOpts)
         opts.data_in = ctypes.cast(din, ctypes.c_void_p)
         opts.data_size_in = len(data)
         opts.data_out = ctypes.cast(dout, ctypes.c_void_p)
@@ -323,8 +324,8 @@ class Program:
         mean ns per run. The call blocks; the calling thread's CPU and network namespace apply.
         """
         din = _buf(data)
-        opts = _TestRunOpts()
-        opts.sz = ctypes.sizeof(_TestRunOpts)
+        opts = BpfTestRunOpts()
+        opts.sz = ctypes.sizeof(BpfTestRunOpts)
         opts.data_in = ctypes.cast(din, ctypes.c_void_p)
         opts.data_size_in = len(data)
         opts.repeat = repeat

@@ -108,7 +108,7 @@ class TrialResult:
     """The DUT cores whose receive queue the overflows of ``dut_drops[RING_DROP]`` came from: the one
     that serves it when it can be told (a veth port's ring, on its NAPI thread's core), every DUT
     core when the queue is one of several that cannot be told apart (the cpumap's, one per core).
-    Empty when no queue overflowed. Searches judge the busiest of them (``perfkit.search.common``)."""
+    Empty when no queue overflowed. Searches judge the busiest of them (``perfkit.search.limits``)."""
     dut_capacity_pps: float | None = None
     """Packets per second the DUT cores could process at 100 % busy at this per-packet cost:
     ``dut_cores * 1e9 / dut_ns_per_packet`` [pps]. At a partial load the cost includes the
@@ -171,7 +171,7 @@ class TrialResult:
     stalled: bool = False
     """A DUT core stalled at least as long as its receive queue lasts at the trial's rate
     (``perfkit.stalls.stalled``): host stalls may have cost it frames, whatever it lost. Searches
-    run it again and judge the next trial (``perfkit.search.common``). Its figures are kept."""
+    run it again and judge the next trial (``perfkit.search.trials``). Its figures are kept."""
     disturbed: bool = False
     """The trial's loss is explained by measured host stalls (``perfkit.stalls.disturbance``; such a
     trial is always ``stalled``): a figure its loss sets is labelled ``host stalls``. Its loss is

@@ -27,12 +27,12 @@ from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
 from perfkit.dataplanes.calib.model import emit
 from perfkit.dataplanes.calib.traffic import L4_OFF, SIG_OFF, SPORT_BASE
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE
 from perfkit.fuzz import fuzz
 from perfkit.generators import create
 from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
 from perfkit.stalls import TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
+from perfkit.stl.signature import SIGNATURE
 from perfkit.store import RunStore
 from perfkit.testbed.topology import PORT_MACS
 from perfkit.trial import TrialResult

@@ -10,7 +10,8 @@ import pytest
 
 from perfkit import dataplanes
 from perfkit.dataplane import Emitted, Traffic
-from perfkit.fuzz import KINDS, MIN_FRAME, FuzzResult, Seeds, configs, fuzz, header_spans, seed_frames, systematic
+from perfkit.fuzz import FuzzResult, fuzz
+from perfkit.fuzz.frames import KINDS, MIN_FRAME, Seeds, configs, header_spans, seed_frames, systematic
 
 SAMPLE = 4000
 

@@ -20,7 +20,7 @@ from perfkit.dataplanes.pgwu.control import SessionPlan
 from perfkit.paths import BUILD_DIR
 from perfkit.checksum import ones_sum
 from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 
 
 @pytest.fixture(autouse=True)

@@ -29,11 +29,11 @@ from perfkit.dataplanes.l4lb.maglev import Pool, maglev_table
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import L4lbTraffic
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE
 from perfkit.generators import create
 from perfkit.netaddr import int2ip, ip2int
 from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
+from perfkit.stl.signature import SIGNATURE
 from tests.conftest import BUILD, ROOT
 
 CFG = L4lbConfig(egress_ifindex=7)

@@ -24,7 +24,8 @@ from perfkit.dataplanes.pgwu.control import (DL_TEID_BASE, SGW_BASE, TENANT_VLAN
 from perfkit.checksum import ones_sum
 from perfkit.dataplanes.pgwu.model import check_output, emit
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, SERVER_ADDR, PgwuTraffic
-from perfkit.fieldengine import SIGNATURE, FieldEngine
+from perfkit.stl.fieldengine import FieldEngine
+from perfkit.stl.signature import SIGNATURE
 from perfkit.layouts import gen_state
 from perfkit.libbpf import num_possible_cpus
 from perfkit.netaddr import int2ip, ip2int

@@ -13,6 +13,9 @@ from perfkit.errors import ConfigError
 from perfkit.generators.sim import SimGenerator
 from perfkit.search import (METHODS, BinarySearch, LatencyAt, MaxRate, NdrPdr, SearchResult, Sweep, best_worst,
                             binary_search, latency_at, line_rate_pps, max_rate, ndrpdr, run_method, sweep)
+from perfkit.search.judging import offered_rate
+from perfkit.search.limits import LOWER_BOUNDS, loss_limit, maxrate_limit, ring_core_busy
+from perfkit.search.trials import TrialLog
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult
 
@@ -517,12 +520,10 @@ def _lossy(busy: float, drops: dict[str, int], disturbed: bool = False) -> Trial
 
 def test_ring_overflows_while_the_dut_had_time_to_spare_are_the_testbeds_limit():
     """A DUT half busy that overflows its 256-frame veth ring is not at its capacity."""
-    from perfkit.search.common import LOWER_BOUNDS, TrialLog, loss_limit
-
-    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 26_240})) == "testbed"
-    assert TrialLog.maxrate_limit(_lossy(0.90, {"rx_ring_full": 26_240})) == "dut"      # saturated
-    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 10, "no_session": 5})) == "dut"  # its program
-    assert TrialLog.maxrate_limit(_lossy(0.46, {"rx_ring_full": 99}, disturbed=True)) == "host stalls"
+    assert maxrate_limit(_lossy(0.46, {"rx_ring_full": 26_240})) == "testbed"
+    assert maxrate_limit(_lossy(0.90, {"rx_ring_full": 26_240})) == "dut"      # saturated
+    assert maxrate_limit(_lossy(0.46, {"rx_ring_full": 10, "no_session": 5})) == "dut"  # its program
+    assert maxrate_limit(_lossy(0.46, {"rx_ring_full": 99}, disturbed=True)) == "host stalls"
     assert loss_limit([_lossy(0.5, {"rx_ring_full": 9}, True), _lossy(0.5, {"rx_ring_full": 9})]) == "testbed"
     assert "testbed" in LOWER_BOUNDS and "dut" not in LOWER_BOUNDS
 
@@ -541,44 +542,39 @@ def _two_cores(per_core: dict[str, float], ring_cores: list[int], lost: int = 26
 def test_the_core_whose_ring_overflowed_is_judged_not_the_mean():
     """One flow on two DUT cores: one core saturated, the other idle. The mean busy (0.5) had time to
     spare; the core whose queue overflowed did not."""
-    from perfkit.search.common import TrialLog, ring_core_busy
-
     saturated, idle = {"1": 0.98, "2": 0.02}, {"1": 0.02, "2": 0.98}
     assert _two_cores(saturated, [1]).dut_busy == pytest.approx(0.5)
-    assert TrialLog.maxrate_limit(_two_cores(saturated, [1])) == "dut"
+    assert maxrate_limit(_two_cores(saturated, [1])) == "dut"
     # the queue that overflowed cannot be told (the cpumap's): the busiest core is judged
     assert ring_core_busy(_two_cores(saturated, [1, 2])) == pytest.approx(0.98)
-    assert TrialLog.maxrate_limit(_two_cores(saturated, [1, 2])) == "dut"
+    assert maxrate_limit(_two_cores(saturated, [1, 2])) == "dut"
     # the idle core's ring overflowed while its core had time to spare: the testbed's buffering
-    assert TrialLog.maxrate_limit(_two_cores(saturated, [2])) == "testbed"
-    assert TrialLog.maxrate_limit(_two_cores(idle, [1])) == "testbed"
+    assert maxrate_limit(_two_cores(saturated, [2])) == "testbed"
+    assert maxrate_limit(_two_cores(idle, [1])) == "testbed"
     # before ring_cores, trials had only the mean: judged by it
     old = _two_cores(saturated, [])
     old.dut_busy_per_core = {}
-    assert ring_core_busy(old) == pytest.approx(0.5) and TrialLog.maxrate_limit(old) == "testbed"
+    assert ring_core_busy(old) == pytest.approx(0.5) and maxrate_limit(old) == "testbed"
 
 
 def test_a_core_shared_with_the_tester_had_no_time_to_spare_when_the_tester_used_it():
     """Sharing its core with the tester, the DUT's packet threads ran 45 % of it and the tester's
     threads the rest: the core had nothing to spare, and the loss is the DUT's in that set-up."""
-    from perfkit.search.common import TrialLog
-
     busy = {"1": {"packet": 0.45, "perfkit": 0.0, "other": 0.53, "idle": 0.02}, "2": {"idle": 0.99}}
-    assert TrialLog.maxrate_limit(_two_cores({"1": 0.45, "2": 0.0}, [1], shared=True, core_time=busy)) == "dut"
+    assert maxrate_limit(_two_cores({"1": 0.45, "2": 0.0}, [1], shared=True, core_time=busy)) == "dut"
     spare = {"1": {"packet": 0.45, "other": 0.1, "idle": 0.45}, "2": {"idle": 0.99}}
-    assert TrialLog.maxrate_limit(_two_cores({"1": 0.45, "2": 0.0}, [1], shared=True, core_time=spare)) == "testbed"
+    assert maxrate_limit(_two_cores({"1": 0.45, "2": 0.0}, [1], shared=True, core_time=spare)) == "testbed"
 
 
 def test_loss_no_counter_explains_is_no_ring_overflow_whatever_the_queue():
     """Behind a 4096-frame queue, 1000 frames lost beyond the counted overflows are the DUT's: the
     slack is what can be in flight when a trial is read (trial.IN_FLIGHT), not the queue's size."""
-    from perfkit.search.common import TrialLog
     from perfkit.trial import IN_FLIGHT
 
     assert IN_FLIGHT < 4096
     half = {"1": 0.5, "2": 0.5}
-    assert TrialLog.maxrate_limit(_two_cores(half, [1, 2], lost=5000, ring=5000 - IN_FLIGHT)) == "testbed"
-    assert TrialLog.maxrate_limit(_two_cores(half, [1, 2], lost=5000, ring=4000)) == "dut"
+    assert maxrate_limit(_two_cores(half, [1, 2], lost=5000, ring=5000 - IN_FLIGHT)) == "testbed"
+    assert maxrate_limit(_two_cores(half, [1, 2], lost=5000, ring=4000)) == "dut"
 
 
 # -- stalled trials: run again whatever they lost, judged fairly ------------------------------------
@@ -608,8 +604,6 @@ class _Scripted:
     ([(500, True, False), (0, False, False)], 1),                 # stalled, loss not explained: run again
 ])
 def test_a_stalled_trial_is_run_again_whatever_it_lost(script, judged):
-    from perfkit.search.common import TrialLog
-
     m = _Scripted(script)
     with TrialLog(m, "ndr") as log:
         got = log.run(1e6, 1.0, "x")
@@ -697,8 +691,6 @@ def test_speed_normalized_searches_find_the_capacity_at_the_reference_speed(meth
 def test_the_speed_a_trial_is_asked_for_is_predicted_from_trials_of_its_duration():
     """A VM's CPU ran 1 s trials at the reference speed and 10 s ones 20 % slower: a 10 s trial is
     asked for 1/1.2 of the rate wanted (its own duration's factors), a 1 s trial for all of it."""
-    from perfkit.search.common import TrialLog
-
     class SlowLongTrials(SimGenerator):
         def measure(self, rate_pps: float, duration: float, packets: int | None = None):
             trial = super().measure(rate_pps, duration, packets)
@@ -714,8 +706,6 @@ def test_the_speed_a_trial_is_asked_for_is_predicted_from_trials_of_its_duration
 
 
 def test_a_speed_normalized_trial_is_judged_at_the_reference_speed():
-    from perfkit.search.common import offered_rate
-
     gen = sim(speed_sigma=0.1, speed_reference=8.0, seed=3)
     trial = gen.measure(0.5 * T, 1.0)
     assert trial.speed_reference_ns == 8.0

@@ -15,7 +15,7 @@ import pytest
 
 from perfkit.cli import main
 from perfkit.generators import create
-from perfkit.generators.xdp import allocate_cores  # its CPUs are read at import: before any shield here moves us
+from perfkit.generators.xdpcores import allocate_cores  # its CPUs are read at import: before any shield here moves us
 from perfkit.scenario import Scenario
 from perfkit.testbed import shield
 from perfkit.testbed.shield import Shield

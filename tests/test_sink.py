@@ -13,7 +13,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from perfkit.dataplanes.pgwu.control import SessionPlan
 from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.testbed.sink import Sink, bucket_bounds, bucket_of, percentiles
 from tests.conftest import ROOT
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from perfkit.generators import create
-from perfkit.generators.xdp import RING_FRAMES
+from perfkit.generators.xdpcores import RING_FRAMES
 from perfkit.scenario import Scenario
 from perfkit.search import BinarySearch, binary_search
 from perfkit.stalls import Queue, StallProbe, disturbance, stalled

@@ -1,10 +1,10 @@
 """TRex STL profiles on perfkit's XDP generator: real TRex library (``STLProfile.load_py`` in its own
-environment through ``perfkit.trexlib``), real generator program (BPF_PROG_TEST_RUN), real scapy.
+environment through ``perfkit.trex``), real generator program (BPF_PROG_TEST_RUN), real scapy.
 
 TRex's simulator binary (bp-sim-64) does not ship with the PyPI client, so the frames are checked
 against TRex's semantics as trex-core implements them (``src/stx/stl/trex_stl_stream_vm.h``:
 ``inc_mod``/``dec_mod``, ``StreamVmInstructionFlowMan::peek_prev``, ``StreamDPOpClientsLimit::run``,
-``StreamDPOpPktWrMask::wr``; see ``perfkit/stlvm.py``), with the expected values written out by hand
+``StreamDPOpPktWrMask::wr``; see ``perfkit/stl/vm.py``), with the expected values written out by hand
 here, and against perfkit's Python model of them for whole frames.
 """
 from __future__ import annotations
@@ -21,8 +21,9 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.layers.l2 import Ether
 
-from perfkit import stlprofile, stlvm
 from perfkit.scenario import Scenario
+from perfkit.stl import profile as stlprofile
+from perfkit.stl import vm as stlvm
 from perfkit.testbed import stlgen
 from tests.conftest import ROOT
 from tests.script_forks import ScriptForks

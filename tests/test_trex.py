@@ -26,13 +26,14 @@ from perfkit.dataplanes.pgwu.control import UE_BASE, UL_TEID_BASE, SessionPlan
 from perfkit.dataplanes.pgwu.model import emit
 from perfkit.dataplanes.pgwu.traffic import SPORT_BASE, PgwuTraffic
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.fieldengine import FieldEngine, FieldWrite, FlowVar
 from perfkit.generators import create
-from perfkit.generators.trex import (ENV_SERVER, GLOBAL_COUNTERS_NOTE, TRexGenerator, build_streams, latency_ns,
-                                     split_load, stats_to_result, streams_json, vm_instructions)
+from perfkit.generators.trex import ENV_SERVER, TRexGenerator
 from perfkit.scenario import Scenario
-from perfkit.trexlib import client as trexlib
-from perfkit.trexlib.client import TRexWorker, WorkerError, load_profile
+from perfkit.stl.fieldengine import FieldEngine, FieldWrite, FlowVar
+from perfkit.trex import client as trex_client
+from perfkit.trex.client import TRexWorker, WorkerError, load_profile
+from perfkit.trex.stats import GLOBAL_COUNTERS_NOTE, latency_ns, stats_to_result
+from perfkit.trex.streams import build_streams, split_load, streams_json, vm_instructions
 from tests.fake_trex_rpc_server import FakeTRexRpcServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,7 @@ def test_udp_checksum_is_fixed_as_udp_at_l4_plus_6(worker):
                          0, 0, l3_offset=ip, l4_offset=l4)
     program = vm_instructions(engine, frame)
     assert program[-1] == {"type": "STLVmFixChecksumHw", "args": {"l3_offset": ip, "l4_offset": l4, "l4_type": "udp"}}
-    from perfkit.trexlib.client import build_streams_json
+    from perfkit.trex.client import build_streams_json
     spec = {"name": "u", "frame": base64.b64encode(frame).decode(), "mode": {"type": "continuous", "pps": 10.0},
             "vm": program}
     (stream,) = build_streams_json([spec], worker=worker)
@@ -465,7 +466,7 @@ def test_worker_ends_when_perfkit_and_the_server_are_gone_mid_trial():
 def test_worker_exit_gives_up_a_disconnect_that_hangs(capsys):
     """TRex's disconnect stops traffic and then polls for the server to say it stopped; with events lost
     it polls forever (a worker left behind doing so was seen here). The worker's exit bounds it."""
-    from perfkit.trexlib import worker as trex_worker
+    from perfkit.trex import worker as trex_worker
 
     def hang() -> None:
         while True:
@@ -497,15 +498,15 @@ def test_worker_out_of_step_is_stopped_and_replaced(tmp_path, monkeypatch):
     # A worker inside a profile's get_streams does not end on SIGTERM (TRex's load_py takes the
     # SystemExit of its handler for the profile's own exit): only the SIGKILL after the grace period
     # does. 2 s of grace here instead of CLOSE_TIMEOUT's 15.
-    monkeypatch.setattr(trexlib, "CLOSE_TIMEOUT", 2.0)
+    monkeypatch.setattr(trex_client, "CLOSE_TIMEOUT", 2.0)
     slow = tmp_path / "slow.py"
     slow.write_text("import time\nclass P:\n    def get_streams(self, **kw):\n        time.sleep(60)\n"
                     "def register():\n    return P()\n")
-    w = trexlib.shared_worker()
+    w = trex_client.shared_worker()
     with pytest.raises(WorkerError, match="no answer from the TRex worker in 1 s; it was stopped"):
         w.call("load_profile", timeout=1, path=str(slow))
     assert not w.alive
-    assert trexlib.shared_worker() is not w and trexlib.shared_worker().alive
+    assert trex_client.shared_worker() is not w and trex_client.shared_worker().alive
 
 
 def test_worker_started_by_a_thread_outlives_the_thread():
@@ -521,18 +522,18 @@ def test_worker_started_by_a_thread_outlives_the_thread():
 
 
 def test_missing_trex_environment_says_make_setup(monkeypatch, tmp_path):
-    monkeypatch.delenv(trexlib.ENV_PYTHON, raising=False)
-    monkeypatch.setattr(trexlib, "DEFAULT_VENV", tmp_path / "no-venv")
+    monkeypatch.delenv(trex_client.ENV_PYTHON, raising=False)
+    monkeypatch.setattr(trex_client, "DEFAULT_VENV", tmp_path / "no-venv")
     with pytest.raises(PerfkitError, match=r"TRex client library is not installed: .*run `make setup`"):
-        trexlib.trex_python()
-    monkeypatch.setenv(trexlib.ENV_PYTHON, str(tmp_path / "python9"))
+        trex_client.trex_python()
+    monkeypatch.setenv(trex_client.ENV_PYTHON, str(tmp_path / "python9"))
     with pytest.raises(PerfkitError, match="PERFKIT_TREX_PYTHON=.*python9 is not an executable"):
         TRexGenerator(Scenario(), server="127.0.0.1")
 
 
 def test_trex_home_installation_is_used_instead_of_the_pypi_client(tmp_path):
     """A lab's TRex tree: $TREX_HOME/automation/trex_control_plane/interactive (here: the PyPI copy's)."""
-    worker_python = trexlib.trex_python()
+    worker_python = trex_client.trex_python()
     site = Path(subprocess.check_output([str(worker_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     home = tmp_path / "trex"
@@ -602,9 +603,9 @@ def test_load_profile_tunables_as_the_console_passes_them(profiles, worker):
 def test_load_profile_shared_worker(profiles):
     """The module-level call spawns one worker and keeps it for the next load."""
     assert rates(load_profile(str(profiles / "argp.py"), ["--flows", "3"])) == [3]
-    first = trexlib.shared_worker()
+    first = trex_client.shared_worker()
     load_profile(profiles / "argp.py")
-    assert trexlib.shared_worker() is first and first.alive
+    assert trex_client.shared_worker() is first and first.alive
 
 
 @pytest.mark.parametrize("name,tunables,error,message", [
@@ -667,5 +668,5 @@ def test_bad_trial_arguments():
 
 
 def test_json_keys_back_to_numbers():
-    assert trexlib.int_keys(json.loads(json.dumps({0: {"x": 1}, "latency": {5: {"histogram": {10: 2}}}}))) == \
+    assert trex_client.int_keys(json.loads(json.dumps({0: {"x": 1}, "latency": {5: {"histogram": {10: 2}}}}))) == \
         {0: {"x": 1}, "latency": {5: {"histogram": {10: 2}}}}

@@ -41,7 +41,7 @@ struct gen_write {
 	__u8 pad[3];
 };
 
-/* TRex's field engine (a TRex STL profile's VM, perfkit/stlprofile.py), with TRex's semantics: the
+/* TRex's field engine (a TRex STL profile's VM, perfkit/stl/profile.py), with TRex's semantics: the
  * operations run in the profile's order (a variable's update, then the writes that follow it), so
  * a write placed before its variable's update writes the previous value, as in TRex. Built-in
  * profiles leave it empty: compiled in, every part of it folds away. */

@@ -8,22 +8,25 @@ the search summaries):
 - ``perfkit.analysis.throughput``: ``throughput_table``, ``search_table``, ``latency_table``,
   ``search_path``, ``throughput_pivot``;
 - ``perfkit.analysis.cpu``: ``cpu_per_trial``, ``cpu_frame`` (``CpuSource`` says where the figures come from);
-- ``perfkit.analysis.cost``: ``load_frame``, ``fit_load``, ``load_capacity``, ``capacity_answer``: the
-  DUT's CPU load against the packet rate, what a packet costs, and the cores it implies;
-- ``perfkit.analysis.models``: ``fit_cpu_models``, ``fit_linear``, ``capacity_table`` and the tables
-  the notebook shows (the CPU-share models).
+- ``perfkit.analysis.cost``: ``load_frame``, ``fit_load``: the DUT's CPU load against the packet rate
+  and what a packet costs (the DUT load model);
+- ``perfkit.analysis.capacity``: ``load_capacity``, ``capacity_answer``: the cores the load model
+  implies, and the one capacity table a report shows;
+- ``perfkit.analysis.models``: ``fit_cpu_models``, ``fit_linear``, ``capacity_table``,
+  ``drop_generator_limited`` and the tables the notebook shows (the CPU-share models).
 
 Every model has an in-sample and a cross-validated R² (one scenario left out at a time); one whose
 cross-validated R² is under ``WEAK_R2`` is weak.
 
 Each module documents the columns of its frames.
 """
-from perfkit.analysis.cost import (CapacityAnswer, LoadModel, capacity_answer, drop_generator_limited, fit_load,
-                                   load_capacity, load_frame)
+from perfkit.analysis.capacity import CapacityAnswer, capacity_answer, load_capacity
+from perfkit.analysis.cost import LoadModel, fit_load, load_frame
 from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_per_trial
 from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, MIN_CV_GROUPS, TARGET_UNITS, WEAK_R2, CpuModels,
                                      LinearFit, capacity_pivot, capacity_table, capacity_tables, coefficients_table,
-                                     correlation_table, correlations, fit_cpu_models, fit_linear, r2_words)
+                                     correlation_table, correlations, drop_generator_limited, fit_cpu_models,
+                                     fit_linear, r2_words)
 from perfkit.analysis.notes import run_notes
 from perfkit.analysis.run import (SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_summary, trial_frame,
                                   variant_label)

@@ -4,7 +4,8 @@
 - per variant, multivariate: the DUT's CPU work (``cpu_cores_pct``, % of one core summed over the
   DUT cores) vs frame size, 1/frame size, cores and offered Mpps (``FEATURES``);
 - ``capacity_table``: the fewest cores whose predicted CPU per core stays under a utilisation, for
-  X Gbit/s of Y-byte frames.
+  X Gbit/s of Y-byte frames;
+- ``drop_generator_limited``: the trials these models may use: not those the generator capped.
 
 Every fit carries two R²: in-sample (``r2_``, how well it describes the rows it was fitted on) and
 cross-validated (``cv_r2_``): each scenario (``scenario_key``) left out in turn
@@ -25,7 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perfkit.analysis.run import variant_label
+from perfkit.analysis.run import RunData, variant_label
+from perfkit.errors import ConfigError
+from perfkit.search.limits import fell_short
 from perfkit.units import L1_OVERHEAD
 
 #: A model whose cross-validated R² is below this is weak: it does not predict a scenario left out.
@@ -259,7 +262,6 @@ def capacity_table(model: LinearFit, gbps_targets: Sequence[float], frame_sizes:
     cores_needed), extrapolated, assumption.
     """
     if not 0 < utilization <= 100:
-        from perfkit.errors import ConfigError
         raise ConfigError("utilization", utilization, "a CPU per core percentage, 0 < x <= 100")
     data = model.residuals_
     mpps_max = data["offered_mpps"].max() if "offered_mpps" in data else math.nan
@@ -307,3 +309,15 @@ def capacity_pivot(cap: pd.DataFrame) -> pd.DataFrame:
     out = d.pivot(index="frame_size", columns=["variant", "target"], values="cores")
     return out.reindex(columns=pd.MultiIndex.from_tuples(
         [(va, f"{g:g} Gbit/s") for va in dict.fromkeys(d["variant"]) for g in dict.fromkeys(d["gbps"])]))
+
+
+# -- the trials the models use -----------------------------------------------------------------------
+def drop_generator_limited(frame: pd.DataFrame, run: RunData) -> pd.DataFrame:
+    """``frame`` (one row per trial, with ``trial_id``) without the trials whose generator offered
+    clearly less than asked: their figures are the generator's, not the DUT's, and enter no model."""
+    t = run.trials
+    if frame.empty or t.empty:
+        return frame
+    seconds = t["elapsed"].where(t["elapsed"] > 0, t["duration"])
+    short = fell_short(t["tx_packets"] / seconds, t["intended_pps"])
+    return frame[~frame["trial_id"].isin(set(t.loc[short, "trial_id"]))].reset_index(drop=True)

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
-from perfkit.search.common import LIMITS, LOWER_BOUNDS, OFFER_SHORTFALL
+from perfkit.search.limits import LIMITS, LOWER_BOUNDS, fell_short, stored_goal_limit, stored_maxrate_limit
 from perfkit.units import L1_OVERHEAD
 
 #: Latency percentiles shown, as (column suffix, label).
@@ -49,7 +49,7 @@ PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9")
 
 
 def judged_loss(trials: pd.DataFrame) -> pd.Series:
-    """The loss searches judge (``perfkit.search.common``): the DUT's (``dut_loss_ratio``), or the
+    """The loss searches judge (``perfkit.search.judging``): the DUT's (``dut_loss_ratio``), or the
     whole loss in runs stored before trials had it."""
     return trials["dut_loss_ratio"].fillna(trials["loss_ratio"]) if "dut_loss_ratio" in trials else trials["loss_ratio"]
 
@@ -71,18 +71,15 @@ def _maxrate_limit(t: pd.Series | None) -> str:
     """What limited a max-rate figure stored before searches said (``SearchResult.limited_by``)."""
     if t is None:
         return ""
-    if judged_loss(t.to_frame().T).iloc[0] > 0:
-        return "host stalls" if t["disturbed"] else "dut"
     seconds = t["elapsed"] if t["elapsed"] > 0 else t["duration"]
-    return "generator" if t["tx_packets"] / seconds < t["intended_pps"] * (1 - OFFER_SHORTFALL) else "max rate"
+    return stored_maxrate_limit(bool(judged_loss(t.to_frame().T).iloc[0] > 0), bool(t["disturbed"]),
+                                bool(fell_short(t["tx_packets"] / seconds, t["intended_pps"])))
 
 
 def _goal_limit(res: dict[str, Any], lower: float | None, upper: float | None, trials: pd.DataFrame) -> str:
-    """The same for a search goal: at the generator's best offer, nothing lost, or the DUT."""
+    """The same for a search goal (``stored_goal_limit``)."""
     best = trials["offered_pps"].max() if not trials.empty else math.nan
-    if res.get("generator_limited") and lower is not None and lower >= best * (1 - OFFER_SHORTFALL):
-        return "generator"
-    return "max rate" if upper is None else "dut"
+    return stored_goal_limit(bool(res.get("generator_limited")), lower, upper, best)
 
 
 def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:

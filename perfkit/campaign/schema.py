@@ -375,7 +375,7 @@ def _host_check_seconds(value: Any) -> float:
 
 def _trex_profile(backend: str, options: dict[str, Any]) -> None:
     """``options.trex_profile`` (a TRex STL profile file as the traffic) and ``options.trex_tunables``."""
-    from perfkit.stlprofile import check_tunables
+    from perfkit.stl.profile import check_tunables
 
     where = "campaign.generator.options"
     if "trex_tunables" in options and "trex_profile" not in options:

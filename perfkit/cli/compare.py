@@ -9,15 +9,14 @@ import argparse
 import json
 import sys
 
+from perfkit.analysis import load_run
 from perfkit.cli.options import check_run, number
+from perfkit.compare import compare_runs
 from perfkit.errors import RegressionFound
 from perfkit.store import DEFAULT_ROOT
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from perfkit.analysis import load_run
-    from perfkit.compare import compare_runs
-
     check_run("--run", args.run, args.root)
     check_run("--baseline", args.baseline, args.root)
     cmp = compare_runs(load_run(args.run, args.root), load_run(args.baseline, args.root), args.threshold)

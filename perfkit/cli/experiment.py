@@ -26,8 +26,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from perfkit.campaign.edit import parse_edits
 from perfkit.cli.options import add_json, add_run_store, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.experiment import run_notebook
 
 
 def _human(d: dict) -> str:
@@ -49,8 +51,6 @@ def _human(d: dict) -> str:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from perfkit.campaign.edit import parse_edits
-    from perfkit.experiment import run_notebook
 
     check_run_args(args)
     edits = parse_edits(args.edit)

@@ -12,11 +12,10 @@ import json
 import sys
 
 from perfkit.cli.options import add_json, integer
+from perfkit.lab import NOTEBOOKS, serve
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    from perfkit.lab import NOTEBOOKS, serve
-
     def ready(lab) -> None:
         if args.json:
             print(json.dumps(lab.to_dict()), flush=True)

@@ -11,8 +11,13 @@ from typing import Any, Callable
 
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
+from perfkit.generators import BACKENDS
+from perfkit.generators.sim import MODELS
 from perfkit.rate import Rate
+from perfkit.report import DEFAULT_REPORTS
 from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.store import DEFAULT_ROOT, list_runs
+from perfkit.testbed.dut import check_rx_queue
 from perfkit.units import LINE_RATES
 
 
@@ -89,8 +94,6 @@ def check_writable(option: str, path: str | None) -> None:
 
 def check_run(option: str, run_id: str, root: str | Path) -> None:
     """Refuse a run id that is not a run under ``root``, naming ``option`` and the recent runs."""
-    from perfkit.store import list_runs
-
     runs = list_runs(root)
     if run_id not in runs:
         raise ConfigError(option, run_id, f"the id of a run under {root} (recent: {', '.join(runs[-5:]) or 'none'})")
@@ -118,8 +121,6 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 def add_run_store(parser: argparse.ArgumentParser) -> None:
     """--resume --run --root --report --baseline --reports: the options of commands that make a run
     (``perfkit run``, ``perfkit experiment``)."""
-    from perfkit.store import DEFAULT_ROOT
-
     parser.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
     parser.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
     parser.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
@@ -130,8 +131,6 @@ def add_run_store(parser: argparse.ArgumentParser) -> None:
 
 
 def add_reports_dir(parser: argparse.ArgumentParser) -> None:
-    from perfkit.report import DEFAULT_REPORTS
-
     parser.add_argument("--reports", default=str(DEFAULT_REPORTS),
                         help=f"reports directory (default {DEFAULT_REPORTS}; env PERFKIT_REPORTS)")
 
@@ -197,9 +196,6 @@ def add_trial(parser: argparse.ArgumentParser, duration: float | None = 2.0) -> 
 
     ``duration`` is the default of ``--duration`` (None lets the command pick per method).
     """
-    from perfkit.generators import BACKENDS
-    from perfkit.generators.sim import MODELS
-
     g = parser.add_argument_group("trial")
     g.add_argument("--rate", default=None,
                    help="offered rate: 2Mpps, 150kpps, 5Gbps (L1) or 40%% of --line-rate; "
@@ -244,8 +240,6 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError:
             raise ConfigError("tester_cores", args.tester_cores, "CPU numbers separated by commas") from None
     if args.generator == "xdp" and getattr(args, "rx_queue", None) is not None:
-        from perfkit.testbed.dut import check_rx_queue
-
         check_rx_queue(args.rx_queue)
         options["rx_queue"] = args.rx_queue
     if args.generator == "xdp" and getattr(args, "shield", None):

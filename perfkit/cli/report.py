@@ -9,6 +9,7 @@ import argparse
 
 from perfkit.cli.options import add_json, add_reports_dir, check_run, emit
 from perfkit.errors import PerfkitError
+from perfkit.report import build_report, check_pages
 from perfkit.store import DEFAULT_ROOT
 
 
@@ -26,8 +27,6 @@ def _human(d: dict) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from perfkit.report import build_report
-
     check_run("--run", args.run, args.root)
     if args.baseline not in (None, "auto"):
         check_run("--baseline", args.baseline, args.root)
@@ -35,8 +34,6 @@ def cmd_report(args: argparse.Namespace) -> int:
                        show_code=args.show_code, progress=not args.no_progress)
     out = rep.to_dict()
     if args.check:
-        from perfkit.report import check_pages
-
         out["check_problems"] = check_pages(rep.dir)
     emit(out, args.json, _human)
     if not rep.ok:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 
+from perfkit.campaign import resume_campaign, run_campaign
 from perfkit.cli._signals import sigpipe_ignored
 from perfkit.cli.options import add_json, add_run_store, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.report import build_report
 
 
 def _human(d: dict) -> str:
@@ -48,8 +50,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace):
-    from perfkit.campaign import resume_campaign, run_campaign
-
     check_run_args(args)
     common = {"root": args.root, "metrics": not args.no_metrics, "progress": not args.no_progress}
     if args.resume:
@@ -62,8 +62,6 @@ def _run(args: argparse.Namespace):
         outcome = run_campaign(args.campaign, run_id=args.run, **common)
     rep = None
     if args.report:
-        from perfkit.report import build_report
-
         rep = build_report(outcome.run_id, baseline_run_id=args.baseline, data_root=args.root,
                            reports_root=args.reports, progress=not args.no_progress)
     return outcome, rep

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Iterable
 
 from perfkit.cli.options import add_json, emit
+from perfkit.metrics import stack
+from perfkit.metrics.config import default_stack_dir
 from perfkit.testbed.topology import Testbed, clean, owned_by_live, running
 
 
@@ -78,9 +80,6 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _clean_all(args: argparse.Namespace) -> int:
-    from perfkit.metrics import stack
-    from perfkit.metrics.config import default_stack_dir
-
     removed = clean(run_id=args.run)
     kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
     dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stack.registered_dirs()]

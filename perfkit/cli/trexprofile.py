@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from perfkit import stlprofile
 from perfkit.cli.options import add_json, check_writable, emit, integer
 from perfkit.errors import ConfigError
+from perfkit.stl import profile as stlprofile
 from perfkit.testbed import stlgen
 from perfkit.testbed.sink import Capture, write_pcap
 

@@ -5,14 +5,15 @@ import argparse
 import os
 from pathlib import Path
 
-from perfkit import perf, stlprofile
+from perfkit import perf
 from perfkit.cli.options import (add_json, add_scenario, add_trial, check_trial, emit, generator_options, integer,
                                  scenario_from_args)
 from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.stlprofile import StlProfile
+from perfkit.stl import profile as stlprofile
+from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 
 
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- --trex-profile (a TRex STL profile as the traffic: perfkit.stlprofile) ---------------------------------
+# -- --trex-profile (a TRex STL profile as the traffic: perfkit.stl.profile) -------------------------------
 def add_trex_profile(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("TRex STL profile (xdp generator)")
     g.add_argument("--trex-profile", default=None, metavar="PATH",

@@ -17,7 +17,7 @@ class Generator(ABC):
     #: as its receive queue lasts, whatever it lost) before the last one is judged with its loss.
     disturbed_retries: int = 3
     #: Speed normalization: the reference CPU speed [ns per step of the stall probe's speed probe]
-    #: every trial is judged at (``TrialResult.speed_reference_ns``; ``perfkit.search.common``).
+    #: every trial is judged at (``TrialResult.speed_reference_ns``; ``perfkit.search.judging``).
     #: None: off, trials are judged at their offered rate.
     speed_reference_ns: float | None = None
     #: The reference cost of the DUT's kernel path per packet [ns] that speed-normalized trials are

@@ -35,7 +35,7 @@ A stall of a DUT core that keeps up overflows its queue by what arrives beyond t
 one of a DUT already losing frames costs the frames it would have forwarded meanwhile. A share of
 the stalls take the whole VM (``whole_vm``): the generator stops too, nothing arrives and nothing
 overflows, but the probe sees the DUT core stall all the same -- the stalls that made the old retry
-rule favour the DUT (``perfkit.search.common``).
+rule favour the DUT (``perfkit.search.trials``).
 """
 from __future__ import annotations
 

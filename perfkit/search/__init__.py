@@ -16,13 +16,22 @@ The same searches run on the local generator, TRex or a simulated DUT:
 Each returns a ``SearchResult`` (``lower_bound``/``upper_bound`` [pps], ``trial_count``,
 ``trial_seconds``, every trial labelled ``<method>/<phase>``); ``on_trial`` sees each trial as
 soon as it ends.
+
+What the methods share, one module each: ``measurer`` (the protocol), ``params`` (checks and the
+line rate), ``judging`` (the rate and loss a trial is judged by), ``limits`` (what limited a figure:
+the words and every rule that picks one), ``trials`` (``TrialLog``: running, retrying and keeping
+trials) and ``result`` (``SearchResult``, ``Bounds``).
 """
 from perfkit.search.binary import RULES, BinarySearch, best_worst, binary_search
-from perfkit.search.common import (OFFER_SHORTFALL, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
-                                   generator_limited, is_good, line_rate_pps, offered_rate)
+from perfkit.search.judging import is_good, offered_rate
+from perfkit.search.limits import OFFER_SHORTFALL, generator_limited
+from perfkit.search.measurer import Measurer, OnTrial
 from perfkit.search.methods import METHODS, ndr_then_latency, run_method
 from perfkit.search.multi import NdrPdr, ndrpdr
+from perfkit.search.params import line_rate_pps
+from perfkit.search.result import Bounds, SearchResult
 from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rate, sweep
+from perfkit.search.trials import TrialLog
 
 __all__ = [
     "METHODS", "OFFER_SHORTFALL", "RULES", "BinarySearch", "Bounds", "LatencyAt", "MaxRate", "Measurer", "NdrPdr",

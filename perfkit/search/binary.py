@@ -24,9 +24,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from perfkit.errors import ConfigError
-from perfkit.search.common import (Bounds, Measurer, OnTrial, SearchResult, TrialLog, check_positive,
-                                   check_rate_range, check_ratio, goal_name, is_good, narrow,
-                                   offered_rate, resolve_max_rate)
+from perfkit.search.judging import is_good, narrow, offered_rate
+from perfkit.search.measurer import Measurer, OnTrial
+from perfkit.search.params import check_positive, check_rate_range, check_ratio, resolve_max_rate
+from perfkit.search.result import Bounds, SearchResult, goal_name
+from perfkit.search.trials import TrialLog
 
 #: How many trials a verdict takes: ``single`` one; ``best``/``worst``/``majority`` up to N (see
 #: module doc).
@@ -102,7 +104,7 @@ class _Judge:
         self.p = params
         self.memo: dict[float, bool] = {}
         self.normalized = False
-        """Whether the last trial was speed-normalized (``perfkit.search.common``)."""
+        """Whether the last trial was speed-normalized (``perfkit.search.judging``)."""
 
     def __call__(self, rate: float, phase: str) -> tuple[bool, float]:
         """(good, the rate the verdict holds for) -- lower than ``rate`` if the generator fell short."""

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 from perfkit.errors import ConfigError
 from perfkit.search.binary import BinarySearch, best_worst, binary_search
-from perfkit.search.common import Measurer, OnTrial, SearchResult
+from perfkit.search.measurer import Measurer, OnTrial
+from perfkit.search.result import SearchResult
 from perfkit.search.multi import NdrPdr, ndrpdr
 from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rate, sweep
 

@@ -31,9 +31,12 @@ import math
 from dataclasses import dataclass, field
 
 from perfkit.errors import ConfigError
-from perfkit.search.common import (OFFER_SHORTFALL, RATE_EPS, Bounds, Measurer, OnTrial, SearchResult, TrialLog,
-                                   check_positive, check_rate_range, check_ratio, goal_name, is_good, narrow,
-                                   offered_rate, resolve_max_rate)
+from perfkit.search.judging import RATE_EPS, is_good, narrow, offered_rate
+from perfkit.search.limits import OFFER_SHORTFALL
+from perfkit.search.measurer import Measurer, OnTrial
+from perfkit.search.params import check_positive, check_rate_range, check_ratio, resolve_max_rate
+from perfkit.search.result import Bounds, SearchResult, goal_name
+from perfkit.search.trials import TrialLog
 from perfkit.trial import TrialResult
 
 #: Failed confirmations of a goal after which its short good trials are no longer trusted.

@@ -13,8 +13,11 @@ import math
 from dataclasses import dataclass
 
 from perfkit.errors import ConfigError, SearchError
-from perfkit.search.common import (Measurer, OnTrial, SearchResult, TrialLog, check_positive,
-                                   check_ratio, is_good, offered_rate, resolve_max_rate)
+from perfkit.search.judging import is_good, offered_rate
+from perfkit.search.measurer import Measurer, OnTrial
+from perfkit.search.params import check_positive, check_ratio, resolve_max_rate
+from perfkit.search.result import SearchResult
+from perfkit.search.trials import TrialLog
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_M
                              gen_config, gen_state)
 from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
 from perfkit.dataplane import Traffic
-from perfkit.fieldengine import SIGNATURE, FieldEngine
+from perfkit.stl.fieldengine import FieldEngine
+from perfkit.stl.signature import SIGNATURE
 from perfkit.paths import BUILD_DIR
 from perfkit.testbed.stlgen import Compiled
 from perfkit.testbed.topology import Port, anchor_peer

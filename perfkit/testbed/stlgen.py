@@ -3,7 +3,7 @@ and ``show``: the frames that generator program sends, produced by the real prog
 BPF_PROG_TEST_RUN without a testbed.
 
 The generator restores the template's first bytes for every packet, runs the profile's VM in its
-order (``perfkit.stlvm`` says what each instruction does, after trex-core), writes perfkit's
+order (``perfkit.stl.vm`` says what each instruction does, after trex-core), writes perfkit's
 signature where the profile leaves room (``signature_room``), then brings each checksum the profile
 fixes up to date incrementally (RFC 1624): the template carries it right for the template, and the
 program sums only the 16-bit words a write or the signature may change. That equals TRex's full
@@ -20,13 +20,13 @@ from fractions import Fraction
 from pathlib import Path
 
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES,
                              GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
                              GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
-from perfkit.stlprofile import Instr, StlProfile, StlStream
-from perfkit.stlvm import Checksum, checksums, initial, step_of
+from perfkit.stl.profile import Instr, StlProfile, StlStream
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
+from perfkit.stl.vm import Checksum, checksums, initial, step_of
 from perfkit.testbed.bpfbuild import specialised
 
 _OPS = {"inc": GenVmVarOp.GEN_VM_INC, "dec": GenVmVarOp.GEN_VM_DEC, "random": GenVmVarOp.GEN_VM_RANDOM,

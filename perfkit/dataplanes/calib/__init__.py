@@ -29,8 +29,8 @@ from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, 
 from perfkit.dataplanes.calib.calibration import DEFAULT_WORKS, Calibration, Line, bench_work, calibrate, fit_line
 from perfkit.dataplanes.calib.control import Calib, CalibConfig
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
-from perfkit.dataplanes.calib.model import FWD, check_output, emit
-from perfkit.dataplanes.calib.traffic import CalibTraffic
+from perfkit.dataplanes.calib.model import FWD, emit
+from perfkit.dataplanes.calib.traffic import CalibTraffic, check_output
 from perfkit.libbpf import BPF_XDP_CPUMAP, Program
 
 __all__ = ["DATAPLANE", "DEFAULT_WORKS", "FWD", "Calib", "CalibConfig", "CalibDataplane", "CalibDut", "CalibTraffic",

@@ -1,5 +1,5 @@
 """PGW-U traffic profiles: the packets a trial offers, built with scapy, and how they vary per
-packet (``perfkit.fieldengine``).
+packet (``perfkit.stl.fieldengine``).
 
 Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag:
 
@@ -25,10 +25,11 @@ from scapy.packet import Packet, Raw
 
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.model import emit
 from perfkit.errors import ConfigError
-from perfkit.fieldengine import (FLOW_OPS, SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask,
-                                 flow_engine)
 from perfkit.netaddr import ip2int
+from perfkit.stl.fieldengine import FLOW_OPS, FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.units import FCS_LEN
 
 SERVER_ADDR = "198.19.255.130"
@@ -201,6 +202,4 @@ class PgwuTraffic(Traffic):
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""
-        from perfkit.dataplanes.pgwu.model import emit
-
         return emit(self.packet(flow, seq, stream, ts), self.config, self.plan).out or b""

@@ -1,25 +1,19 @@
-"""The generator's field engine and the packet signature: how frames vary from packet to packet,
-in the spirit of TRex's field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
+"""The generator's field engine: how frames vary from packet to packet, in the spirit of TRex's
+field engine (``STLVmFlowVar`` + ``STLVmWrFlowVar`` + checksum fix-ups).
 
 A dataplane's traffic profile describes its variation as a ``FieldEngine`` with byte offsets into
-its template frame; the generator (``perfkit.testbed.livegen``) compiles it into ``bpf/gen.bpf.c``.
-
-The 12-byte signature (``SIGNATURE``) opens the (innermost) L4 payload: magic, stream id, sequence
-number and the low 32 bits of the transmit time in ns, little-endian, written per packet by the
-generator and read by the sink.
+its template frame, and where the signature goes (``perfkit.stl.signature``); the generator
+(``perfkit.testbed.livegen``) compiles it into ``bpf/gen.bpf.c``, the TRex backend into TRex's
+instructions (``perfkit.trex.streams``).
 """
 from __future__ import annotations
 
-import ctypes
-import struct
 from dataclasses import dataclass
 
-from perfkit.layouts import SIGNATURE_MAGIC, signature
+from perfkit.errors import ConfigError
+from perfkit.stl.signature import SIGNATURE
 
-#: struct signature: magic (u16), stream (u16), seq (u32), tx time ns low 32 bits (u32).
-SIGNATURE = struct.Struct("<HHII")
-assert SIGNATURE.size == ctypes.sizeof(signature)
-__all__ = ["SIGNATURE", "SIGNATURE_MAGIC", "FLOW_OPS", "FlowVar", "FieldWrite", "FieldEngine", "csum_mask", "flow_engine"]
+__all__ = ["FLOW_OPS", "FlowVar", "FieldWrite", "FieldEngine", "csum_mask", "flow_engine"]
 FLOW_OPS = ("inc", "dec", "random")
 
 
@@ -81,8 +75,6 @@ def flow_engine(writes: list[tuple[str, int, int, int]], flows: int, csum_offset
     """The usual engine: one variable, the flow number 0 .. flows-1, written (plus a constant) into
     each ``(name, offset, size, add)`` of ``writes``; checksums at ``csum_offsets`` kept valid (those
     of the IPv4 header at ``l3_offset`` and the L4 header at ``l4_offset``)."""
-    from perfkit.errors import ConfigError
-
     if flow_op not in FLOW_OPS:
         raise ConfigError("flow_op", flow_op, FLOW_OPS)
     fws = tuple(FieldWrite(n, o, sz, 0, add, csum_mask(covers, o, sz)) for n, o, sz, add in writes)

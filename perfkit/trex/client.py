@@ -94,7 +94,7 @@ class TRexWorker:
         if self.info.get("wire_version") != PROTOCOL:
             self.close()
             raise WorkerError(f"TRex worker wire version {self.info.get('wire_version')} != {PROTOCOL}: {WORKER} "
-                              "and perfkit/trexlib/client.py are from different versions")
+                              "and perfkit/trex/client.py are from different versions")
 
     # -- calls -------------------------------------------------------------------------------------
     def call(self, method: str, timeout: float | None = None, **params: Any) -> Any:

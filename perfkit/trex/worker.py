@@ -3,7 +3,7 @@
 Why a separate process: importing TRex's client (``trex/__init__.py``) puts its bundled scapy 2.4.3
 first on ``sys.path`` and drops already-loaded scapy modules, while perfkit needs scapy >= 2.5. So
 this file imports only the standard library and TRex, and perfkit talks to it through pipes
-(``perfkit.trexlib.client``). It runs with the TRex environment's Python
+(``perfkit.trex.client``). It runs with the TRex environment's Python
 (``build/trex-venv``, made by ``make setup``, or ``PERFKIT_TREX_PYTHON``), as ``python -I worker.py``.
 
 Protocol: one JSON object per line. Request ``{"id": n, "method": name, "params": {...}}``; answer

@@ -1,5 +1,5 @@
 """TRex STL profiles for perfkit's local XDP generator: the streams a profile gives TRex, read from
-the JSON a TRex server receives (``perfkit.trexlib.client.load_profile``: the real
+the JSON a TRex server receives (``perfkit.trex.client.load_profile``: the real
 ``STLProfile.load_py(...).to_json()`` in TRex's own environment), checked for what the local
 generator can send, and held as plain data (``StlProfile``).
 
@@ -12,7 +12,7 @@ naming the mode or instruction (``ConfigError``): bursts, inter-stream gaps, nex
 streams that do not start by themselves, flow statistics and latency streams, ``next_var`` and
 ``value_list`` variables, ``flow_var_rand_limit``, ``trim_pkt_size`` and the VM's cache.
 
-The semantics of the field engine (what TRex puts in the n-th packet) are in ``perfkit.stlvm``;
+The semantics of the field engine (what TRex puts in the n-th packet) are in ``perfkit.stl.vm``;
 how the XDP generator runs it, in ``perfkit.testbed.stlgen``.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from perfkit.errors import ConfigError, PerfkitError
+from perfkit.errors import ConfigError
+from perfkit.trex.client import load_profile
 
 #: The instructions the local generator runs.
 SUPPORTED_INSTRUCTIONS = ("flow_var", "tuple_flow_var", "write_flow_var", "write_mask_flow_var", "fix_checksum_ipv4",
@@ -138,10 +139,6 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parit
     if p.suffix.lower() != ".py":
         raise ConfigError("--trex-profile", str(path), "a Python STL profile (.py); pcap and YAML profiles (bursts "
                           "chained by next streams) are not supported by the local generator")
-    try:
-        from perfkit.trexlib.client import load_profile
-    except ImportError as err:  # the TRex worker is part of perfkit; without it no profile loads
-        raise PerfkitError(f"loading TRex profiles needs perfkit.trexlib.client ({err})") from None
     words = check_tunables(tunables)
     streams = load_profile(str(p), [",".join(words)] if words else [], port_id,
                            port_id % 2 if parity is None else parity)

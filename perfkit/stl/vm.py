@@ -35,7 +35,8 @@ import random as _random
 import struct
 from dataclasses import dataclass
 
-from perfkit.stlprofile import L4_IP, L4_TCP, L4_UDP, Instr, StlStream, VarSpec
+from perfkit.checksum import ones_sum
+from perfkit.stl.profile import L4_IP, L4_TCP, L4_UDP, Instr, StlStream, VarSpec
 
 M64 = (1 << 64) - 1
 
@@ -74,16 +75,6 @@ def initial(v: VarSpec) -> tuple[int, int]:
 
 
 # -- checksums -----------------------------------------------------------------------------------
-def ones_sum(data: bytes | bytearray) -> int:
-    """16-bit ones' complement sum of big-endian words (odd length: a zero byte appended)."""
-    if len(data) % 2:
-        data = bytes(data) + b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
 @dataclass(frozen=True)
 class Checksum:
     """A checksum a VM instruction keeps right: where it is and which bytes it covers."""
