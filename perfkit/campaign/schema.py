@@ -61,6 +61,7 @@ from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
 from perfkit.scenario import FRAME_MAX, FRAME_MIN
 from perfkit.search import METHODS
+from perfkit.stl.profile import check_tunables
 from perfkit.units import LINE_RATES
 from perfkit.yamlload import load_yaml
 
@@ -375,8 +376,6 @@ def _host_check_seconds(value: Any) -> float:
 
 def _trex_profile(backend: str, options: dict[str, Any]) -> None:
     """``options.trex_profile`` (a TRex STL profile file as the traffic) and ``options.trex_tunables``."""
-    from perfkit.stl.profile import check_tunables
-
     where = "campaign.generator.options"
     if "trex_tunables" in options and "trex_profile" not in options:
         raise ConfigError(f"{where}.trex_tunables", options["trex_tunables"], "only with trex_profile")
