@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from perfkit import cpustat
+from perfkit.host import cpustat
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics import push, query, stack
 from perfkit.metrics.config import Endpoints, load_endpoints

@@ -6,7 +6,7 @@ Uses prometheus-api-client (``PrometheusConnect``) with the ``Endpoints`` (URL, 
 ------------------------------------------------------------------------------------------------
 For each trial window [start, end] it fetches the raw ``node_cpu_seconds_total`` samples around it
 (``node_selector``, default ``job="node"``) and takes counter differences -- the quantity a pair of
-``/proc/stat`` snapshots (``perfkit.cpustat``) gives, which node-exporter reads:
+``/proc/stat`` snapshots (``perfkit.host.cpustat``) gives, which node-exporter reads:
 
 - ``method="inner"`` (default): between the first and the last sample *inside* [start, end]. The
   span is up to one scrape interval shorter at each end, but nothing from before or after the trial
@@ -80,7 +80,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from perfkit import dataplanes, stop
-from perfkit.cpustat import IDLE_MODES, MODE_ALIASES, MODES
+from perfkit.host.cpustat import IDLE_MODES, MODE_ALIASES, MODES
 from perfkit.dataplane import Param
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics import push as _push
@@ -210,7 +210,7 @@ def check_window(w: TrialWindow, endpoints: Endpoints) -> None:
                           f"{w.length:.2f} s ({_iso(w.start)} .. {_iso(w.end)})",
                           f">= {minimum:g} s ({MIN_SCRAPES} scrape intervals of {endpoints.scrape_interval:g} s): "
                           "Prometheus cannot resolve CPU use over a shorter window; run the trial longer "
-                          "or use the trial's own /proc/stat figures (perfkit.cpustat)")
+                          "or use the trial's own /proc/stat figures (perfkit.host.cpustat)")
 
 
 # -- CPU -----------------------------------------------------------------------------------------
