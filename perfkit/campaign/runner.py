@@ -189,12 +189,13 @@ class ReplayMeasurer:
             self.finish()
         if self.perf_dir is None:
             return self.live.measure(rate_pps, duration, packets)
-        from perfkit import perf
+        from perfkit.perf.record import PerfRecorder
+        from perfkit.perf.store import write_folded
 
-        with perf.PerfRecorder(self.live._live().dut_cores) as rec:
+        with PerfRecorder(self.live._live().dut_cores) as rec:
             trial = self.live.measure(rate_pps, duration, packets)
         assert rec.profile is not None
-        perf.write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
+        write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
         return trial
 
     def finish(self) -> None:
