@@ -67,7 +67,7 @@ class Lab:
               ready_seconds: float = READY_SECONDS) -> Lab:
         """Start JupyterLab on ``port`` (None: a free one) and wait until it answers with the token.
         ``log``: a file for the server's output (default: our stderr)."""
-        from perfkit.metrics.stack import free_port
+        from perfkit.metrics.servers import free_port
 
         root = Path(root_dir).absolute()
         if not root.is_dir():

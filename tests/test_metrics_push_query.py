@@ -15,7 +15,7 @@ import requests
 
 from perfkit.host import cpustat
 from perfkit.errors import ConfigError, MetricsError
-from perfkit.metrics import push, query, series, stack
+from perfkit.metrics import push, query, series, servers, stack
 from perfkit.metrics.config import Endpoints, load_endpoints
 from perfkit.metrics.query import TrialWindow
 from perfkit.store import RunStore
@@ -407,7 +407,7 @@ def test_tls_verification(tmp_path):
     web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
     (port,) = free_ports(1)
     url = f"https://127.0.0.1:{port}"
-    argv = [stack.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web}",
+    argv = [servers.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web}",
             f"--persistence.file={tmp_path / 'pgw.db'}"]
     with server(argv, url + "/-/ready", tmp_path / "pgw.log", verify=str(cert)):
         r = make_result("tls-run")

@@ -11,7 +11,7 @@ took a median 29 % of the DUT core's perf samples in ``make run``'s max-rate tri
 - the perfkit processes above it (a notebook kernel's ``perfkit experiment``), up to the first
   process that is not perfkit's (``make``, a shell, pytest);
 - every process below those (servers a run started, ``perf``, Chromium, the kernel);
-- the servers of every local metrics stack perfkit started (``perfkit.metrics.stack.server_pids``),
+- the servers of every local metrics stack perfkit started (``perfkit.metrics.stackstate.server_pids``),
   whichever process started them.
 
 ``Confinement(dut_cpus)`` takes every thread of those processes off ``dut_cpus``: each thread's
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable
 
 from perfkit.host.cpus import online_cpus
-from perfkit.metrics.stack import server_pids
+from perfkit.metrics.stackstate import server_pids
 
 _PROC = Path("/proc")
 
