@@ -189,13 +189,12 @@ class ReplayMeasurer:
             self.finish()
         if self.perf_dir is None:
             return self.live.measure(rate_pps, duration, packets)
-        from perfkit.perf.record import PerfRecorder
-        from perfkit.perf.store import write_folded
+        from perfkit.perf import record as perf_record, store as perf_store
 
-        with PerfRecorder(self.live._live().dut_cores) as rec:
+        with perf_record.PerfRecorder(self.live._live().dut_cores) as rec:
             trial = self.live.measure(rate_pps, duration, packets)
         assert rec.profile is not None
-        write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
+        perf_store.write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
         return trial
 
     def finish(self) -> None:
