@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfkit import benchresults  # noqa: E402
-from perfkit.perf import PACKET_THREADS, _is_idle, perf_trial_ids, process_table, read_folded  # noqa: E402
+from perfkit.perf.folded import PACKET_THREADS, is_idle, process_table  # noqa: E402
+from perfkit.perf.store import perf_trial_ids, read_folded  # noqa: E402
 from perfkit.store import RunStore  # noqa: E402
 
 #: Process names (perf's comm: 15 characters at most) of the servers perfkit starts, and perf.
@@ -41,7 +42,7 @@ CLASSES = ("packet", "metrics", "other", "idle")
 def classify(process: str) -> str:
     if process.startswith(PACKET_THREADS):
         return "packet"
-    if _is_idle(process):
+    if is_idle(process):
         return "idle"
     return "metrics" if process.startswith(METRICS_COMMS) else "other"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Is NDR reproducible on this machine? The same NDR search, N times with disturbance handling on
-(trials whose loss measured host stalls explain are run again, ``perfkit.stalls``) and N times off,
+(trials whose loss measured host stalls explain are run again, ``perfkit.host.disturbance``) and N times off,
 alternately, on one testbed in one run.
 
 The scenario must be one where the DUT, not the generator, sets the limit (each search says what

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What does ``perf record`` of the DUT cores cost a trial? The same PGW-U trial with and without
-``perfkit.perf.PerfRecorder``, alternated (the order shuffled in every round), on one testbed.
+``perfkit.perf.record.PerfRecorder``, alternated (the order shuffled in every round), on one testbed.
 
 Per arm (without perf, then each sampling frequency): the median received rate, the DUT's busy
 cores (/proc/stat) and its per-packet cost (``dut_ns_per_packet``: CPU time of its packet threads per
@@ -36,7 +36,7 @@ from tqdm import tqdm  # noqa: E402
 
 from perfkit import benchresults  # noqa: E402
 from perfkit.generators import create  # noqa: E402
-from perfkit.perf import PerfRecorder  # noqa: E402
+from perfkit.perf.record import PerfRecorder  # noqa: E402
 from perfkit.rate import Rate  # noqa: E402
 from perfkit.scenario import Scenario  # noqa: E402
 

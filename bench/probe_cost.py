@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What does the stall probe cost the CPU it watches? prog-bench of the calibrated DUT with and
-without a ``perfkit.stalls.StallProbe`` armed on the bench CPU, alternated, at each timer period.
+without a ``perfkit.host.stallprobe.StallProbe`` armed on the bench CPU, alternated, at each timer period.
 
 Every tick of the probe is a timer interrupt and a BPF callback on the probed CPU; on a VM the
 interrupt and re-arming the timer are exits to the hypervisor, far dearer than on bare metal. Its
@@ -34,7 +34,7 @@ from perfkit import benchresults  # noqa: E402
 from perfkit.dataplanes.calib import bench_work  # noqa: E402
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK  # noqa: E402
 from perfkit.errors import ConfigError  # noqa: E402
-from perfkit.stalls import SPEED_STEPS, TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe  # noqa: E402
+from perfkit.host.stallprobe import SPEED_STEPS, TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe  # noqa: E402
 
 
 #: prog-bench rounds per measurement: short, so that the two of a pair see the same host (its speed

@@ -14,7 +14,7 @@ baseline has and the current run lacks is ``missing`` (the other way round ``new
 found a throughput in the baseline but none now (loss even at the minimum rate) is a regression.
 
 Caveats: what changed in how the two runs measured, so that a change may be the testbed's, not the
-DUT's. The stall probe's timer period (``stalls.TRIAL_PERIOD_US``; trials stored before it was
+DUT's. The stall probe's timer period (``host.stallprobe.TRIAL_PERIOD_US``; trials stored before it was
 recorded ticked every ``LEGACY_PROBE_PERIOD_US``): each tick takes time of the DUT core, so live
 figures move with the period. How much is quoted from the latest run of ``bench/probe_cost.py`` on
 record (``perfkit.benchresults``), with its date and host, or the caveat says it was not measured.

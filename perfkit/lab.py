@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.metrics.stack import free_port
+from perfkit.metrics.servers import free_port
 from perfkit.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"

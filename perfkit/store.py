@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
+import pyarrow.parquet as pq
 
+from perfkit import owners
 from perfkit.crashpoints import crashpoint
 from perfkit.durable import append_line, atomic_write, fsync_dir, read_lines
 from perfkit.errors import StoreError
@@ -153,8 +155,7 @@ class RunStore:
             raise StoreError(f"run {self.run_id} is in use by {holder}; wait until it ends (or stop it) and "
                              f"resume then: perfkit run --resume {self.run_id}") from None
         os.ftruncate(fd, 0)
-        from perfkit.owners import describe, me
-        os.pwrite(fd, describe(me()).encode(), 0)
+        os.pwrite(fd, owners.describe(owners.me()).encode(), 0)
         self._lock_fd = fd
         return self
 
@@ -179,8 +180,6 @@ class RunStore:
         if rec.removed_tmp:
             rec.notes.append(f"removed {len(rec.removed_tmp)} unfinished file(s) a killed process left: "
                              + ", ".join(rec.removed_tmp))
-        import pyarrow.parquet as pq
-
         for f in list(self._trial_files()):
             try:
                 pq.read_metadata(f)
@@ -259,7 +258,6 @@ class RunStore:
         """Raise a ``StoreError`` naming the first file of the run that cannot be read (metadata,
         trial files, search summaries): for commands that read a run (report, compare, push)."""
         self.metadata()
-        import pyarrow.parquet as pq
         for f in self._trial_files():
             try:
                 pq.read_metadata(f)

@@ -116,7 +116,7 @@ class TrialResult:
     to the truth from trials where the DUT was nearly busy (``dut_busy`` near 1)."""
     dut_wakeups: int | None = None
     """Times the DUT's packet threads were put on a CPU during the trial window
-    (``cpustat.timeslices``): their wake-ups, and returns after a preemption. A thread that sleeps
+    (``perfkit.host.cpustat.timeslices``): their wake-ups, and returns after a preemption. A thread that sleeps
     between packets pays each wake-up in CPU time (9-19 µs on the 2-vCPU VM), a saturated one
     hardly wakes: the DUT load model counts them (``perfkit.analysis.cost``). None when not measured."""
     shared_cores: bool = False
@@ -135,7 +135,7 @@ class TrialResult:
     """Share of the DUT cores' time [0..1] anything but the DUT's packet threads and perfkit ran
     (other processes, kernel threads). None when not measured."""
     stalls: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.stalls``):
+    """Per probed CPU (``"1"``), what it went through during the trial (``perfkit.host.stallprobe``):
     longest_us (longest time it did not run its timer), stalls, stalled_us, steal_us (taken by the
     hypervisor), longest_wait_us (longest wait of a DUT/sink packet thread to run), waits,
     waited_us, speed_ns_per_step (the CPU's speed), period_us (the probe's timer period: a stall is
@@ -148,7 +148,7 @@ class TrialResult:
     """The same on the tester cores [µs]."""
     dut_speed_ns_per_step: float | None = None
     """The DUT cores' speed during the trial: mean time of one step of the stall probe's speed
-    probe on them [ns] (``perfkit.stalls``; higher is slower). A host that shares the vCPUs'
+    probe on them [ns] (``perfkit.host.stallprobe``; higher is slower). A host that shares the vCPUs'
     physical cores runs them slower at times without stopping them; a CPU-bound DUT's cost per
     packet moves with it. None when not measured."""
     speed_reference_ns: float | None = None
@@ -170,10 +170,10 @@ class TrialResult:
     its core is taken away)."""
     stalled: bool = False
     """A DUT core stalled at least as long as its receive queue lasts at the trial's rate
-    (``perfkit.stalls.stalled``): host stalls may have cost it frames, whatever it lost. Searches
+    (``perfkit.host.disturbance.stalled``): host stalls may have cost it frames, whatever it lost. Searches
     run it again and judge the next trial (``perfkit.search.trials``). Its figures are kept."""
     disturbed: bool = False
-    """The trial's loss is explained by measured host stalls (``perfkit.stalls.disturbance``; such a
+    """The trial's loss is explained by measured host stalls (``perfkit.host.disturbance.disturbance``; such a
     trial is always ``stalled``): a figure its loss sets is labelled ``host stalls``. Its loss is
     kept, never hidden."""
     disturbance: str = ""

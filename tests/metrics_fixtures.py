@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from perfkit.metrics import stack
+from perfkit.metrics import servers, stack
 from perfkit.trial import TrialResult
 
 BURNER_NAME = "perfkit-burn"
@@ -29,7 +29,7 @@ def free_ports(n: int) -> list[int]:
     """``n`` distinct free TCP ports on 127.0.0.1."""
     ports: list[int] = []
     while len(ports) < n:
-        p = stack.free_port("127.0.0.1")
+        p = servers.free_port("127.0.0.1")
         if p not in ports:
             ports.append(p)
     return ports

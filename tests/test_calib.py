@@ -31,7 +31,7 @@ from perfkit.fuzz import fuzz
 from perfkit.generators import create
 from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
-from perfkit.stalls import TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
+from perfkit.host.stallprobe import TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
 from perfkit.stl.signature import SIGNATURE
 from perfkit.store import RunStore
 from perfkit.testbed.topology import PORT_MACS

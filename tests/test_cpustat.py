@@ -1,4 +1,4 @@
-"""perfkit.cpustat on the real /proc: per-CPU modes, busy fractions, per-thread accounting."""
+"""perfkit.host.cpustat on the real /proc: per-CPU modes, busy fractions, per-thread accounting."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfkit import cpustat
+from perfkit.host import cpustat
 from perfkit.errors import ConfigError
 from tests.metrics_fixtures import BURNER_NAME, burner
 

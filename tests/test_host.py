@@ -15,8 +15,11 @@ import pytest
 
 from perfkit.cli import main
 from perfkit.errors import ConfigError
-from perfkit.host import (GAP_STEPS, LONG_US, PERIOD_US, THRESHOLD_US, CoreCheck, allowed_cpus, check_host,
-                          expected_overflows, packet_threads, stall_limited_rate, perfkit_interfaces, speed_figures, verdict)
+from perfkit.host.check import allowed_cpus, check_host
+from perfkit.host.gaps import (GAP_STEPS, LONG_US, PERIOD_US, THRESHOLD_US, CoreCheck, expected_overflows,
+                               speed_figures, stall_limited_rate)
+from perfkit.host.packetthreads import packet_threads, perfkit_interfaces
+from perfkit.host.verdict import verdict
 
 R = 256
 

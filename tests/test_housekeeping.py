@@ -1,7 +1,7 @@
 """perfkit's own work stays off the DUT cores, and every trial says who else ran there.
 
 Real processes, the real testbed and the real scheduler: a busy child of this process is perfkit's
-own (``perfkit.housekeeping.own_pids``) and must leave the DUT core while a testbed lives; a busy
+own (``perfkit.host.housekeeping.own_pids``) and must leave the DUT core while a testbed lives; a busy
 process that is not perfkit's (an orphan, re-parented to init) is left where it is and shows up as
 ``dut_others_share``; a child that pins itself back onto the DUT core during a trial shows up as
 ``dut_perfkit_share`` (the measurement can fail what the confinement promises).
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.generators import create
-from perfkit.housekeeping import own_pids
+from perfkit.host.housekeeping import own_pids
 from perfkit.scenario import Scenario
 
 SPIN = "import time\nwhile True: pass\n"

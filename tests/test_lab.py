@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from perfkit.metrics.stack import free_port
+from perfkit.metrics.servers import free_port
 from tests.conftest import ROOT
 
 #: Readiness deadline (JupyterLab's first start on a busy 2-CPU machine can take a while).

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _INTERRUPTED_CLOSES = textwrap.dedent("""
     import gc, sys
     sys.path.insert(0, sys.argv[1])
-    from perfkit import libbpf, stalls
+    from perfkit import libbpf
+    from perfkit.host import stallprobe
 
     real = libbpf.lib()
     FREES = {"bpf_link__destroy", "bpf_object__close", "ring_buffer__free"}
@@ -31,7 +32,7 @@ _INTERRUPTED_CLOSES = textwrap.dedent("""
                 raise KeyboardInterrupt
             return freed_then_interrupted
 
-    obj = libbpf.BpfObject(stalls.OBJECT)
+    obj = libbpf.BpfObject(stallprobe.OBJECT)
     obj.attach("stall_wakeup")
     obj.attach("stall_switch")
     ring = libbpf.RingBuffer(obj.map("stall_events"))

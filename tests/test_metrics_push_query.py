@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from perfkit import cpustat
+from perfkit.host import cpustat
 from perfkit.errors import ConfigError, MetricsError
-from perfkit.metrics import push, query, stack
+from perfkit.metrics import push, query, series, servers, stack
 from perfkit.metrics.config import Endpoints, load_endpoints
 from perfkit.metrics.query import TrialWindow
 from perfkit.store import RunStore
@@ -31,7 +31,7 @@ def _run_id() -> str:
 
 def _expected_columns(r) -> dict[str, float]:
     """What trial_metrics_frame must return for ``r``, computed from the TrialResult itself."""
-    out = {spec.column: float(spec.value(r)) for spec in push.METRICS if spec.value(r) is not None}
+    out = {spec.column: float(spec.value(r)) for spec in series.METRICS if spec.value(r) is not None}
     for k, v in r.latency_ns.items():
         if k != "mean":
             out[f"latency_{k.replace('.', '')}_seconds"] = v * 1e-9
@@ -79,7 +79,7 @@ def test_push_query_round_trip_same_values_and_labels(metrics_stack, tmp_path):
         for col in set(frame.columns) - set(expected) - set(labels) - {"run_id", "trial_id"}:
             assert math.isnan(row[col]), col
     assert frame.loc[frame["trial_id"] == b.trial_id, "latency_p99_seconds"].isna().all()
-    assert push.git_sha() != "unknown" and len(push.git_sha()) >= 7
+    assert series.git_sha() != "unknown" and len(series.git_sha()) >= 7
 
     # pushing a trial again replaces its group (no duplicates, no overwrite of the other trial)
     a.rx_packets -= 10
@@ -96,17 +96,17 @@ def test_push_query_round_trip_same_values_and_labels(metrics_stack, tmp_path):
 
 
 def test_metric_names_follow_conventions():
-    reg = push.build_registry(make_result("r"))
+    reg = series.build_registry(make_result("r"))
     names = {m.name for m in reg.collect()}
     assert all(n.startswith("perfkit_trial_") for n in names)
     assert {"perfkit_trial_rx_bytes", "perfkit_trial_loss_ratio", "perfkit_trial_latency_seconds",
             "perfkit_trial_rx_bits_per_second", "perfkit_trial_bpf_seconds_per_packet"} <= names
     for m in reg.collect():
         for s in m.samples:
-            assert set(push.SCENARIO_LABELS) <= set(s.labels)
+            assert set(series.SCENARIO_LABELS) <= set(s.labels)
             if m.name == "perfkit_trial_latency_seconds":
                 assert s.labels["quantile"] in {"0", "0.5", "0.9", "0.99", "0.999", "1"}
-    assert push.quantile_to_key("0.999") == "p999" and push.percentile_to_quantile("p99.9") == "0.999"
+    assert series.quantile_to_key("0.999") == "p999" and series.percentile_to_quantile("p99.9") == "0.999"
 
 
 # -- CPU per trial window ------------------------------------------------------------------------
@@ -407,7 +407,7 @@ def test_tls_verification(tmp_path):
     web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
     (port,) = free_ports(1)
     url = f"https://127.0.0.1:{port}"
-    argv = [stack.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web}",
+    argv = [servers.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web}",
             f"--persistence.file={tmp_path / 'pgw.db'}"]
     with server(argv, url + "/-/ready", tmp_path / "pgw.log", verify=str(cert)):
         r = make_result("tls-run")

@@ -13,7 +13,7 @@ import pytest
 
 from perfkit.campaign.metrics_session import MetricsSession
 from perfkit.errors import MetricsError
-from perfkit.metrics import push, query, retire, stack
+from perfkit.metrics import push, query, retire, servers, stack
 from perfkit.metrics.config import Endpoints
 from perfkit.store import RunStore
 from tests.metrics_fixtures import free_ports, make_result, metrics_stack, server  # noqa: F401
@@ -60,7 +60,7 @@ def lone_gateway(tmp_path):
     is the system's /var/lib/prometheus/pushgateway.data)."""
     port = free_ports(1)[0]
     url = f"http://127.0.0.1:{port}"
-    argv = [stack.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}",
+    argv = [servers.find_binary("pushgateway"), f"--web.listen-address=127.0.0.1:{port}",
             f"--persistence.file={tmp_path / 'lone-pushgateway.db'}"]
     with server(argv, url + "/-/ready", tmp_path / "lone-pushgateway.log"):
         yield url

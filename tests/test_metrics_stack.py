@@ -13,14 +13,14 @@ import requests
 import yaml
 
 from perfkit.errors import ConfigError, MetricsError
-from perfkit.metrics import stack
+from perfkit.metrics import servers, stack
 from perfkit.metrics.config import load_endpoints
 from tests.metrics_fixtures import free_ports, running_stack, start_stack, wait_for_targets
 
 
 
 def _alive(pid: int) -> bool:
-    return stack._proc_start(pid) is not None
+    return servers.proc_start(pid) is not None
 
 
 def _cmdline(pid: int) -> str:
@@ -82,7 +82,7 @@ def test_up_status_down(tmp_path):
 
 def _released(host: str, port: int, wait: float = 5.0) -> bool:
     deadline = time.monotonic() + wait
-    while stack.port_in_use(host, port):
+    while servers.port_in_use(host, port):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -112,7 +112,7 @@ def test_down_kills_only_the_pids_it_recorded(tmp_path):
     other = subprocess.Popen(["sleep", "60"])
     try:
         d.mkdir(exist_ok=True)
-        real_start = stack._proc_start(other.pid)
+        real_start = servers.proc_start(other.pid)
         state = {"host": "127.0.0.1", "components": {"prometheus": {
             "pid": other.pid, "start_ticks": real_start - 1, "port": 1, "argv": ["prometheus"],
             "log": "", "url": "http://127.0.0.1:1"}}}

@@ -15,9 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfkit import perf
 from perfkit.generators import create
-from perfkit.perf import PerfError, PerfRecorder
+from perfkit.perf import flamegraph as perf_flamegraph
+from perfkit.perf import folded as perf_folded
+from perfkit.perf import record as perf_record
+from perfkit.perf import report as perf_report
+from perfkit.perf import store as perf_store
+from perfkit.perf import tools as perf_tools
+from perfkit.perf.record import PerfRecorder
+from perfkit.perf.tools import PerfError
 from perfkit.report import PAGES, build_report
 from perfkit.scenario import Scenario
 from perfkit.store import RunStore
@@ -32,7 +38,7 @@ VETH_NAPI = {"veth_poll", "veth_xdp_rcv", "__napi_poll", "napi_threaded_poll", "
 def _gone(pid: int, within: float = 5.0) -> bool:
     """No ``perf record`` process ``pid`` runs any more (checked until ``within`` seconds passed)."""
     deadline = time.monotonic() + within
-    while pid in perf.perf_processes():
+    while pid in perf_record.perf_processes():
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -41,7 +47,7 @@ def _gone(pid: int, within: float = 5.0) -> bool:
 
 def _recorder_dirs() -> set[Path]:
     import tempfile
-    return set(Path(tempfile.gettempdir()).glob(f"{perf.TMP_PREFIX}*"))
+    return set(Path(tempfile.gettempdir()).glob(f"{perf_record.TMP_PREFIX}*"))
 
 
 @pytest.fixture(scope="module")
@@ -68,25 +74,25 @@ def test_ul_stacks_name_the_pgwu_program_under_the_veth_napi_path(recorded):
     assert prof.samples > 0 and prof.cpus == gen.dut_cores
     tag = bytes(gen.dut.programs[-1].info().tag).hex()
     pgwu = f"bpf_prog_{tag}_xdp_pgwu"                       # the loaded program: SEC("xdp") int xdp_pgwu(...)
-    stacks = perf.parse_folded(prof.folded)
+    stacks = perf_folded.parse_folded(prof.folded)
     ours = [frames for frames, _ in stacks if frames[0].startswith(f"napi/{gen.dut_in.dev}")]
     assert ours, "no sample of the DUT's NAPI thread"
-    with_prog = [[perf.strip_annotation(f) for f in frames] for frames in ours if pgwu in frames]
+    with_prog = [[perf_folded.strip_annotation(f) for f in frames] for frames in ours if pgwu in frames]
     assert with_prog, f"{pgwu} is in none of the DUT thread's stacks"
     # the program runs inside veth's NAPI poll: the kernel frames come first, the program after them
     assert any("veth_xdp_rcv" in fs and fs.index("veth_xdp_rcv") < fs.index(pgwu) for fs in with_prog)
-    table = perf.symbol_table(prof.folded)
+    table = perf_folded.symbol_table(prof.folded)
     names = set(table["symbol"])
     assert VETH_NAPI <= names, f"missing kernel functions: {VETH_NAPI - names}"
     assert table.set_index("symbol").loc[pgwu, "kind"] == "bpf"
     assert set(table.set_index("symbol").loc[sorted(VETH_NAPI), "kind"]) == {"kernel"}
-    assert perf.bpf_program_name(pgwu) == "xdp_pgwu"
+    assert perf_folded.bpf_program_name(pgwu) == "xdp_pgwu"
 
 
 def test_top_symbols_are_kernel_and_bpf_functions_with_consistent_shares(recorded):
     prof = recorded["profile"]
     assert prof.top and {s.kind for s in prof.top} <= {"kernel", "bpf"}
-    assert any(s.kind == "bpf" and perf.bpf_program_name(s.symbol) == "xdp_pgwu" for s in prof.top)
+    assert any(s.kind == "bpf" and perf_folded.bpf_program_name(s.symbol) == "xdp_pgwu" for s in prof.top)
     selfs = [s.self_samples for s in prof.top]
     assert selfs == sorted(selfs, reverse=True)
     for s in prof.top:
@@ -96,24 +102,24 @@ def test_top_symbols_are_kernel_and_bpf_functions_with_consistent_shares(recorde
     d = json.loads(json.dumps(prof.to_dict()))
     assert "folded" not in d and d["top"][0]["symbol"] == prof.top[0].symbol
     assert any(p["process"].startswith(f"napi/{recorded['gen'].dut_in.dev}") for p in d["processes"])
-    assert d["event"] and d["frequency"] == perf.DEFAULT_FREQUENCY and d["seconds"] > 0
+    assert d["event"] and d["frequency"] == perf_record.DEFAULT_FREQUENCY and d["seconds"] > 0
     assert d["perf_cpu"] is None or d["perf_cpu"] >= 0
 
 
 def test_folded_stacks_parse_and_count_every_sample(recorded):
     prof = recorded["profile"]
-    stacks = perf.parse_folded(prof.folded)
+    stacks = perf_folded.parse_folded(prof.folded)
     assert sum(c for _, c in stacks) == prof.samples
     assert len({";".join(f) for f, _ in stacks}) == len(stacks)           # one line per distinct stack
     for frames, count in stacks:
         assert frames[0] and all(frames) and count >= 1
-    assert perf.merge_folded([prof.folded]) == "".join(sorted(prof.folded.splitlines(keepends=True)))
+    assert perf_folded.merge_folded([prof.folded]) == "".join(sorted(prof.folded.splitlines(keepends=True)))
 
 
 def test_a_clean_stop_leaves_no_perf_process_and_no_files(recorded):
     rec = recorded["rec"]
     assert rec.pid is not None and _gone(rec.pid, 0.0)
-    assert rec.pid not in perf.perf_processes()
+    assert rec.pid not in perf_record.perf_processes()
     assert len(recorded["dirs"]) == 1 and not any(d.exists() for d in recorded["dirs"])
 
 
@@ -124,7 +130,7 @@ def test_an_exception_in_the_trial_kills_perf(ul_gen, exc):
     with pytest.raises(exc):
         with rec:
             pid, made = rec.pid, _recorder_dirs() - before
-            assert pid in perf.perf_processes() and made
+            assert pid in perf_record.perf_processes() and made
             raise exc("stop")
     assert rec.profile is None and _gone(pid)
     assert not any(d.exists() for d in made)
@@ -132,7 +138,7 @@ def test_an_exception_in_the_trial_kills_perf(ul_gen, exc):
 
 _RECORD_AND_WAIT = """
 import sys, time
-from perfkit.perf import PerfRecorder
+from perfkit.perf.record import PerfRecorder
 rec = PerfRecorder([int(sys.argv[1])])
 rec.start()
 print(rec.pid, flush=True)
@@ -146,16 +152,16 @@ def test_perf_dies_with_a_python_killed_without_clean_up(ul_gen, sig):
                           stdout=subprocess.PIPE, text=True)
     try:
         pid = int(py.stdout.readline())
-        assert pid in perf.perf_processes()
+        assert pid in perf_record.perf_processes()
         py.send_signal(sig)                      # no handler: Python ends without running any clean-up
         py.wait(10)
         assert _gone(pid), "perf outlived the process that started it"
     finally:
         py.kill()
         py.wait()
-    perf.remove_stale_dirs()                     # what the next recorder does first
-    assert not any(json.loads((d / perf.OWNER_FILE).read_text())["pid"] == py.pid
-                   for d in _recorder_dirs() if (d / perf.OWNER_FILE).exists())
+    perf_record.remove_stale_dirs()                     # what the next recorder does first
+    assert not any(json.loads((d / perf_record.OWNER_FILE).read_text())["pid"] == py.pid
+                   for d in _recorder_dirs() if (d / perf_record.OWNER_FILE).exists())
 
 
 def test_perf_that_cannot_record_is_a_one_line_error_and_leaves_nothing(ul_gen):
@@ -169,9 +175,9 @@ def test_perf_that_cannot_record_is_a_one_line_error_and_leaves_nothing(ul_gen):
 
 
 def test_missing_tools_are_named(monkeypatch):
-    real = perf.find_tool
+    real = perf_tools.find_tool
     for name in ("perf", "inferno-collapse-perf"):
-        monkeypatch.setattr(perf, "find_tool", lambda n, name=name: None if n == name else real(n))
+        monkeypatch.setattr(perf_tools, "find_tool", lambda n, name=name: None if n == name else real(n))
         with pytest.raises(PerfError, match=f"needs {name}, not found"):
             PerfRecorder([0]).start()
     with pytest.raises(Exception, match="frequency"):
@@ -192,8 +198,8 @@ def test_cli_trial_perf_keeps_folded_stacks_and_a_flame_graph(tmp_path, perfkit_
     p = d["perf"]
     folded = Path(p["folded_file"])
     assert folded == tmp_path / f"{d['trial_id']}.folded"
-    assert sum(c for _, c in perf.parse_folded(folded.read_text())) == p["samples"] > 0
-    assert any(perf.bpf_program_name(s["symbol"]) == "xdp_pgwu" for s in p["top"])
+    assert sum(c for _, c in perf_folded.parse_folded(folded.read_text())) == p["samples"] > 0
+    assert any(perf_folded.bpf_program_name(s["symbol"]) == "xdp_pgwu" for s in p["top"])
     assert {"symbol", "kind", "self_share", "inclusive_share"} <= set(p["top"][0])
     svg = Path(p["flamegraph_file"]).read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "xdp_pgwu" in svg and "<script" in svg
@@ -218,7 +224,7 @@ def test_cli_sigterm_during_a_perf_trial_stops_perf(tmp_path):
     try:
         deadline, pids = time.monotonic() + 60, []
         while not pids and time.monotonic() < deadline:
-            pids = [p for p in perf.perf_processes() if _ppid(p) == cli.pid]
+            pids = [p for p in perf_record.perf_processes() if _ppid(p) == cli.pid]
             time.sleep(0.1)
         assert pids, "perf never started"
         time.sleep(0.5)
@@ -254,7 +260,7 @@ swapper;secondary_startup_64_[k];pv_native_safe_halt_[k] 4
 
 
 def test_symbol_table_counts_self_and_inclusive_samples_once_per_stack():
-    t = perf.symbol_table(FOLDED).set_index("symbol")
+    t = perf_folded.symbol_table(FOLDED).set_index("symbol")
     assert t.loc["veth_poll", ["self_samples", "inclusive_samples"]].tolist() == [4, 12]
     prog = "bpf_prog_0123456789abcdef_xdp_pgwu"
     assert t.loc[prog, ["kind", "self_samples", "inclusive_samples"]].tolist() == ["bpf", 6, 8]
@@ -263,14 +269,14 @@ def test_symbol_table_counts_self_and_inclusive_samples_once_per_stack():
     assert "napi/d1-1" not in t.index and "swapper" not in t.index             # process names are no functions
     assert "pv_native_safe_halt" not in t.index                                 # idle is no function's time
     assert t.loc["veth_poll", "inclusive_share"] == pytest.approx(12 / 20)
-    assert perf.idle_share(FOLDED) == pytest.approx(4 / 20)
-    procs = perf.process_table(FOLDED).set_index("process")
+    assert perf_folded.idle_share(FOLDED) == pytest.approx(4 / 20)
+    procs = perf_folded.process_table(FOLDED).set_index("process")
     assert procs["samples"].to_dict() == {"napi/d1-1": 12, "swapper": 4, "rec": 3, "python": 1}
     assert procs.loc["napi/d1-1", "packet_thread"] and procs.loc["swapper", "idle"]
     assert not procs.loc["python", "packet_thread"] and procs["share"].sum() == pytest.approx(1)
-    top = perf.top_symbols(FOLDED, 3)
+    top = perf_folded.top_symbols(FOLDED, 3)
     assert [s.symbol for s in top] == [prog, "veth_poll", "g"]
-    assert all(s.kind in ("kernel", "bpf") for s in perf.top_symbols(FOLDED, 50))
+    assert all(s.kind in ("kernel", "bpf") for s in perf_folded.top_symbols(FOLDED, 50))
 
 
 def test_samples_without_frames_count_as_user_space():
@@ -278,22 +284,22 @@ def test_samples_without_frames_count_as_user_space():
               b"napi/d1-1 2/2 [001] 1.1: cpu-clock:ppp: \n\tffffffff81 veth_poll+0x1 ([kernel.kallsyms])\n"
               b"\tffffffff82 __napi_poll+0x2 ([kernel.kallsyms])\n\n"
               b"busy 3/3 [001] 1.2: cpu-clock:ppp: \n")
-    fixed = perf.with_user_frames(script)
-    assert fixed.count(perf.USER_FRAME) == 2
-    out = subprocess.run([perf.find_tool("inferno-collapse-perf"), "--all"], input=fixed, capture_output=True,
+    fixed = perf_record.with_user_frames(script)
+    assert fixed.count(perf_record.USER_FRAME) == 2
+    out = subprocess.run([perf_tools.find_tool("inferno-collapse-perf"), "--all"], input=fixed, capture_output=True,
                          check=True).stdout.decode()
-    assert {";".join(f): c for f, c in perf.parse_folded(out)} == {
+    assert {";".join(f): c for f, c in perf_folded.parse_folded(out)} == {
         "python;[user]": 1, "busy;[user]": 1, "napi/d1-1;__napi_poll_[k];veth_poll_[k]": 1}
 
 
 @pytest.mark.parametrize("bad", ["a;b", "a;b x", "a;b 0", " 3", "a;b -1"])
 def test_parse_folded_names_the_bad_line(bad):
     with pytest.raises(ValueError, match="line 2"):
-        perf.parse_folded(f"a;b 1\n{bad}\n")
+        perf_folded.parse_folded(f"a;b 1\n{bad}\n")
 
 
 def test_merge_adds_identical_stacks():
-    merged = perf.parse_folded(perf.merge_folded([FOLDED, FOLDED, "x;y 5\n"]))
+    merged = perf_folded.parse_folded(perf_folded.merge_folded([FOLDED, FOLDED, "x;y 5\n"]))
     counts = {";".join(f): c for f, c in merged}
     assert counts["x;y"] == 5 and counts["rec;f_[k];f_[k];g_[k]"] == 6
     assert sum(counts.values()) == 2 * 20 + 5
@@ -301,29 +307,29 @@ def test_merge_adds_identical_stacks():
 
 def test_stacks_are_stored_with_the_run_atomically(tmp_path):
     store = RunStore.create("r1", tmp_path)
-    assert perf.perf_trial_ids(store.path) == []
-    path = perf.write_folded(store.path, "t-1", FOLDED)
-    assert path == store.path / "perf" / "t-1.folded" and perf.read_folded(store.path, "t-1") == FOLDED
-    assert perf.perf_trial_ids(store.path) == ["t-1"]
+    assert perf_store.perf_trial_ids(store.path) == []
+    path = perf_store.write_folded(store.path, "t-1", FOLDED)
+    assert path == store.path / "perf" / "t-1.folded" and perf_store.read_folded(store.path, "t-1") == FOLDED
+    assert perf_store.perf_trial_ids(store.path) == ["t-1"]
     assert not list((store.path / "perf").glob(".*.tmp"))
     with pytest.raises(ValueError):
-        perf.write_folded(store.path, "t-2", "not folded\n")
+        perf_store.write_folded(store.path, "t-2", "not folded\n")
     with pytest.raises(Exception, match="trial_id"):
-        perf.write_folded(store.path, "../evil", FOLDED)
-    assert perf.perf_trial_ids(store.path) == ["t-1"]
+        perf_store.write_folded(store.path, "../evil", FOLDED)
+    assert perf_store.perf_trial_ids(store.path) == ["t-1"]
 
 
 def test_each_scenario_is_shown_by_its_fastest_recorded_trial(tmp_path):
     trials = pd.DataFrame({"trial_id": ["a", "b", "c", "d"], "scenario_key": ["s1", "s1", "s2", "s1"],
                            "rx_pps": [1e6, 2e6, 5e5, 9e6], "method": ["maxrate"] * 4})
-    assert perf.scenario_profiles(trials, tmp_path).empty
+    assert perf_report.scenario_profiles(trials, tmp_path).empty
     for t in ("a", "b", "c"):
-        perf.write_folded(tmp_path, t, FOLDED)
-    prof = perf.scenario_profiles(trials, tmp_path)
+        perf_store.write_folded(tmp_path, t, FOLDED)
+    prof = perf_report.scenario_profiles(trials, tmp_path)
     assert prof[["scenario_key", "trial_id", "perf_trials"]].values.tolist() == [["s1", "b", 2], ["s2", "c", 1]]
-    secs = perf.scenario_sections(trials, tmp_path, n=5)
+    secs = perf_report.scenario_sections(trials, tmp_path, n=5)
     assert [s.trial_id for s in secs] == ["b", "c"] and len(secs[0].top) == 5
-    summ = perf.summary_table(secs).set_index("scenario_key")
+    summ = perf_report.summary_table(secs).set_index("scenario_key")
     assert summ.loc["s1", "samples"] == 20 and summ.loc["s1", "idle %"] == pytest.approx(20)
     assert summ.loc["s1", "packet threads %"] == pytest.approx(60)
     assert summ.loc["s1", "BPF programs %"] == pytest.approx(30) and summ.loc["s1", "other %"] == pytest.approx(5)
@@ -331,14 +337,14 @@ def test_each_scenario_is_shown_by_its_fastest_recorded_trial(tmp_path):
 
 
 def test_flame_graph_is_an_interactive_svg_in_an_iframe():
-    svg = perf.flamegraph_svg(FOLDED, "UL 64 B")
+    svg = perf_flamegraph.flamegraph_svg(FOLDED, "UL 64 B")
     assert "<svg" in svg and "<script" in svg and "UL 64 B" in svg and "xdp_pgwu" in svg
-    html = perf.flamegraph_html(svg)
+    html = perf_flamegraph.flamegraph_html(svg)
     url = html.split('src="', 1)[1].split('"', 1)[0]
     assert url.startswith("data:image/svg+xml;base64,")
     assert base64.b64decode(url.split(",", 1)[1]).decode() == svg
     with pytest.raises(PerfError, match="no samples"):
-        perf.flamegraph_svg("")
+        perf_flamegraph.flamegraph_svg("")
 
 
 # -- the report page -------------------------------------------------------------------------------------
@@ -347,7 +353,7 @@ def test_report_page_shows_tables_and_flame_graphs_only_with_perf_data(recorded,
     with_perf = RunStore.create("with-perf", root)
     trial = dataclasses.replace(recorded["trial"])
     with_perf.append(trial)
-    perf.write_folded(with_perf.path, trial.trial_id, recorded["profile"].folded)
+    perf_store.write_folded(with_perf.path, trial.trial_id, recorded["profile"].folded)
     without = RunStore.create("without-perf", root)
     without.append(dataclasses.replace(recorded["trial"]))
     for run in ("with-perf", "without-perf"):

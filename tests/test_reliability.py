@@ -44,7 +44,7 @@ from perfkit import owners
 from perfkit.campaign import expand, load_campaign, run_campaign
 from perfkit.campaign.journal import Journal
 from perfkit.errors import PerfkitError
-from perfkit.metrics import stack
+from perfkit.metrics import stack, stackstate
 from perfkit.metrics.push import gateway_trial_ids
 from perfkit.store import RunStore
 from perfkit.testbed import netns
@@ -862,11 +862,11 @@ def test_clean_stops_the_metrics_servers_of_a_killed_run(tmp_path, stack_dir):
     pids = [c["pid"] for c in state["components"].values()]
     assert [o["run_id"] for o in state["owners"]] == ["gone"]
     assert all(owners.proc_start(p) is not None for p in pids)          # the servers outlived their run
-    assert stack_dir in stack.registered_dirs()
+    assert stack_dir in stackstate.registered_dirs()
     # the run's own leftovers, found without naming the directory
     cleaned = cli("clean", "--stack-dir", str(tmp_path / "elsewhere"), "--run", "gone", "--json")
     assert cleaned.returncode == 0, cleaned.stderr
     assert sorted(r for r in json.loads(cleaned.stdout) if str(stack_dir) in r) == sorted(
         f"metrics server {n} ({stack_dir})" for n in state["components"])
     assert all(owners.proc_start(p) is None for p in pids)
-    assert not stack.status(stack_dir).components and stack_dir not in stack.registered_dirs()
+    assert not stack.status(stack_dir).components and stack_dir not in stackstate.registered_dirs()

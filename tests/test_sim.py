@@ -110,7 +110,7 @@ def test_invalid_trial_inputs() -> None:
         gen().measure(1e5, -1)
 
 
-# -- host stalls (issue 22): the rules of perfkit.stalls on simulated evidence ------------------------
+# -- host stalls (issue 22): the rules of perfkit.host.disturbance on simulated evidence -----------
 def test_stalls_overflow_the_queue_and_the_probe_sees_them() -> None:
     """A DUT that keeps up (0.5 of its capacity) behind a 256-frame queue: a stall overflows the
     queue by what arrives beyond its room, and the trial is stalled and disturbed; through stalls

@@ -14,7 +14,8 @@ from perfkit.generators import create
 from perfkit.generators.xdpcores import RING_FRAMES
 from perfkit.scenario import Scenario
 from perfkit.search import BinarySearch, binary_search
-from perfkit.stalls import Queue, StallProbe, disturbance, stalled
+from perfkit.host.disturbance import Queue, disturbance, stalled
+from perfkit.host.stallprobe import Stall, StallProbe
 from perfkit.trial import IN_FLIGHT, TrialResult
 
 #: Takes ``cpu`` for ``length`` seconds at SCHED_FIFO 99 after a line on stdin (it waits
@@ -407,8 +408,6 @@ def test_a_stall_longer_than_the_queue_overflows_it_and_is_explained(ul_queue):
 def test_a_late_tick_is_a_stall_only_for_what_the_packet_threads_did_not_run(own, steal, length):
     """At full load a real-time packet thread keeps the timer's softirq from running (10-60 ms with
     no steal on a saturated calibrated DUT here): that was no stall for it."""
-    from perfkit.stalls import Stall
-
     tick = Stall(cpu=1, kind="tick", end_ns=0, gap_us=10_000.0, steal_us=steal, own_us=own)
     assert tick.length_us(500.0) == pytest.approx(length)
     assert Stall(cpu=1, kind="wait", end_ns=0, gap_us=700.0, steal_us=0.0, own_us=5000.0).length_us(500.0) == 700.0

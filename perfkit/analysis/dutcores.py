@@ -1,7 +1,7 @@
 """Who ran on the DUT cores during the run's trials (``TrialResult.dut_core_time``).
 
 A DUT figure is the DUT's only when its cores ran the DUT: work of perfkit's own (its metrics
-servers, notebook kernel, CLI: kept off the DUT cores by ``perfkit.housekeeping``) or of anyone
+servers, notebook kernel, CLI: kept off the DUT cores by ``perfkit.host.housekeeping``) or of anyone
 else there is time the packet threads did not get.
 
 ``core_time_frame(run)`` -- tidy, one row per trial x DUT CPU: trial_id, method, the scenario columns

@@ -15,7 +15,7 @@ from campaigns) and
                         for speed-normalized trials (``speed_reference_ns`` set)
     offered_mpps, tx_mpps, rx_mpps  float  [Mpps];  tx_gbps, rx_gbps  float  L1 [Gbit/s]
     in_result    bool   the trial is part of its unit's final search (False: a superseded trial)
-    disturbed    bool   host stalls explained its loss (``perfkit.stalls``); False for old records
+    disturbed    bool   host stalls explained its loss (``perfkit.host.disturbance``); False for old records
     retried      bool   a stalled trial the search ran again (its figure does not count)
 """
 from __future__ import annotations

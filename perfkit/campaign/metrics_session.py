@@ -19,7 +19,7 @@ pushes and scrapes do not slow down as runs pile up. A failure there is a warnin
 ``push(store, trial)`` is called after the trial is on disk; every ``RETIRE_EVERY`` pushes the run's
 own trials that Prometheus has are retired from the Pushgateway too, so that the stack's work per
 scrape and push stays bounded during the run's trials (its servers also never run on a DUT core:
-``perfkit.housekeeping``); a failure is reported once and counted;
+``perfkit.host.housekeeping``); a failure is reported once and counted;
 after ``MAX_CONSECUTIVE_FAILURES`` in a row pushing stops for the run (``perfkit push --run ID``
 backfills). ``save_cpu(store)`` keeps Prometheus' view of the DUT CPU per trial in the run directory
 (windows of at least 3 scrape intervals; shorter trials are left to /proc/stat).

@@ -15,6 +15,8 @@ from typing import Callable
 
 from perfkit.campaign.backend import LazyGenerator
 from perfkit.generators.base import Generator
+from perfkit.perf.record import PerfRecorder
+from perfkit.perf.store import write_folded
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 
@@ -49,12 +51,10 @@ class ReplayMeasurer:
             self.finish()
         if self.perf_dir is None:
             return self.live.measure(rate_pps, duration, packets)
-        from perfkit import perf
-
-        with perf.PerfRecorder(self.live._live().dut_cores) as rec:
+        with PerfRecorder(self.live._live().dut_cores) as rec:
             trial = self.live.measure(rate_pps, duration, packets)
         assert rec.profile is not None
-        perf.write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
+        write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)
         return trial
 
     def finish(self) -> None:

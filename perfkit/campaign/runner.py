@@ -110,7 +110,7 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
 def _host_check(seconds: float, say: Callable[[str], None]) -> dict[str, Any]:
     """``perfkit host check`` for ``seconds`` before any traffic, for the run's metadata and the
     report's index."""
-    from perfkit.host import check_host
+    from perfkit.host.check import check_host
 
     try:
         hc = check_host(seconds)

@@ -367,7 +367,7 @@ def _generator(raw: Any) -> GeneratorSpec:
 
 
 def _host_check_seconds(value: Any) -> float:
-    from perfkit.host import MAX_SECONDS
+    from perfkit.host.check import MAX_SECONDS
 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
         raise ConfigError("campaign.generator.host_check_seconds", value, f"a number of seconds, 0 < x <= {MAX_SECONDS:g}")

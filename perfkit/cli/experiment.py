@@ -51,7 +51,6 @@ def _human(d: dict) -> str:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-
     check_run_args(args)
     edits = parse_edits(args.edit)
     if args.resume:

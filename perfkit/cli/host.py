@@ -1,4 +1,4 @@
-"""``perfkit host check``: measure each core's stalls and read the host's tuning (see perfkit.host).
+"""``perfkit host check``: measure each core's stalls and read the host's tuning (see perfkit.host.check).
 
 Exit 0 when the check ran, whatever its verdict (the verdict is in the output); 2 on bad input.
 """
@@ -10,7 +10,9 @@ import sys
 
 from perfkit.cli.options import add_json, emit
 from perfkit.errors import ConfigError
-from perfkit.host import FIT_PPS, MAX_SECONDS, TRIAL_SECONDS, allowed_cpus, check_host
+from perfkit.host.check import MAX_SECONDS, allowed_cpus, check_host
+from perfkit.host.gaps import TRIAL_SECONDS
+from perfkit.host.verdict import FIT_PPS
 from perfkit.rate import Rate
 
 

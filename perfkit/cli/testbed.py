@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from perfkit.cli.options import add_json, emit
-from perfkit.metrics import stack
+from perfkit.metrics import stack, stackstate
 from perfkit.metrics.config import default_stack_dir
 from perfkit.testbed.topology import Testbed, clean, owned_by_live, running
 
@@ -82,7 +82,7 @@ def _clean(args: argparse.Namespace) -> int:
 def _clean_all(args: argparse.Namespace) -> int:
     removed = clean(run_id=args.run)
     kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
-    dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stack.registered_dirs()]
+    dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stackstate.registered_dirs()]
     for d in dict.fromkeys(dirs):   # only the processes perfkit recorded starting, pid and start time checked
         stopped, why = stack.clean(d, run_id=args.run)
         removed += [f"metrics server {name} ({d})" for name in stopped]

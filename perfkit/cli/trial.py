@@ -5,11 +5,13 @@ import argparse
 import os
 from pathlib import Path
 
-from perfkit import perf
 from perfkit.cli.options import (add_json, add_scenario, add_trial, check_trial, emit, generator_options, integer,
                                  scenario_from_args)
 from perfkit.errors import ConfigError
 from perfkit.generators import create
+from perfkit.perf.record import DEFAULT_FREQUENCY, PerfRecorder
+from perfkit.perf.store import save_trial_profile
+from perfkit.perf.tools import check_available
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.stl import profile as stlprofile
@@ -44,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
             result = gen.measure(rate_pps, args.duration, args.packets)
             out = result.to_dict()
         else:
-            with perf.PerfRecorder(gen.dut_cores, frequency=args.perf_frequency) as rec:
+            with PerfRecorder(gen.dut_cores, frequency=args.perf_frequency) as rec:
                 result = gen.measure(rate_pps, args.duration, args.packets)
             out = result.to_dict()
-            out["perf"] = perf.save_trial_profile(rec.profile, perf_dir, result.trial_id, scenario.key)
+            out["perf"] = save_trial_profile(rec.profile, perf_dir, result.trial_id, scenario.key)
     emit(out, args.json, _human)
     return 0
 
@@ -78,8 +80,8 @@ def add_perf(p: argparse.ArgumentParser) -> None:
     g.add_argument("--perf", nargs="?", const=".", default=None, metavar="DIR",
                    help="record the DUT cores with perf during the trial (call graphs); write DIR/<trial_id>.folded "
                         "(folded stacks) and DIR/<trial_id>.svg (flame graph); DIR defaults to the current directory")
-    g.add_argument("--perf-frequency", type=integer(1, 100_000, "samples per second"), default=perf.DEFAULT_FREQUENCY,
-                   help=f"perf's sampling frequency per DUT core [Hz] (default {perf.DEFAULT_FREQUENCY})")
+    g.add_argument("--perf-frequency", type=integer(1, 100_000, "samples per second"), default=DEFAULT_FREQUENCY,
+                   help=f"perf's sampling frequency per DUT core [Hz] (default {DEFAULT_FREQUENCY})")
 
 
 def check_perf(args: argparse.Namespace) -> Path | None:
@@ -91,7 +93,7 @@ def check_perf(args: argparse.Namespace) -> Path | None:
     d = Path(args.perf)
     if not d.is_dir() or not os.access(d, os.W_OK):
         raise ConfigError("--perf", args.perf, "a writable directory that exists")
-    perf.check_available()
+    check_available()
     return d
 
 

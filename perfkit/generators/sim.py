@@ -30,7 +30,7 @@ exactly whatever the trial length. The DUT loses by overflowing its receive queu
 
 Host stalls (``SimStalls``, off by default): stalls of the DUT's cores at a Poisson rate, each of
 a length drawn uniformly, seen by a simulated stall probe (± half its period, as the real one);
-the trials' stall evidence, ``stalled`` and ``disturbed`` come from ``perfkit.stalls``' own rules.
+the trials' stall evidence, ``stalled`` and ``disturbed`` come from ``perfkit.host.disturbance``'s own rules.
 A stall of a DUT core that keeps up overflows its queue by what arrives beyond the queue's room;
 one of a DUT already losing frames costs the frames it would have forwarded meanwhile. A share of
 the stalls take the whole VM (``whole_vm``): the generator stops too, nothing arrives and nothing
@@ -44,7 +44,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from perfkit import stalls
+from perfkit.host import disturbance, stallprobe
 from perfkit.errors import ConfigError
 from perfkit.generators.base import Generator
 from perfkit.rate import Rate
@@ -153,9 +153,9 @@ class SimStalls:
     """Share of the stalls that stop the whole VM, the generator too: nothing overflows [0..1]."""
     queue_frames: int = 256
     """The DUT cores' receive queue [frames] (a veth ring: 256; ``--rx-queue``: up to 16384)."""
-    period_us: float = stalls.TRIAL_PERIOD_US
+    period_us: float = stallprobe.TRIAL_PERIOD_US
     """The simulated probe's timer period [µs]: a stall is seen ± half of it."""
-    report_us: float = stalls.TRIAL_REPORT_US
+    report_us: float = stallprobe.TRIAL_REPORT_US
     """A tick later than the period by more than this is a stall [µs]."""
 
     def __post_init__(self) -> None:
@@ -260,9 +260,9 @@ class SimGenerator(Generator):
             notes=[f"simulated DUT: {self.model.kind} at {self.model.threshold:.6g} pps"],
         )
         if self.stalls:
-            queues = {c: stalls.Queue(self.stalls.queue_frames, 1 / len(cores)) for c in cores}
-            why = stalls.stalled(result, queues)
-            result.stalled, result.disturbance = bool(why), stalls.disturbance(result, queues)
+            queues = {c: disturbance.Queue(self.stalls.queue_frames, 1 / len(cores)) for c in cores}
+            why = disturbance.stalled(result, queues)
+            result.stalled, result.disturbance = bool(why), disturbance.disturbance(result, queues)
             result.disturbed = bool(result.disturbance)
         return result
 
@@ -270,7 +270,7 @@ class SimGenerator(Generator):
                 cores: list[int]) -> tuple[int, dict, list[int]]:
         """The frames host stalls cost a trial at ``rate`` [pps] on a DUT of ``capacity`` [pps] (per
         the module doc), the trial's stall evidence (``TrialResult`` fields, as
-        ``perfkit.stalls.evidence`` gives them), and the cores whose queue they overflowed."""
+        ``perfkit.host.stallprobe.evidence`` gives them), and the cores whose queue they overflowed."""
         if not self.stalls:
             return 0, {}, []
         rng, per_core = self._stall_rng, rate / len(cores)

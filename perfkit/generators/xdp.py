@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from perfkit import cpustat, stalls, stop
+from perfkit import stop
 from perfkit.dataplane import Traffic
 from perfkit.errors import BpfError, ConfigError
 from perfkit.generators.base import Generator
@@ -29,8 +29,9 @@ from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core,
 from perfkit.libbpf import BpfObject, BpfStats
 from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
-from perfkit.stalls import StallProbe
-from perfkit.housekeeping import Confinement
+from perfkit.host import cpustat, disturbance, stallprobe
+from perfkit.host.housekeeping import Confinement
+from perfkit.host.stallprobe import StallProbe
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit.stl import profile as stlprofile
@@ -41,7 +42,7 @@ from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.shield import Shield
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 from perfkit.search.params import line_rate_pps
-from perfkit.trial import BUSY_MIN, TrialResult
+from perfkit.trial import BUSY_MIN, RING_DROP, TrialResult
 from perfkit.units import FCS_LEN
 
 #: How long the sink must see nothing new before a trial counts as drained [s].
@@ -49,7 +50,7 @@ DRAIN_QUIET = 0.05
 DRAIN_MAX = 2.0
 #: Frames captured per trial for the content check.
 CAPTURE_COUNT = 64
-_DUT_RING = stalls.RING_DROP
+_DUT_RING = RING_DROP
 #: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s]: the reference
 #: trial, or the idle cores when that trial could not load them.
 SPEED_REFERENCE_S = 1.0
@@ -185,7 +186,7 @@ class XdpGenerator(Generator):
     def measure_speed(self) -> float:
         """The DUT cores' speed [ns per probe step], measured for ``SPEED_REFERENCE_S`` without traffic."""
         assert self.stalls
-        return stalls.reference_speed(self.stalls, self.dut_cores, SPEED_REFERENCE_S)
+        return stallprobe.reference_speed(self.stalls, self.dut_cores, SPEED_REFERENCE_S)
 
     @staticmethod
     def check_scenario(scenario: Scenario) -> None:
@@ -225,7 +226,7 @@ class XdpGenerator(Generator):
         thread_ns = {p: threads1[p] - threads0[p] for p in threads1 if p in threads0}
         core_share = core_share_fields(self.coreshare.since(share0, self.dut_cores)) if self.coreshare and share0 else {}
         cpu = cpustat.delta(cpu0, cpustat.snapshot(kthreads=self.dut.kthread_patterns))
-        stalled = (stalls.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
+        stalled = (stallprobe.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
                    if self.stalls and mark else {})
         end = time.time()
         rep = self.sink.read()
@@ -258,7 +259,7 @@ class XdpGenerator(Generator):
                 ring_cores = list(self.dut_cores)
         if ring_in:
             dut_drops[_DUT_RING] = ring_in
-        tester_drops = {stalls.RING_DROP: tester_ring} if tester_ring else {}
+        tester_drops = {RING_DROP: tester_ring} if tester_ring else {}
 
         progs = [p.name for p in self.dut.dut_programs]
         runs = _runs(rt0, rt1, progs[0])
@@ -286,9 +287,9 @@ class XdpGenerator(Generator):
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns
-        stall = stalls.stalled(result, self.queues)
+        stall = disturbance.stalled(result, self.queues)
         result.stalled = bool(stall)
-        result.disturbance = stalls.disturbance(result, self.queues)
+        result.disturbance = disturbance.disturbance(result, self.queues)
         result.disturbed = bool(result.disturbance)
         if stall:
             result.notes.append(f"stalled: {stall}: host stalls may have cost it frames")

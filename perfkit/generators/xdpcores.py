@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from perfkit import stalls
+from perfkit.host import disturbance
 from perfkit.errors import ConfigError
 from perfkit.testbed.dut import CPUMAP_QSIZE
 
@@ -72,14 +72,14 @@ def busy_per_core(thread_ns: dict[int, int], cores_of: dict[int, int], window_ns
     return {str(c): sum(ns for pid, ns in thread_ns.items() if cores_of.get(pid) == c) / window_ns for c in cores}
 
 
-def dut_queues(cores: list[int], rx_queue: int) -> dict[int, stalls.Queue]:
+def dut_queues(cores: list[int], rx_queue: int) -> dict[int, disturbance.Queue]:
     """The receive queue each DUT core serves (``perfkit.testbed.dut``): the veth port's ring on the
     core of the NAPI threads (the first; the whole rate passes it), else the cpumap's queue of
     ``rx_queue`` frames (``CPUMAP_QSIZE`` behind the veth ring), each an even share of the rate."""
     share = 1 / len(cores)
     if rx_queue:
-        return {c: stalls.Queue(rx_queue, share) for c in cores}
-    return {c: stalls.Queue(RING_FRAMES, 1.0) if i == 0 else stalls.Queue(CPUMAP_QSIZE, share)
+        return {c: disturbance.Queue(rx_queue, share) for c in cores}
+    return {c: disturbance.Queue(RING_FRAMES, 1.0) if i == 0 else disturbance.Queue(CPUMAP_QSIZE, share)
             for i, c in enumerate(cores)}
 
 

@@ -2,7 +2,10 @@
 
 - ``perfkit.metrics.config``: ``Endpoints`` and ``load_endpoints()`` (URLs, basic auth, TLS).
 - ``perfkit.metrics.stack``: ``up()``, ``down()``, ``status()`` of a local Prometheus + Pushgateway +
-  node-exporter.
+  node-exporter; its server processes are ``servers``, its configuration files ``promconfig``, its
+  recorded state and the registry of stack directories ``stackstate``.
+- ``perfkit.metrics.series``: the series a trial is pushed as (names, labels, values) and the frame
+  columns they are read back as.
 - ``perfkit.metrics.push``: ``push_trial()``, ``store_and_push()``, ``backfill()``.
 - ``perfkit.metrics.retire``: ``retire_runs()``: delete old runs' groups from the Pushgateway once
   Prometheus has scraped them.

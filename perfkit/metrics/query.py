@@ -6,7 +6,7 @@ Uses prometheus-api-client (``PrometheusConnect``) with the ``Endpoints`` (URL, 
 ------------------------------------------------------------------------------------------------
 For each trial window [start, end] it fetches the raw ``node_cpu_seconds_total`` samples around it
 (``node_selector``, default ``job="node"``) and takes counter differences -- the quantity a pair of
-``/proc/stat`` snapshots (``perfkit.cpustat``) gives, which node-exporter reads:
+``/proc/stat`` snapshots (``perfkit.host.cpustat``) gives, which node-exporter reads:
 
 - ``method="inner"`` (default): between the first and the last sample *inside* [start, end]. The
   span is up to one scrape interval shorter at each end, but nothing from before or after the trial
@@ -54,12 +54,13 @@ The pushed ``perfkit_trial_*`` series of the run as Prometheus has them now (or 
 ``lookback``, the last sample of each series in that span, also of groups retired since). A run
 retired from the Pushgateway (``perfkit.metrics.retire``) is read at its push times:
 ``pushed_trials_frame(run_id, endpoints, store.push_times())``, same columns. Columns:
-``run_id``, ``trial_id``, the scenario labels (``push.SCENARIO_LABELS``: dataplane, variant,
+``run_id``, ``trial_id``, the scenario labels (``series.SCENARIO_LABELS``: dataplane, variant,
 scenario_key, frame_size int, flows int, dut_cores int, intended_pps float, duration float,
 generator, method, git_sha), one column per parameter of the trial's dataplane (typed as the
-dataplane's ``Param`` says; absent for other dataplanes' trials) and one float column per series as named in ``perfkit.metrics.push``
-(tx_packets, rx_packets, rx_pps, rx_bps_l1, loss_ratio, latency_p99_seconds, bpf_seconds_per_packet,
-start_time, end_time ...). A column is NaN for a trial that did not push that series.
+dataplane's ``Param`` says; absent for other dataplanes' trials) and one float column per series as
+named in ``perfkit.metrics.series`` (tx_packets, rx_packets, rx_pps, rx_bps_l1, loss_ratio,
+latency_p99_seconds, bpf_seconds_per_packet, start_time, end_time ...). A column is NaN for a trial
+that did not push that series.
 """
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from perfkit import dataplanes, stop
-from perfkit.cpustat import IDLE_MODES, MODE_ALIASES, MODES
 from perfkit.dataplane import Param
 from perfkit.errors import ConfigError, MetricsError
-from perfkit.metrics import push as _push
+from perfkit.host.cpustat import IDLE_MODES, MODE_ALIASES, MODES
 from perfkit.metrics.config import Endpoints, describe_http_status, describe_request_error
+from perfkit.metrics.series import LABEL_TYPES, PREFIX, SCENARIO_LABELS, TRIAL_LABELS, column_name
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 
@@ -210,7 +211,7 @@ def check_window(w: TrialWindow, endpoints: Endpoints) -> None:
                           f"{w.length:.2f} s ({_iso(w.start)} .. {_iso(w.end)})",
                           f">= {minimum:g} s ({MIN_SCRAPES} scrape intervals of {endpoints.scrape_interval:g} s): "
                           "Prometheus cannot resolve CPU use over a shorter window; run the trial longer "
-                          "or use the trial's own /proc/stat figures (perfkit.cpustat)")
+                          "or use the trial's own /proc/stat figures (perfkit.host.cpustat)")
 
 
 # -- CPU -----------------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
     if not run_id:
         raise ConfigError("run_id", run_id, "a run id")
     wanted = set(trial_ids) if trial_ids is not None else None
-    selector = f'{{__name__=~"{_push.PREFIX}.+", run_id={_promql_string(run_id)}}}'
+    selector = f'{{__name__=~"{PREFIX}.+", run_id={_promql_string(run_id)}}}'
     if lookback is not None:
         selector = f"last_over_time({selector}[{int(math.ceil(lookback * 1000))}ms])"
     pc = connect(endpoints)
@@ -397,7 +398,7 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
         raise MetricsError(f"Prometheus {endpoints.prometheus_url}: trials {sorted(missing)} of run {run_id} "
                            f"not found after {wait:g} s; were they pushed (perfkit push --run {run_id}) and is "
                            "the Pushgateway scraped?")
-    skip = {"__name__", "job", "instance", *_push.TRIAL_LABELS}
+    skip = {"__name__", "job", "instance", *TRIAL_LABELS}
     rows: dict[str, dict[str, Any]] = {}
     for s in series:
         m = s["metric"]
@@ -405,22 +406,22 @@ def trial_metrics_frame(run_id: str, endpoints: Endpoints, *, trial_ids: Iterabl
         if wanted is not None and tid not in wanted:
             continue
         row = rows.setdefault(tid, {"run_id": m.get("run_id", run_id), "trial_id": tid})
-        for label in _push.SCENARIO_LABELS:
+        for label in SCENARIO_LABELS:
             if label in m and label not in row:
-                conv = _push.LABEL_TYPES.get(label, str)
+                conv = LABEL_TYPES.get(label, str)
                 row[label] = conv(m[label])
         params = _params_of(m.get("dataplane", ""))
         for name, param in params.items():
             if name in m and name not in row:
                 row[name] = param.parse(m[name])
         extra = {k: v for k, v in m.items() if k not in skip and k not in params}
-        row[_push.column_name(m["__name__"], extra)] = float(s["value"][1])
+        row[column_name(m["__name__"], extra)] = float(s["value"][1])
     return _trial_frame(pd.DataFrame(list(rows.values())))
 
 
 def _trial_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The columns in the documented order (labels, then series by name), trials by start time."""
-    fixed = ["run_id", "trial_id", *_push.SCENARIO_LABELS]
+    fixed = ["run_id", "trial_id", *SCENARIO_LABELS]
     if frame.empty:
         return pd.DataFrame(columns=fixed)
     for col in fixed:

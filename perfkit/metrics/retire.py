@@ -40,13 +40,14 @@ from typing import Any, Iterable, Mapping
 import requests
 
 from perfkit.errors import MetricsError
-from perfkit.metrics import push as _push
 from perfkit.metrics import query as _query
 from perfkit.metrics.config import Endpoints, describe_http_status, describe_request_error
+from perfkit.metrics.push import gateway_groups, group_url
+from perfkit.metrics.series import GROUPING_LABELS, JOB, PREFIX
 
 #: The Pushgateway's own series in every group (not pushed by perfkit).
 _GATEWAY_SERIES = ("push_time_seconds", "push_failure_time_seconds")
-_GROUP_KEYS = frozenset({"job", *_push.GROUPING_LABELS})
+_GROUP_KEYS = frozenset({"job", *GROUPING_LABELS})
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,10 @@ class RetireResult:
                 f"{len(self.kept)} run(s) in use; left {self.count('unscraped')} Prometheus does not have yet")
 
 
-def perfkit_groups(endpoints: Endpoints, job: str = _push.JOB) -> list[Group]:
+def perfkit_groups(endpoints: Endpoints, job: str = JOB) -> list[Group]:
     """perfkit's groups on the Pushgateway (grouping key exactly job, run_id, trial_id)."""
     out = []
-    for g in _push.gateway_groups(endpoints):
+    for g in gateway_groups(endpoints):
         labels = g["labels"]
         if set(labels) != _GROUP_KEYS or labels.get("job") != job:
             continue
@@ -112,7 +113,7 @@ def _push_time(group: Mapping[str, Any]) -> float | None:
 
 def _series_count(group: Mapping[str, Any]) -> int:
     return sum(len(fam.get("metrics") or []) for name, fam in group.items()
-               if name.startswith(_push.PREFIX) and isinstance(fam, dict))
+               if name.startswith(PREFIX) and isinstance(fam, dict))
 
 
 def _job_of(labels: Mapping[str, str]) -> str | None:
@@ -120,7 +121,7 @@ def _job_of(labels: Mapping[str, str]) -> str | None:
     return labels.get("exported_job") or labels.get("job")
 
 
-def prometheus_view(endpoints: Endpoints, job: str = _push.JOB) -> dict[tuple[str, str], tuple[float, int]]:
+def prometheus_view(endpoints: Endpoints, job: str = JOB) -> dict[tuple[str, str], tuple[float, int]]:
     """What Prometheus has now of each perfkit group: ``(run_id, trial_id) -> (push_time, series)``.
 
     Instant queries at now: a group the Pushgateway still holds and Prometheus scrapes shows its
@@ -131,7 +132,7 @@ def prometheus_view(endpoints: Endpoints, job: str = _push.JOB) -> dict[tuple[st
     try:
         times = _query.instant_query(pc, 'push_time_seconds{run_id!="", trial_id!=""}', endpoints)
         counts = _query.instant_query(
-            pc, f'count by (job, exported_job, run_id, trial_id) ({{__name__=~"{_push.PREFIX}.+", '
+            pc, f'count by (job, exported_job, run_id, trial_id) ({{__name__=~"{PREFIX}.+", '
                 'run_id!="", trial_id!=""})', endpoints)
     finally:
         pc.close()
@@ -159,9 +160,9 @@ def scraped(group: Group, view: Mapping[tuple[str, str], tuple[float, int]]) -> 
             and seen[1] == group.series)
 
 
-def delete_group(session: requests.Session, endpoints: Endpoints, group: Group, job: str = _push.JOB) -> None:
+def delete_group(session: requests.Session, endpoints: Endpoints, group: Group, job: str = JOB) -> None:
     """``DELETE`` one group (the Pushgateway answers 202 and deletes it right after)."""
-    url = _push.group_url(endpoints.pushgateway_url, group.run_id, group.trial_id, job)
+    url = group_url(endpoints.pushgateway_url, group.run_id, group.trial_id, job)
     where = f"Pushgateway {endpoints.pushgateway_url}"
     try:
         r = session.delete(url, auth=endpoints.auth, verify=endpoints.verify_tls, timeout=endpoints.timeout)
@@ -177,7 +178,7 @@ def _recent_runs(groups: Iterable[Group], min_age: float, now: float) -> set[str
 
 
 def retire_runs(endpoints: Endpoints, keep: Iterable[str] = (), *, min_age: float = 0.0,
-                job: str = _push.JOB, only: Iterable[str] | None = None) -> RetireResult:
+                job: str = JOB, only: Iterable[str] | None = None) -> RetireResult:
     """Delete from the Pushgateway the groups of runs not in ``keep`` that Prometheus has (module doc).
 
     ``min_age`` [s]: also keep runs that pushed more recently than that. ``only``: retire the

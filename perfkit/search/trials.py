@@ -10,7 +10,7 @@ correspondingly more (below its capacity, ``perfkit.search.limits``) and a speed
 
 Stalled trials are run again, whatever they lost. A trial during which a DUT core stalled at
 least as long as its receive queue lasts at the trial's rate (``TrialResult.stalled``, see
-``perfkit.stalls``) is kept and reported like any other, then run again, up to the measurer's
+``perfkit.host.disturbance``) is kept and reported like any other, then run again, up to the measurer's
 ``disturbed_retries`` times (default ``DISTURBED_RETRIES``); the search judges the first trial
 that did not stall, or the last one, with its loss, when every try stalled. The decision to run
 again looks at the stalls alone, never at the loss: re-running only trials whose loss the stalls

@@ -3,7 +3,7 @@
 ``bpf/coreshare.bpf.c`` charges every interval between two context switches on a CPU to the task
 that ran in it (exact to the switch; interrupts count for the task they interrupted). The classes:
 ``packet`` (the DUT's packet threads: threaded NAPI, cpumap kthreads), ``perfkit`` (perfkit's own
-processes, ``perfkit.housekeeping.own_pids``), ``other`` (every other process and kernel thread)
+processes, ``perfkit.host.housekeeping.own_pids``), ``other`` (every other process and kernel thread)
 and ``idle``. A trial then says how much of its DUT cores went to work that is not the DUT's
 (``TrialResult.dut_core_time``, ``dut_perfkit_share``, ``dut_others_share``): a DUT figure taken
 while something else held its core a third of the time is not the DUT's capacity.

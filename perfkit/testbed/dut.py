@@ -21,7 +21,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from perfkit import cpustat
+from perfkit.host import cpustat
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
 from perfkit.layouts import STEER_MAX_CPUS, SteerKey, steer_config

@@ -3,7 +3,7 @@ testbed measures (the idea of ``cset shield`` and of isolated cores, without a r
 
 Why: on a VM, guest tasks that may run on any CPU -- the VM's agent, RCU's kthreads, kdamond --
 took the DUT core for 8-64 ms at a time here, and the DUT's packet thread waited behind them
-(``perfkit.stalls`` counts those waits). Such a wait overflows a NIC-sized queue at a few hundred
+(``perfkit.host.stallprobe`` counts those waits). Such a wait overflows a NIC-sized queue at a few hundred
 kpps, and it decided NDR: ``bench/ndr_repeatability.py`` (handling on) gave a CV of 5.5 % with the
 waits, 2.2 % with this shield and 1.6 % with every other task moved by hand, the same evening.
 

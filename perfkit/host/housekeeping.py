@@ -11,7 +11,7 @@ took a median 29 % of the DUT core's perf samples in ``make run``'s max-rate tri
 - the perfkit processes above it (a notebook kernel's ``perfkit experiment``), up to the first
   process that is not perfkit's (``make``, a shell, pytest);
 - every process below those (servers a run started, ``perf``, Chromium, the kernel);
-- the servers of every local metrics stack perfkit started (``perfkit.metrics.stack.server_pids``),
+- the servers of every local metrics stack perfkit started (``perfkit.metrics.stackstate.server_pids``),
   whichever process started them.
 
 ``Confinement(dut_cpus)`` takes every thread of those processes off ``dut_cpus``: each thread's
@@ -29,7 +29,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from perfkit.metrics.stack import server_pids
+from perfkit.host.cpus import online_cpus
+from perfkit.metrics.stackstate import server_pids
 
 _PROC = Path("/proc")
 
@@ -100,7 +101,7 @@ class Confinement:
 
     def __init__(self, dut_cpus: Iterable[int]):
         self.dut_cpus = frozenset(dut_cpus)
-        self.elsewhere = frozenset(_online_cpus()) - self.dut_cpus
+        self.elsewhere = frozenset(online_cpus()) - self.dut_cpus
         self.pids: set[int] = set()
         """perfkit's own processes at the last ``refresh``."""
         self._moved: dict[int, tuple[int | None, frozenset[int], frozenset[int]]] = {}
@@ -143,13 +144,3 @@ class Confinement:
                     os.sched_setaffinity(tid, before)
             except OSError:
                 continue
-
-
-def _online_cpus() -> set[int]:
-    """The CPUs online now (``/sys/devices/system/cpu/online``)."""
-    text = Path("/sys/devices/system/cpu/online").read_text().strip()
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus

@@ -2,7 +2,7 @@
 
 The trial code takes a snapshot before and after the traffic and asks for the difference::
 
-    from perfkit import cpustat
+    from perfkit.host import cpustat
 
     snap = cpustat.snapshot(kthreads=["napi/dut-*", "cpumap/*"])   # kthreads: optional patterns
     ...                                                              # traffic

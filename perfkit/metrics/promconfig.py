@@ -1,0 +1,71 @@
+"""The configuration files of a local metrics stack: ``prometheus.yml`` (what Prometheus scrapes, and
+how often) and, with basic auth, ``web-config.yml`` (the servers' users, a bcrypt hash) and the
+``scrape-password`` Prometheus scrapes with."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from perfkit.errors import MetricsError
+
+#: How often Prometheus scrapes node-exporter and the Pushgateway [s].
+SCRAPE_INTERVAL = 1.0
+WEB_CONFIG_FILE = "web-config.yml"
+PASSWORD_FILE = "scrape-password"
+
+
+def _bcrypt_hash(password: str) -> str:
+    try:
+        import bcrypt   # optional: only a stack with basic auth needs it
+    except ImportError:
+        raise MetricsError("basic auth for the local stack needs the Python package bcrypt "
+                           "(pip install bcrypt) to write the web config's password hash") from None
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=10)).decode()
+
+
+def write_prometheus_config(path: Path, node_targets: Sequence[str], pushgateway_target: str,
+                            password_file: Path | None = None, username: str | None = None,
+                            retention_note: str = "") -> Path:
+    """prometheus.yml: 1 s scrapes of node-exporter (job ``node``) and the Pushgateway (honor_labels)."""
+    interval = f"{SCRAPE_INTERVAL:g}s"
+    auth = {"basic_auth": {"username": username, "password_file": str(password_file)}} if username else {}
+    cfg = {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            {"job_name": "node", "static_configs": [{"targets": list(node_targets)}], **auth},
+            {"job_name": "pushgateway", "honor_labels": True,
+             "static_configs": [{"targets": [pushgateway_target]}], **auth},
+        ],
+    }
+    path.write_text("# written by perfkit stack up" + retention_note + "\n" + yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def write_web_config(d: Path, username: str, password: str) -> tuple[Path, Path]:
+    """``web-config.yml`` with ``username`` and a bcrypt hash of ``password``, and the password itself
+    (mode 0600) for Prometheus's scrapes; returns both paths."""
+    web_cfg = d / WEB_CONFIG_FILE
+    web_cfg.write_text(yaml.safe_dump({"basic_auth_users": {username: _bcrypt_hash(password)}}))
+    pw_file = d / PASSWORD_FILE
+    pw_file.touch(mode=0o600)
+    pw_file.write_text(password)
+    os.chmod(pw_file, 0o600)
+    return web_cfg, pw_file
+
+
+def remove_web_config(d: Path) -> None:
+    """A stack without basic auth: no stale users or password of an earlier one."""
+    for stale in (WEB_CONFIG_FILE, PASSWORD_FILE):
+        (d / stale).unlink(missing_ok=True)
+
+
+def scrape_auth(d: Path, state: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(user, password) the stack in ``d`` was started with, for its health checks; None without auth."""
+    user = state.get("username")
+    pw_file = d / PASSWORD_FILE
+    if user and pw_file.exists():
+        return user, pw_file.read_text()
+    return None
