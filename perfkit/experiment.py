@@ -35,9 +35,10 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from perfkit.errors import ConfigError, StoreError
+from perfkit.paths import NOTEBOOKS_DIR
 
 #: Where the notebook is, and what ``perfkit experiment`` executes.
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "experiment.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "experiment.ipynb"
 #: The campaign's ``source`` when it comes from the notebook's parameters.
 SOURCE = "notebooks/experiment.ipynb"
 #: The generator options a TRex STL profile and its tunables go into (``perfkit trial --trex-profile -t``).

@@ -499,12 +499,12 @@ def harness_rate(frames: int = 100_000, seed: int = 1) -> float:
     """Frames per second of the same per-frame loop with an XDP_DROP program and no model: the
     ceiling of this harness on this machine (a baseline for ``bench/fuzz.py``)."""
     from perfkit.libbpf import BpfObject
-    from perfkit.paths import BUILD_DIR
+    from perfkit.testbed.bpfbuild import object_path
 
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, 256, size=(BATCH, 700), dtype=np.uint8)
     lens = rng.integers(MIN_FRAME, 700, BATCH)
-    with BpfObject(BUILD_DIR / "drop.o") as obj:
+    with BpfObject(object_path("drop")) as obj:
         runner = _Runner(obj.program("xdp_drop").fd)
         opts, fn, fd, ref = runner.opts, runner.fn, runner.fd, runner.ref
         buf, base, done = rows.data.cast("B"), rows.ctypes.data, 0

@@ -65,7 +65,7 @@ import pandas as pd
 from perfkit import owners
 from perfkit.durable import atomic_write, fsync_dir
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.paths import REPO_ROOT
+from perfkit.paths import TOOLS_DIR
 
 #: Sampling frequency per CPU [Hz]: a 2 s trial gives about 2000 samples per DUT core.
 DEFAULT_FREQUENCY = 999
@@ -73,8 +73,6 @@ DEFAULT_FREQUENCY = 999
 CALL_GRAPHS = ("kernel", "fp", "dwarf")
 #: The inferno release perfkit is tested with: ``cargo install inferno --version 0.12.8 --locked --root build/tools``.
 INFERNO_VERSION = "0.12.8"
-#: Where ``make setup`` installs inferno (``cargo install --root build/tools``).
-TOOLS_DIR = REPO_ROOT / "build" / "tools" / "bin"
 INSTALL_INFERNO = "make tools"
 #: The run directory's subdirectory of folded stacks (``<trial_id>.folded``).
 PERF_DIR = "perf"

@@ -17,6 +17,7 @@ _INTERRUPTED_CLOSES = textwrap.dedent("""
     import gc, sys
     sys.path.insert(0, sys.argv[1])
     from perfkit import libbpf, stalls
+    from perfkit.testbed.bpfbuild import object_path
 
     real = libbpf.lib()
     FREES = {"bpf_link__destroy", "bpf_object__close", "ring_buffer__free"}
@@ -31,7 +32,7 @@ _INTERRUPTED_CLOSES = textwrap.dedent("""
                 raise KeyboardInterrupt
             return freed_then_interrupted
 
-    obj = libbpf.BpfObject(stalls.OBJECT)
+    obj = libbpf.BpfObject(object_path(stalls.PROGRAM))
     obj.attach("stall_wakeup")
     obj.attach("stall_switch")
     ring = libbpf.RingBuffer(obj.map("stall_events"))

@@ -139,7 +139,7 @@ class MetricsSpec:
     """Start the local Prometheus/Pushgateway/node-exporter (and stop what was started at the end),
     unless endpoints are configured (``config``, URLs, or $PERFKIT_METRICS_CONFIG/$PERFKIT_*_URL)."""
     stack_dir: str | None = None
-    """Directory of the local stack (default $PERFKIT_DATA/stack)."""
+    """Directory of the local stack (default $PERFKIT_HOME/stack)."""
     config: str | None = None
     """A metrics endpoints file (``perfkit.metrics.config``)."""
     prometheus_url: str | None = None

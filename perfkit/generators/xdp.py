@@ -34,9 +34,9 @@ from perfkit.dataplane import Traffic
 from perfkit.errors import BpfError, ConfigError
 from perfkit.generators.base import Generator
 from perfkit.libbpf import BpfObject, BpfStats
-from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.stalls import StallProbe
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.housekeeping import Confinement
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import CPUMAP_QSIZE, Dut, check_rx_queue
@@ -104,7 +104,7 @@ def needed_mtu(profile: Traffic) -> int:
 def live_frame_max() -> int:
     """The largest frame (without FCS) BPF_PROG_TEST_RUN sends in live-frames mode here: it must fit
     a page-pool page with the kernel's bookkeeping (3408 bytes on x86-64 Linux 6.x). Probed once."""
-    with BpfObject(BUILD_DIR / "drop.o") as obj:
+    with BpfObject(object_path("drop")) as obj:
         prog, lo, hi = obj.program("xdp_drop"), 14, 4096
         while lo < hi:
             mid = (lo + hi + 1) // 2
