@@ -67,6 +67,14 @@ def _inputs_key(*parts: str) -> str:
     return h.hexdigest()[:20]
 
 
+def _source(program: str) -> Path:
+    """``bpf/<program>.bpf.c``, or a PerfkitError when perfkit was installed without it."""
+    src = SRC_DIR / f"{program}.bpf.c"
+    if not src.is_file():
+        raise PerfkitError(f"{src} is missing: perfkit's BPF sources were not installed with it (reinstall perfkit)")
+    return src
+
+
 def _compile(src: Path, obj: Path, *defines: str) -> None:
     """clang ``src`` into ``obj``, atomically (parallel runs may compile the same object)."""
     obj.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +112,7 @@ def object_path(program: str) -> Path:
     obj = BUILD_DIR / f"{program}.o"
     if CHECKOUT is not None:
         return obj
-    src = SRC_DIR / f"{program}.bpf.c"
+    src = _source(program)
     text = src.read_text()
     parts = [text]
     if '"vmlinux.h"' in text:
@@ -125,7 +133,7 @@ def specialised(program: str, macro: str, config: ctypes.Structure,
     """Path of ``bpf/<program>.bpf.c`` compiled with ``-D<macro>_FILE=<header>`` where the header
     defines ``<macro>_INIT`` as ``config``'s initializer (and ``<name>_INIT`` for each of ``extra``);
     compiled on first use, then cached."""
-    src = SRC_DIR / f"{program}.bpf.c"
+    src = _source(program)
     header = f"#define {macro}_INIT {c_initializer(config)}\n"
     header += "".join(f"#define {name}_INIT {c_initializer(v)}\n" for name, v in (extra or {}).items())
     key = _inputs_key(header, src.read_text())
