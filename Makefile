@@ -32,6 +32,7 @@ help:
 	@echo "make test   - set up and run the whole test suite (root; real kernel, real servers)"
 	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
+	@echo "make lock   - resolve pyproject.toml's dependencies again into requirements.lock (exact versions, hashes)"
 	@echo "make bench  - the benchmarks in bench/"
 	@echo "make cleanup-net - remove the perfkit namespaces, links, XDP attachments, pins and servers no live process owns"
 	@echo "make clean  - remove build/ (distclean also .venv)"
@@ -79,14 +80,30 @@ apt:
 	fi
 	@mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf || echo "warning: could not mount bpffs on /sys/fs/bpf"
 
+# venv: the exact versions of requirements.lock, each checked against its hashes, then perfkit itself
+# (editable, without dependencies: the lock has them all, the dev extra included). Redone only when
+# the lock, pyproject.toml or setup.py changed.
+LOCK := requirements.lock
+
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: $(LOCK) pyproject.toml setup.py
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --require-hashes --only-binary :all: -r $(LOCK)
+	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $@
+
+# lock: requirements.lock from pyproject.toml (runtime and dev dependencies), for every Python
+# perfkit supports (>= 3.10) and every platform, by the uv the lock itself pins (a dev dependency).
+# uv keeps the pins of the lock it is given where they still fit; the lock is replaced only when it
+# changed, so that an unchanged lock does not make `venv` install again.
+.PHONY: lock
+lock: | $(VENV)/.installed
+	@cp $(LOCK) $(LOCK).new
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.10 --generate-hashes \
+		--custom-compile-command "make lock" --quiet -o $(LOCK).new
+	@if cmp -s $(LOCK).new $(LOCK); then rm $(LOCK).new; else mv $(LOCK).new $(LOCK); echo "$(LOCK) changed"; fi
 
 bpf: $(BPF_OBJ)
 

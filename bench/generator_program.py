@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfkit.libbpf import BpfObject, XdpMd  # noqa: E402
 from perfkit.testbed.livegen import build_config, compile_generator, load_generator  # noqa: E402
-from perfkit.dataplanes.pgwu.control import BUILD_DIR, SessionPlan  # noqa: E402
+from perfkit.dataplanes.pgwu.control import SessionPlan  # noqa: E402
+from perfkit.paths import BUILD_DIR  # noqa: E402
 from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 
 

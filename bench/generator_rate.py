@@ -31,7 +31,8 @@ from tqdm import tqdm  # noqa: E402
 from perfkit.testbed import netns  # noqa: E402
 from perfkit.libbpf import BpfObject, xdp_attach  # noqa: E402
 from perfkit.testbed.livegen import LiveGenerator  # noqa: E402
-from perfkit.dataplanes.pgwu.control import BUILD_DIR, SessionPlan  # noqa: E402
+from perfkit.dataplanes.pgwu.control import SessionPlan  # noqa: E402
+from perfkit.paths import BUILD_DIR  # noqa: E402
 from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 from perfkit.testbed.topology import Testbed  # noqa: E402
 

@@ -7,6 +7,7 @@ from perfkit.generators.base import Generator
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult
+from perfkit.version import VERSION
 
 __all__ = ["ConfigError", "Generator", "PerfkitError", "Rate", "Scenario", "TrialResult"]
-__version__ = "0.1.0"
+__version__ = VERSION

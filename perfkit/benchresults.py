@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from perfkit import durable
-from perfkit.paths import REPO_ROOT, bench_results_dir
+from perfkit.paths import bench_results_dir, shown
 from perfkit.version import git_sha
 
 #: The head of a new ``bench/RESULTS.md``.
@@ -119,8 +119,7 @@ def this_host() -> Host:
 
 def command_line(argv: Sequence[str]) -> str:
     """``argv`` as typed from the repository: the script relative to it when it lies inside."""
-    script = Path(argv[0]).resolve() if argv else Path("?")
-    head = str(script.relative_to(REPO_ROOT)) if script.is_relative_to(REPO_ROOT) else str(argv[0] if argv else "?")
+    head = shown(Path(argv[0]).resolve()) if argv else "?"
     return " ".join([head, *argv[1:]])
 
 
@@ -161,8 +160,7 @@ def latest(bench: str) -> BenchRecord | None:
 def not_on_record(bench: str) -> str:
     """What to say instead of a figure ``bench`` would have measured."""
     path = results_file(bench)
-    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-    return f"`bench/{bench}.py` has not been run on record (no {shown})"
+    return f"`bench/{bench}.py` has not been run on record (no {shown(path)})"
 
 
 # -- what the pages quote ----------------------------------------------------------------------------

@@ -9,9 +9,10 @@ busy (an experiment measuring) are interrupted first -- the campaign runner then
 down and marks the run ``interrupted`` --, then the server gets SIGTERM (it shuts its kernels down),
 and what is left of its process group after ``STOP_SECONDS`` is killed.
 
-The kernels see ``$PERFKIT_DATA`` and ``$PERFKIT_REPORTS`` as absolute paths of the repository's
-``data/`` and ``reports/`` (unless already set): a kernel's working directory is its notebook's
-directory, and runs should land where ``perfkit run`` puts them.
+The kernels see ``$PERFKIT_HOME`` and ``$PERFKIT_REPORTS`` as the absolute paths of perfkit's home
+and reports directory as this process has them (``paths.data_dir``, ``paths.reports_dir``): a
+kernel's working directory is its notebook's directory, and runs should land where ``perfkit run``
+from here puts them.
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ from typing import Any, Callable
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.metrics.servers import free_port
-from perfkit.paths import REPO_ROOT
+from perfkit.paths import NOTEBOOKS_DIR, data_dir, reports_dir
 
-NOTEBOOKS = REPO_ROOT / "notebooks"
+NOTEBOOKS = NOTEBOOKS_DIR
 HOST = "127.0.0.1"
 #: Seconds to wait for the server to answer after it started.
 READY_SECONDS = 120.0
@@ -77,10 +78,8 @@ class Lab:
             raise ConfigError("--port", port, "a TCP port, 1 .. 65535")
         token = secrets.token_urlsafe(32)
         env = dict(os.environ, JUPYTER_TOKEN=token)
-        env.setdefault("PERFKIT_DATA", str(REPO_ROOT / "data"))
-        env.setdefault("PERFKIT_REPORTS", str(REPO_ROOT / "reports"))
-        for key in ("PERFKIT_DATA", "PERFKIT_REPORTS"):
-            env[key] = str(Path(env[key]).absolute())
+        env["PERFKIT_HOME"] = str(data_dir().absolute())
+        env["PERFKIT_REPORTS"] = str(reports_dir().absolute())
         argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={HOST}", f"--port={port}",
                 "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"]
         if os.geteuid() == 0:

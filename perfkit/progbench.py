@@ -25,8 +25,8 @@ from perfkit.dataplane import BenchSpec, DutProgram
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import BENCH_KEY_MAX, BENCH_MAX_FIELDS, BENCH_RESTORE_MAX, bench_config, bench_template
 from perfkit.libbpf import XDP_PACKET_HEADROOM, BpfObject
-from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.units import FCS_LEN, L1_OVERHEAD, LINE_RATES
 
 #: The longest frame (without FCS) BPF_PROG_TEST_RUN puts in one buffer: a page less the XDP
@@ -101,8 +101,8 @@ def prog_bench(dataplane: str = dataplanes.DEFAULT, frame_size: int = 64, params
     cpu = cpu if cpu is not None else allowed[-1]
     old_affinity = os.sched_getaffinity(0)
     try:
-        with BpfObject(BUILD_DIR / "bench.o", max_entries={"bench_keys": max(len(spec.keys), 1)}) as harness, \
-                BpfObject(BUILD_DIR / "drop.o") as drop:
+        with BpfObject(object_path("bench"), max_entries={"bench_keys": max(len(spec.keys), 1)}) as harness, \
+                BpfObject(object_path("drop")) as drop:
             cfg = _setup_harness(harness, spec)
             os.sched_setaffinity(0, {cpu})
             res = _measure(dut, harness, drop, spec, cfg, rounds, repeat, cpu)

@@ -14,7 +14,6 @@ A notebook that fails still gets its page (with the traceback) and is marked fai
 from __future__ import annotations
 
 import html
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,11 +22,10 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from perfkit.errors import ConfigError, StoreError
+from perfkit.paths import NOTEBOOKS_DIR, reports_dir
 from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
 
-#: The notebooks directory of the repository.
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-DEFAULT_REPORTS = Path(os.environ.get("PERFKIT_REPORTS", "reports"))
+DEFAULT_REPORTS = reports_dir()
 KERNEL = "python3"
 
 

@@ -48,9 +48,10 @@ from perfkit import owners
 from perfkit.crashpoints import crashpoint
 from perfkit.durable import append_line, atomic_write, fsync_dir, read_lines
 from perfkit.errors import StoreError
+from perfkit.paths import data_dir
 from perfkit.trial import TrialResult
 
-DEFAULT_ROOT = Path(os.environ.get("PERFKIT_DATA", "data")) / "runs"
+DEFAULT_ROOT = data_dir() / "runs"
 #: File of a run directory holding the Prometheus-derived CPU frame.
 PROMETHEUS_CPU_FILE = "cpu_prometheus.parquet"
 #: Trials of the run that had no Prometheus CPU figures (``{trial_id: why}``), beside that frame.

@@ -18,6 +18,7 @@ _INTERRUPTED_CLOSES = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from perfkit import libbpf
     from perfkit.host import stallprobe
+    from perfkit.testbed.bpfbuild import object_path
 
     real = libbpf.lib()
     FREES = {"bpf_link__destroy", "bpf_object__close", "ring_buffer__free"}
@@ -32,7 +33,7 @@ _INTERRUPTED_CLOSES = textwrap.dedent("""
                 raise KeyboardInterrupt
             return freed_then_interrupted
 
-    obj = libbpf.BpfObject(stallprobe.OBJECT)
+    obj = libbpf.BpfObject(object_path(stallprobe.PROGRAM))
     obj.attach("stall_wakeup")
     obj.attach("stall_switch")
     ring = libbpf.RingBuffer(obj.map("stall_events"))

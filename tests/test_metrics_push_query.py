@@ -96,11 +96,16 @@ def test_push_query_round_trip_same_values_and_labels(metrics_stack, tmp_path):
 
 
 def test_metric_names_follow_conventions():
-    reg = series.build_registry(make_result("r"))
+    result = make_result("r")
+    reg = series.build_registry(result)
     names = {m.name for m in reg.collect()}
     assert all(n.startswith("perfkit_trial_") for n in names)
+    assert not [n for n in names if "bits" in n or "percent" in n], "base units: bytes and ratios"
+    rates = {s.labels["layer"]: s.value for m in reg.collect() if m.name == "perfkit_trial_rx_bytes_per_second"
+             for s in m.samples}
+    assert rates == {"l1": pytest.approx(result.rx_bps_l1 / 8), "l2": pytest.approx(result.rx_bps_l2 / 8)}
     assert {"perfkit_trial_rx_bytes", "perfkit_trial_loss_ratio", "perfkit_trial_latency_seconds",
-            "perfkit_trial_rx_bits_per_second", "perfkit_trial_bpf_seconds_per_packet"} <= names
+            "perfkit_trial_rx_bytes_per_second", "perfkit_trial_bpf_seconds_per_packet"} <= names
     for m in reg.collect():
         for s in m.samples:
             assert set(series.SCENARIO_LABELS) <= set(s.labels)

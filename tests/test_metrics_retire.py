@@ -13,7 +13,7 @@ import pytest
 
 from perfkit.campaign.metrics_session import MetricsSession
 from perfkit.errors import MetricsError
-from perfkit.metrics import push, query, retire, servers, stack
+from perfkit.metrics import push, query, retire, servers
 from perfkit.metrics.config import Endpoints
 from perfkit.store import RunStore
 from tests.metrics_fixtures import free_ports, make_result, metrics_stack, server  # noqa: F401

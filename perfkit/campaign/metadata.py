@@ -9,7 +9,7 @@
     cpus        CPUs this process may run on; cpus_online: os.cpu_count()
     python      the interpreter version
     perfkit     {"version", "git_sha" (short), "git_sha_full", "git_dirty"}
-    bpf_objects {"build/bpf/pgwu.o": "<sha256>", ...}
+    bpf_objects {"build/bpf/pgwu.o": "<sha256>", ...} (paths as ``paths.shown`` gives them)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from perfkit.paths import BUILD_DIR, REPO_ROOT
+from perfkit.paths import BUILD_DIR, shown
 from perfkit.version import perfkit_version
 
 def cpu_model() -> str:
@@ -44,12 +44,11 @@ def os_release() -> str:
 
 
 def bpf_object_hashes(build_dir: Path | None = None) -> dict[str, str]:
-    """sha256 of every ``build/bpf/*.o`` (keys relative to the repository)."""
+    """sha256 of every built object (``build/bpf/*.o`` of the checkout, keys relative to it)."""
     d = build_dir or BUILD_DIR
     out = {}
     for p in sorted(d.glob("*.o")) if d.is_dir() else []:
-        key = str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
-        out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+        out[shown(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 

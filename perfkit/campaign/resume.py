@@ -15,7 +15,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from perfkit.campaign.backend import preflight
 from perfkit.campaign.journal import Journal

@@ -22,9 +22,21 @@ from typing import NoReturn
 from perfkit import stop
 from perfkit.cli._signals import stop_on_signals
 from perfkit.errors import PerfkitError
+from perfkit.version import describe
 
 #: The global flag that turns an unexpected error's one line into its traceback.
 DEBUG_FLAG = "--debug"
+
+
+class VersionAction(argparse.Action):
+    """``--version``: perfkit's version and git commit (git runs only when asked), then exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(describe())
+        parser.exit(0)
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="perfkit", description=__doc__.splitlines()[0])
     parser.add_argument(DEBUG_FLAG, action="store_true",
                         help="print the traceback of an unexpected error (also accepted after the command)")
+    parser.add_argument("--version", action=VersionAction, help="print perfkit's version and git commit, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         if info.name.startswith("_") or info.name == "options":

@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ssub = p.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--stack-dir", default=None,
-                        help="stack directory: state, config, data, logs (default $PERFKIT_DATA/stack)")
+                        help="stack directory: state, config, data, logs (default $PERFKIT_HOME/stack)")
     add_json(common)
     up = ssub.add_parser("up", parents=[common], help="start the stack (idempotent)")
     up.add_argument("--host", default="127.0.0.1", help="address to bind to (default 127.0.0.1)")

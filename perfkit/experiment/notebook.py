@@ -30,12 +30,12 @@ from perfkit.durable import atomic_write
 from perfkit.errors import ConfigError
 from perfkit.experiment.measure import check, runs_root, stored_campaign
 from perfkit.experiment.outputs import OUTPUTS_DIR, outcome_of, render_page
-from perfkit.paths import REPO_ROOT
+from perfkit.paths import NOTEBOOKS_DIR
 from perfkit.report import DEFAULT_REPORTS, Page, build_report
 from perfkit.store import DEFAULT_ROOT, new_run_id
 
 #: The notebook ``perfkit experiment`` executes.
-NOTEBOOK = REPO_ROOT / "notebooks" / "experiment.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "experiment.ipynb"
 #: The notebook's parameters besides ``campaign``: how to run it, in the words of ``perfkit experiment``'s
 #: options (``--run RUN_ID``, ``--resume RUN_ID``, ``--root``, ``--no-progress``, ``--report``, ``--reports``).
 RUN_PARAMETERS = ("run_id", "resume", "root", "progress", "report", "reports")

@@ -27,7 +27,7 @@ from perfkit.errors import ConfigError, PerfkitError
 from perfkit.fuzz.frames import BATCH, FLOWS, MIN_FRAME, Seeds, config_name, configs, plan, seed_frames, systematic
 from perfkit.fuzz.result import Failure, FuzzResult
 from perfkit.libbpf import XDP_REDIRECT, XDP_TX, XDP_VERDICTS, BpfObject, BpfTestRunOpts, lib
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 
 #: Bytes of output buffer per run: room for any growth of the frame.
 OUT_CAP = 4096
@@ -162,7 +162,7 @@ def harness_rate(frames: int = 100_000, seed: int = 1) -> float:
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, 256, size=(BATCH, 700), dtype=np.uint8)
     lens = rng.integers(MIN_FRAME, 700, BATCH)
-    with BpfObject(BUILD_DIR / "drop.o") as obj:
+    with BpfObject(object_path("drop")) as obj:
         runner = _Runner(obj.program("xdp_drop").fd)
         opts, fn, fd, ref = runner.opts, runner.fn, runner.fd, runner.ref
         buf, base, done = rows.data.cast("B"), rows.ctypes.data, 0

@@ -27,11 +27,11 @@ from perfkit.errors import BpfError, ConfigError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core, dut_cost, dut_queues, thread_cores
 from perfkit.libbpf import BpfObject, BpfStats
-from perfkit.paths import BUILD_DIR
 from perfkit.scenario import Scenario
 from perfkit.host import cpustat, disturbance, stallprobe
 from perfkit.host.housekeeping import Confinement
 from perfkit.host.stallprobe import StallProbe
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit.stl import profile as stlprofile
@@ -71,7 +71,7 @@ def needed_mtu(profile: Traffic) -> int:
 def live_frame_max() -> int:
     """The largest frame (without FCS) BPF_PROG_TEST_RUN sends in live-frames mode here: it must fit
     a page-pool page with the kernel's bookkeeping (3408 bytes on x86-64 Linux 6.x). Probed once."""
-    with BpfObject(BUILD_DIR / "drop.o") as obj:
+    with BpfObject(object_path("drop")) as obj:
         prog, lo, hi = obj.program("xdp_drop"), 14, 4096
         while lo < hi:
             mid = (lo + hi + 1) // 2

@@ -44,9 +44,9 @@ from typing import Iterable
 from perfkit.errors import PerfkitError
 from perfkit.layouts import STALL_MAX_CPUS, StallKind, stall_config, stall_cpu, stall_event, stall_watch
 from perfkit.libbpf import BpfObject, RingBuffer
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 
-OBJECT = BUILD_DIR / "stallprobe.o"
+PROGRAM = "stallprobe"
 #: Timer period and stall threshold of trials. A 256-frame ring lasts ~0.5-1 ms at the rates of
 #: a CPU-bound DUT; a tick costs the probed CPU ~20 µs on a KVM guest (the timer interrupt and its
 #: re-arming are exits to the hypervisor, plus the speed probe's share; ``bench/probe_cost.py``),
@@ -152,7 +152,7 @@ class StallProbe:
             raise PerfkitError(f"stall probe: cpus {self.cpus} (at most cpu {STALL_MAX_CPUS - 1})")
         self.period_us, self.report_us, self.speed_steps = period_us, report_us, speed_steps
         speed_every = max(1, round(SPEED_PERIOD_US / period_us))
-        self.obj = BpfObject(OBJECT)
+        self.obj = BpfObject(object_path(PROGRAM))
         self._events: list[Stall] = []
         try:
             self.obj.map("probe_config").update(ctypes.c_uint32(0), stall_config(int(period_us * 1e3),

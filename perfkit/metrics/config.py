@@ -3,7 +3,7 @@
 ``load_endpoints()`` merges, later sources winning:
 
 1. defaults: the local stack's ``endpoints.json`` (written by ``perfkit stack up`` into
-   ``$PERFKIT_DATA/stack/``) if there is one, else ``http://127.0.0.1:9090`` / ``:9091``;
+   ``$PERFKIT_HOME/stack/``) if there is one, else ``http://127.0.0.1:9090`` / ``:9091``;
 2. a YAML or JSON config file: the ``path`` argument, else ``$PERFKIT_METRICS_CONFIG``. Its keys are
    the fields of ``Endpoints`` (``prometheus_url``, ``pushgateway_url``, ``username``, ``password``,
    ``password_file``, ``verify_tls``, ``timeout``, ``scrape_interval``, ``node_selector``), either at
@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from perfkit.errors import ConfigError
+from perfkit.paths import data_dir
 from perfkit.yamlload import load_yaml
 
 #: Defaults of the local stack (``perfkit stack up``); a lab sets its own URLs.
@@ -56,8 +57,8 @@ _SELECTOR_RE = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"
 
 
 def default_stack_dir() -> Path:
-    """``$PERFKIT_DATA/stack`` (``data/stack`` relative to the working directory by default)."""
-    return Path(os.environ.get("PERFKIT_DATA", "data")) / "stack"
+    """``stack`` of perfkit's home (``paths.data_dir``: ``data/stack`` of the working directory by default)."""
+    return data_dir() / "stack"
 
 
 @dataclass(frozen=True)

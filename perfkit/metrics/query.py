@@ -58,7 +58,7 @@ retired from the Pushgateway (``perfkit.metrics.retire``) is read at its push ti
 scenario_key, frame_size int, flows int, dut_cores int, intended_pps float, duration float,
 generator, method, git_sha), one column per parameter of the trial's dataplane (typed as the
 dataplane's ``Param`` says; absent for other dataplanes' trials) and one float column per series as
-named in ``perfkit.metrics.series`` (tx_packets, rx_packets, rx_pps, rx_bps_l1, loss_ratio,
+named in ``perfkit.metrics.series`` (tx_packets, rx_packets, rx_pps, rx_bytes_per_second_l1, loss_ratio,
 latency_p99_seconds, bpf_seconds_per_packet, start_time, end_time ...). A column is NaN for a trial
 that did not push that series.
 """

@@ -17,8 +17,9 @@ perfkit_trial_intended_packets                     intended_packets        rate 
 perfkit_trial_tx_bytes / _rx_bytes                 tx_bytes, rx_bytes      bytes, FCS included
 perfkit_trial_{tx,rx}_packets_per_second           tx_pps, rx_pps          packets / elapsed
 perfkit_trial_intended_packets_per_second          intended_pps            the rate asked for
-perfkit_trial_{tx,rx}_bits_per_second {layer}      tx_bps_l1, tx_bps_l2,   L1 (with preamble + IFG) and L2
-                                                   rx_bps_l1, rx_bps_l2    bit rates
+perfkit_trial_{tx,rx}_bytes_per_second {layer}     tx_bytes_per_second_l1, L1 (with preamble + IFG) and L2
+                                                   _l2, rx_... likewise    byte rates (bytes, as the naming
+                                                                           guide asks, never bits)
 perfkit_trial_loss_ratio                           loss_ratio              (tx - rx) / tx
 perfkit_trial_duration_seconds                     duration_seconds        intended duration
 perfkit_trial_elapsed_seconds                      elapsed_seconds         measured sending time
@@ -95,8 +96,12 @@ class MetricSpec:
     labels: tuple[tuple[str, str], ...] = ()
 
 
-def _tx_bps_l2(r: TrialResult) -> float:
-    return r.tx_bytes * 8 / r.elapsed if r.elapsed > 0 else 0.0
+def _tx_bytes_per_second_l2(r: TrialResult) -> float:
+    return r.tx_bytes / r.elapsed if r.elapsed > 0 else 0.0
+
+
+def _bytes(bits: float) -> float:
+    return bits / 8
 
 
 def _ns(v: float | None) -> float | None:
@@ -119,12 +124,14 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("perfkit_trial_rx_packets_per_second", "Received packet rate.", "rx_pps", lambda r: r.rx_pps),
     MetricSpec("perfkit_trial_intended_packets_per_second", "The packet rate the trial asked for.",
                "intended_pps", lambda r: r.intended_pps),
-    MetricSpec("perfkit_trial_tx_bits_per_second", "Offered bit rate (l1: with preamble and IFG; l2: frames).",
-               "tx_bps_l1", lambda r: r.tx_bps_l1, (("layer", "l1"),)),
-    MetricSpec("perfkit_trial_tx_bits_per_second", "", "tx_bps_l2", _tx_bps_l2, (("layer", "l2"),)),
-    MetricSpec("perfkit_trial_rx_bits_per_second", "Received bit rate (l1: with preamble and IFG; l2: frames).",
-               "rx_bps_l1", lambda r: r.rx_bps_l1, (("layer", "l1"),)),
-    MetricSpec("perfkit_trial_rx_bits_per_second", "", "rx_bps_l2", lambda r: r.rx_bps_l2, (("layer", "l2"),)),
+    MetricSpec("perfkit_trial_tx_bytes_per_second", "Offered byte rate (l1: with preamble and IFG; l2: frames).",
+               "tx_bytes_per_second_l1", lambda r: _bytes(r.tx_bps_l1), (("layer", "l1"),)),
+    MetricSpec("perfkit_trial_tx_bytes_per_second", "", "tx_bytes_per_second_l2", _tx_bytes_per_second_l2,
+               (("layer", "l2"),)),
+    MetricSpec("perfkit_trial_rx_bytes_per_second", "Received byte rate (l1: with preamble and IFG; l2: frames).",
+               "rx_bytes_per_second_l1", lambda r: _bytes(r.rx_bps_l1), (("layer", "l1"),)),
+    MetricSpec("perfkit_trial_rx_bytes_per_second", "", "rx_bytes_per_second_l2", lambda r: _bytes(r.rx_bps_l2),
+               (("layer", "l2"),)),
     MetricSpec("perfkit_trial_loss_ratio", "(offered - received) / offered.", "loss_ratio",
                lambda r: r.loss_ratio),
     MetricSpec("perfkit_trial_duration_seconds", "Intended trial duration.", "duration_seconds",

@@ -9,7 +9,7 @@ waits until each answers its health URL. Prometheus scrapes node-exporter and th
 which are running and healthy. A start that fails says why (binary missing, port in use, bad
 config: read from the process log) and stops whatever it had already started, also on Ctrl-C.
 
-Everything lives in the stack directory (``$PERFKIT_DATA/stack`` by default)::
+Everything lives in the stack directory (``$PERFKIT_HOME/stack`` by default)::
 
     state.json          pids, start times, ports, argv of the running components
     endpoints.json      the URLs of this stack; ``config.load_endpoints()`` picks it up

@@ -8,12 +8,10 @@ import shutil
 from pathlib import Path
 
 from perfkit.errors import PerfkitError
-from perfkit.paths import REPO_ROOT
+from perfkit.paths import TOOLS_DIR
 
 #: The inferno release perfkit is tested with: ``cargo install inferno --version 0.12.8 --locked --root build/tools``.
 INFERNO_VERSION = "0.12.8"
-#: Where ``make setup`` installs inferno (``cargo install --root build/tools``).
-TOOLS_DIR = REPO_ROOT / "build" / "tools" / "bin"
 INSTALL_INFERNO = "make tools"
 
 

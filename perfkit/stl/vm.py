@@ -36,7 +36,7 @@ import struct
 from dataclasses import dataclass
 
 from perfkit.checksum import ones_sum
-from perfkit.stl.profile import L4_IP, L4_TCP, L4_UDP, Instr, StlStream, VarSpec
+from perfkit.stl.profile import L4_IP, L4_TCP, Instr, StlStream, VarSpec
 
 M64 = (1 << 64) - 1
 

@@ -29,9 +29,9 @@ from typing import Iterable
 
 from perfkit.layouts import CoreClass, core_share
 from perfkit.libbpf import BpfObject
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 
-OBJECT = BUILD_DIR / "coreshare.o"
+PROGRAM = "coreshare"
 #: The classes, as named in ``TrialResult.dut_core_time``.
 CLASSES: dict[CoreClass, str] = {CoreClass.CORE_PACKET: "packet", CoreClass.CORE_PERFKIT: "perfkit",
                                  CoreClass.CORE_OTHER: "other", CoreClass.CORE_IDLE: "idle"}
@@ -49,7 +49,7 @@ class CoreShare:
     """The core-share program attached (close it, or use ``with``)."""
 
     def __init__(self, packet_tids: Iterable[int]):
-        self.obj = BpfObject(OBJECT)
+        self.obj = BpfObject(object_path(PROGRAM))
         try:
             self._share = self.obj.map("core_share")
             self._packet = self.obj.map("packet_tids")

@@ -26,7 +26,7 @@ from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
 from perfkit.layouts import STEER_MAX_CPUS, SteerKey, steer_config
 from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 
@@ -88,7 +88,7 @@ class Dut:
         cfg = steer_config(ncpus=len(self.cores), key=SteerKey[f"STEER_KEY_{self.dataplane.steer_key.upper()}"])
         for i, c in enumerate(self.cores):
             cfg.cpus[i] = c
-        self.steer = BpfObject(BUILD_DIR / "steer.o", rodata=cfg)
+        self.steer = BpfObject(object_path("steer"), rodata=cfg)
         cpumap = self.steer.map("cpu_map")
         for c in self.cores:
             cpumap.update(struct.pack("=I", c), struct.pack("=Ii", qsize, self.nf.program.fd))

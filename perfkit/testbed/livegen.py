@@ -34,7 +34,7 @@ from typing import Callable
 
 from perfkit import stop
 from perfkit.testbed import netns
-from perfkit.testbed.bpfbuild import specialised
+from perfkit.testbed.bpfbuild import object_path, specialised
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
                              gen_config, gen_state)
@@ -42,7 +42,6 @@ from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
 from perfkit.dataplane import Traffic
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.stl.signature import SIGNATURE
-from perfkit.paths import BUILD_DIR
 from perfkit.testbed.stlgen import Compiled
 from perfkit.testbed.topology import Port, anchor_peer
 from perfkit.units import FCS_LEN
@@ -223,7 +222,7 @@ class LiveGenerator:
         self.anchor_ifindexes = (anchor.ifindex, netns.ifindex(anchor.ns, anchor_peer(anchor)))
         name = "gen_trivial" if trivial else "gen"
         if trivial:
-            path = BUILD_DIR / "gen_trivial.o"
+            path = object_path("gen_trivial")
         else:
             path = specialised("gen", "GEN_CONFIG", stl.config, stl.extra()) if stl else compile_generator(profile, flow_op)
         self.obj = load_generator(path, self.tx_ifindex)

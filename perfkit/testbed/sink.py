@@ -18,7 +18,7 @@ import numpy as np
 from perfkit.testbed import netns
 from perfkit.layouts import (SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals)
 from perfkit.libbpf import BpfObject, RingBuffer, xdp_attach
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
 _CAPTURE_HDR = struct.Struct("=IIQ")  # struct sink_capture: len, caplen, ts_ns, then data
@@ -132,7 +132,7 @@ class Sink:
     """The sink program, attachable to several tester ports (each frame is counted where it lands)."""
 
     def __init__(self, capture_max: int = 64):
-        self.obj = BpfObject(BUILD_DIR / "sink.o")
+        self.obj = BpfObject(object_path("sink"))
         self.program = self.obj.program("xdp_sink")
         self.ring = RingBuffer(self.obj.map("capture"))
         self.capture_max = capture_max

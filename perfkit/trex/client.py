@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.paths import REPO_ROOT
+from perfkit.paths import TREX_VENV
 
 ENV_PYTHON = "PERFKIT_TREX_PYTHON"
 ENV_TREX_HOME = "TREX_HOME"
 ENV_DIE_WITH_PARENT = "PERFKIT_TREX_DIE_WITH_PARENT"
 """Set for the worker: 1 asks it to die with perfkit's process (``worker.die_with_parent``)."""
 #: Where ``make setup`` installs the TRex client (Makefile ``trex-venv``).
-DEFAULT_VENV = REPO_ROOT / "build" / "trex-venv"
+DEFAULT_VENV = TREX_VENV
 WORKER = Path(__file__).resolve().parent / "worker.py"
 PROTOCOL = 1
 """Must equal ``worker.PROTOCOL`` (not imported: worker.py is the other process's code)."""

@@ -10,8 +10,8 @@ from pathlib import Path
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK, CalibStat, calib_config, calib_stat_rec
 from perfkit.errors import ConfigError
 from perfkit.libbpf import BpfObject, Map, Program
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.netaddr import mac_bytes
-from perfkit.paths import BUILD_DIR
 from perfkit.testbed.topology import PORT_MACS
 
 
@@ -65,7 +65,7 @@ class Calib:
     @classmethod
     def load(cls, path: Path | str | None = None, attach_type: int | None = None) -> Calib:
         """Load ``build/bpf/calib.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
-        obj = BpfObject(Path(path) if path else BUILD_DIR / "calib.o",
+        obj = BpfObject(Path(path) if path else object_path("calib"),
                         attach_types={"xdp_calib": attach_type} if attach_type is not None else None)
         c = cls(obj)
         c.configure(c.config)

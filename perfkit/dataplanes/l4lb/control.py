@@ -29,8 +29,8 @@ from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_MAX_VIPS, L4LB
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
 from perfkit.libbpf import BpfObject, Map, Program
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.netaddr import ip2int
-from perfkit.paths import BUILD_DIR
 
 __all__ = ["Counters", "L4lb", "L4lbConfig", "Real", "Vip"]
 
@@ -93,7 +93,7 @@ class L4lb:
             raise ConfigError("max_vips", max_vips, "1 .. 4096")
         if not 2 <= max_reals <= 1 << 16:
             raise ConfigError("max_reals", max_reals, f"2 .. {1 << 16} (table entries are 16 bits)")
-        path = Path(path) if path else BUILD_DIR / "l4lb.o"
+        path = Path(path) if path else object_path("l4lb")
         slots = vip_table_slots(max_vips)
         sizes = {"vips": slots, "vip_stats": max_vips, "ch_rings": max_vips,
                  "reals": max_reals, "real_stats": max_reals}

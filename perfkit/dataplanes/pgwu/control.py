@@ -27,7 +27,7 @@ from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, Pgw
 from perfkit.errors import ConfigError
 from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_bytes
 from perfkit.libbpf import BpfObject, Map, Program
-from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
 
 UE_BASE = ip2int("198.18.0.0")
@@ -270,7 +270,7 @@ class Pgwu:
     def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
              attach_type: int | None = None) -> Pgwu:
         """Load ``build/bpf/pgwu.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
-        path = Path(path) if path else BUILD_DIR / "pgwu.o"
+        path = Path(path) if path else object_path("pgwu")
         obj = BpfObject(path, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")},
                         attach_types={"xdp_pgwu": attach_type} if attach_type is not None else None)
         pg = cls(obj)
