@@ -1,4 +1,17 @@
-"""Shared fixtures. The suite needs root (BPF, namespaces) and the objects built by `make bpf`."""
+"""Shared fixtures. The suite needs root (BPF, namespaces) and the objects built by `make bpf`.
+
+Which target runs a test (markers in pyproject.toml):
+- no marker: `make test`, which must stay within 15 minutes on a clean clone, set-up included. It
+  lists its 15 slowest tests; keep a test under ~10 s (setup included: a module fixture's time
+  counts once, for its first test).
+- `slow`: `make test-slow`. For what takes longer: a variant, sweep or repeat of a behaviour that a
+  fast test in `make test` already checks (a parametrized variant is marked with
+  `pytest.param(..., marks=pytest.mark.slow)`), live calibrations, drill-like runs. A behaviour
+  with no fast test stays in `make test`: make its test faster instead (a module-scoped fixture
+  sharing one testbed or server, shorter trials where the assertion does not depend on them).
+- `drill`: `make test-drills`, the reliability drills (stop signals at random moments).
+`.ci/run` runs all three.
+"""
 from __future__ import annotations
 
 import atexit

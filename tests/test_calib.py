@@ -305,6 +305,7 @@ def _check_slope(live: Live, load: str, metric: str) -> None:
     assert slope == pytest.approx(cal.ns_per_iteration, rel=TOLERANCE)
 
 
+@pytest.mark.slow  # the ``live`` fixture: some 100 s of trials and prog-bench passes
 @pytest.mark.parametrize("load", ["partial", "full"])
 def test_live_bpf_cost_rises_with_the_calibrated_slope(live, load):
     """The BPF statistics of live trials (the DUT program's run time per packet) rise with N by the
@@ -313,6 +314,7 @@ def test_live_bpf_cost_rises_with_the_calibrated_slope(live, load):
     _check_slope(live, load, "bpf_ns_per_packet")
 
 
+@pytest.mark.slow
 def test_live_dut_cost_rises_with_the_calibrated_slope(live):
     """The CPU time of the DUT's packet threads per packet rises with N by the calibrated slope,
     within 15 %, with the DUT saturated: the DUT cost perfkit reports sees the program's work. (At a
@@ -366,6 +368,7 @@ def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
     assert stats[FWD].iterations == 6 * 7  # the work of forwarded packets (dropped ones did it too)
 
 
+@pytest.mark.slow
 def test_live_load_model_recovers_the_calibrated_marginal_cost(live, tmp_path):
     """The DUT load model (``perfkit.analysis.cost``) over the live trials at each N and rate (10 k
     to as fast as the generator goes): per N, the packet threads' load against the processed rate
@@ -435,7 +438,8 @@ def _report(what: str, res: dict, capacity: float | None = None) -> None:
     print(f"\n{what}: {goals}{cap}; {res['trial_count']} trials, {res['stalled_trials']} stalled")
 
 
-@pytest.mark.parametrize("cores", [1, 2])
+# one DUT core in make test; two (the tester shares a core) in make test-slow
+@pytest.mark.parametrize("cores", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_dut_that_drops_1_frame_in_n_has_no_ndr_and_it_is_the_duts(cores):
     """The calibrated DUT dropping every 1000th packet by its program: there is no NDR, and what
     limits it is the DUT, by its program's drop counter -- with one DUT core and with two (on two
@@ -453,6 +457,7 @@ def test_a_dut_that_drops_1_frame_in_n_has_no_ndr_and_it_is_the_duts(cores):
     assert pdr["lower_bound"] <= cap["lower_bound"] * (1 + CAPACITY_TOLERANCE)
 
 
+@pytest.mark.slow  # three searches and max-rate trials; make test keeps the DUT that drops 1 in N
 @pytest.mark.parametrize("cores", [1, 2])
 def test_a_dut_of_known_capacity_is_the_limit_and_its_figures_are_at_most_that(cores):
     """The calibrated DUT at N = 600 saturates far below the generator (a core of its own: 0.5-1.5

@@ -278,6 +278,7 @@ def gateway(tmp_path_factory):
 
 
 # -- SIGKILL ----------------------------------------------------------------------------------------
+@pytest.mark.slow  # a kill at each of KILL_POINTS; make test keeps the torn-file and sim-kill tests
 def test_sigkill_at_every_dangerous_moment_then_clean_and_resume(tmp_path, gateway):
     ep = gateway
     campaign = campaign_file(tmp_path, frame_sizes=[64, 512, 1024], params={"direction": ["ul"]},
@@ -408,6 +409,7 @@ def test_sigterm_and_sigint_stop_a_search_cleanly(sig):
     assert_stops_are_clean(search_drill(sig, SEARCH_STOPS_IN_SUITE, drill_rng(f"search-{sig.name}-suite")))
 
 
+@pytest.mark.slow  # make test keeps the run stopped by each signal and resumed, and the searches
 def test_sigterm_and_sigint_at_random_moments_of_a_run_then_resume(tmp_path):
     """``perfkit run`` stopped at random moments by either signal (each stopped session resumed by
     the next); the run then completes with ``--resume``, whole (the drill below: 20 of each)."""
@@ -416,8 +418,8 @@ def test_sigterm_and_sigint_at_random_moments_of_a_run_then_resume(tmp_path):
 
 
 # -- the stop drill: `make test-drills` ---------------------------------------------------------------
-#: Stops of a search and of a run per signal in ``make test`` (a few random moments) and in the
-#: drill (``make test-drills``, marker ``drill``).
+#: Stops of a search per signal in ``make test`` and of a run in ``make test-slow`` (a few random
+#: moments), and of each in the drill (``make test-drills``, marker ``drill``).
 SEARCH_STOPS_IN_SUITE, RUN_STOPS_IN_SUITE, DRILL_STOPS = 2, 2, 20
 #: Seed of every drill's random moments (``PERFKIT_DRILL_SEED=N`` repeats a run of them; each test
 #: prints the seed it used).
@@ -777,6 +779,7 @@ def stack_dir(tmp_path):
         stack.down(d)
 
 
+@pytest.mark.slow  # two runs with a local stack; make test keeps the unreachable-gateway tests
 def test_metrics_servers_die_mid_run_and_nothing_is_lost(tmp_path, stack_dir):
     """Prometheus, then the Pushgateway killed in the middle of a run with the local stack; then, in a
     second run, node-exporter."""

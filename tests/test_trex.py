@@ -431,6 +431,7 @@ def test_worker_dies_with_perfkit_and_releases_the_ports(tmp_path):
         assert [p["port_id"] for p in srv.calls("release")] == [0, 1]
 
 
+@pytest.mark.slow  # waits out the bounded disconnect; the bound itself: test_worker_exit_gives_up_...
 def test_worker_ends_when_perfkit_and_the_server_are_gone_mid_trial():
     """SIGKILL of perfkit while TRex sends (with a latency stream, whose RX filters TRex's disconnect
     waits on) and the server gone too: the worker gives up disconnecting after a bounded time and exits."""
