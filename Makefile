@@ -53,7 +53,7 @@ $(INFERNO):
 	else echo "warning: no cargo: inferno (flame graphs) not installed; install Rust, then make tools"; fi
 
 # trex-venv: TRex's Python client (TRex v3.04, PyPI lbr-trex-client) in an environment of its own,
-# run by perfkit/trexlib/worker.py: importing it swaps scapy for its bundled 2.4.3, so it cannot
+# run by perfkit/trex/worker.py: importing it swaps scapy for its bundled 2.4.3, so it cannot
 # share .venv. --no-deps: the package bundles what it needs (scapy, pyzmq-ctypes, jsonrpclib ...).
 TREX_CLIENT_VERSION := 3.4.0
 TREX_VENV := build/trex-venv
