@@ -54,9 +54,9 @@ from perfkit import dataplanes
 from perfkit.errors import ConfigError
 from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
-from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.scenario import Scenario
 from perfkit.yamlload import load_yaml
-from perfkit.units import FCS_LEN, LINE_RATES
+from perfkit.units import FCS_LEN, FRAME_MAX, FRAME_MIN, LINE_RATES
 
 #: The keys a campaign file may have at the top level.
 TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",

@@ -12,8 +12,8 @@ from typing import Any, Callable
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
 from perfkit.rate import Rate
-from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
-from perfkit.units import LINE_RATES
+from perfkit.scenario import Scenario
+from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 
 
 # -- option types: a bad value is refused by argparse, in one line naming the option -------------------

@@ -23,13 +23,12 @@ from perfkit.dataplanes.calib.control import CalibConfig
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
 from perfkit.testbed.topology import PORT_MACS
-from perfkit.units import FCS_LEN
+from perfkit.units import FCS_LEN, FRAME_MAX
 
 SRC_ADDR, DST_ADDR = "198.18.0.1", "198.19.0.1"
 SPORT_BASE, DPORT = 10000, 5001
 #: Flows: one UDP source port each.
 MAX_FLOWS = 65536
-MAX_FRAME_SIZE = 9018
 #: Offsets in the frame: IPv4 header, UDP header, signature.
 IP_OFF, L4_OFF, SIG_OFF = 14, 34, 42
 
@@ -51,9 +50,9 @@ class CalibTraffic(Traffic):
     def __post_init__(self) -> None:
         if not 1 <= self.flows <= MAX_FLOWS:
             raise ConfigError("flows", self.flows, f"1 .. {MAX_FLOWS} (one UDP source port each)")
-        if not self.min_frame_size <= self.frame_size <= MAX_FRAME_SIZE:
+        if not self.min_frame_size <= self.frame_size <= FRAME_MAX:
             raise ConfigError("frame_size", self.frame_size,
-                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for IPv4/UDP with signature")
+                              f"{self.min_frame_size} .. {FRAME_MAX} bytes for IPv4/UDP with signature")
 
     def dut_config(self, ifindex_a: int = 1, ifindex_b: int = 2) -> CalibConfig:
         """The configuration ``load(self, ifindex_a, ifindex_b)`` gives the DUT: egress by the port

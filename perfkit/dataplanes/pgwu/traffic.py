@@ -29,7 +29,7 @@ from perfkit.errors import ConfigError
 from perfkit.fieldengine import (FLOW_OPS, SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask,
                                  flow_engine)
 from perfkit.netaddr import ip2int
-from perfkit.units import FCS_LEN
+from perfkit.units import FCS_LEN, FRAME_MAX
 
 SERVER_ADDR = "198.19.255.130"
 S5_VLAN = 10
@@ -75,8 +75,8 @@ class PgwuTraffic(Traffic):
         if self.frame_size < self.min_frame_size:
             raise ConfigError("frame_size", self.frame_size,
                               f">= {self.min_frame_size} bytes for inner {self.inner_l4.upper()} with signature")
-        if self.frame_size > 9018:
-            raise ConfigError("frame_size", self.frame_size, "<= 9018 bytes")
+        if self.frame_size > FRAME_MAX:
+            raise ConfigError("frame_size", self.frame_size, f"<= {FRAME_MAX} bytes")
 
     @classmethod
     def for_params(cls, frame_size: int, flows: int, params: Mapping[str, Any], config: PgwuConfig | None = None,
