@@ -121,7 +121,7 @@ def test_emit_agrees_with_the_kernel(work):
                 assert res.data_out == want.out
             seen.add(want.stat)
         assert seen == {FWD, "pass", "drop_truncated"}
-        stats = dut.calib.stats()
+        stats = dut.control.stats()
         assert stats[FWD].packets == traffic.flows + 2 and stats[FWD].iterations == work * stats[FWD].packets
         for i in range(traffic.flows):
             out = dut.program.test_run(traffic.packet(i)).data_out
@@ -227,7 +227,7 @@ def test_trial_forwards_and_matches_the_model(size, flows, cores):
     with create("xdp", Scenario("calib", frame_size=size, flows=flows, dut_cores=cores,
                                 params={"work_iterations": work})) as g:
         r = g.measure(50_000, 1.0)
-        stats = g.dut.nf.calib.stats()
+        stats = g.dut.nf.control.stats()
         streams = g.sink.read().streams
     assert r.tx_packets > 0 and r.mismatched_packets == 0, r.notes
     # every packet offered came back, or its loss is explained: counted where it was dropped (a
@@ -358,7 +358,7 @@ def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
         t = threading.Thread(target=run)
         t.start()
         t.join()
-        stats = dut.calib.stats()
+        stats = dut.control.stats()
     finally:
         dut.close()
     assert [seq for seq, stat in seen if stat == DROP_EVERY] == [3, 6, 9]

@@ -620,7 +620,7 @@ def test_emit_agrees_with_the_kernel(params, flows):
                 assert res.data_out == want.out and DP.check_output(traffic, res.data_out) is None
             seen.add(want.stat)
         assert seen == {"fwd", "pass"}
-        assert dut.lb.config.egress_ifindex == 2, "tunnels leave by the port the clients do not use"
+        assert dut.control.config.egress_ifindex == 2, "tunnels leave by the port the clients do not use"
     finally:
         dut.close()
 
@@ -679,7 +679,7 @@ def test_trial_forwards_every_packet_at_a_low_rate(size, flows, cores, params):
     with create("xdp", Scenario("l4lb", frame_size=size, flows=flows, dut_cores=cores, params=params)) as g:
         r = g.measure(20_000, 5.0, packets=per_flow * flows)
         streams = g.sink.read().streams
-        lb = g.dut.nf.lb
+        lb = g.dut.nf.control
         vip_counts = {v: c.packets for v, c in lb.vip_stats().items()}
         real_counts = [c.packets for c in lb.real_stats().values()]
     n = per_flow * flows

@@ -32,14 +32,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig
 from perfkit.dataplanes.l4lb.control import L4lb
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
 from perfkit.errors import ConfigError
-from perfkit.libbpf import BPF_XDP_CPUMAP, Program
 
 #: The counter of packets tunnelled to a real (the only forwarding one).
 FWD = L4lbStat.L4LB_FWD.label
@@ -48,33 +47,21 @@ BENCH_FLOWS = CLIENT_POOL
 DEFAULT_REALS = 16
 
 
-class L4lbDut(DutProgram):
+class L4lbDut(BpfDut):
     """The load balancer configured for a traffic profile: VIPs and their reals installed, the tunnels
     leaving by the port the offered frames do not enter."""
 
+    control: L4lb
+    traffic: L4lbTraffic
+
     def __init__(self, traffic: L4lbTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
         egress = ifindex_b if traffic.ingress == "a" else ifindex_a
-        #: What the load balancer was set up to do: the reference for checking what it emits.
-        self.config = dataclasses.replace(traffic.config, egress_ifindex=egress)
-        self.traffic = traffic
-        self.lb = L4lb.load(max_vips=traffic.vips, attach_type=BPF_XDP_CPUMAP if cpumap else None)
-        try:
-            self.lb.configure(self.config)
-            for vip, pool in traffic.pools().items():
-                self.lb.add_vip(vip, pool.reals)
-        except BaseException:
-            self.lb.close()
-            raise
+        config = dataclasses.replace(traffic.config, egress_ifindex=egress)
+        super().__init__(L4lb.load(max_vips=traffic.vips, cpumap=cpumap), config, traffic)
 
-    @property
-    def program(self) -> Program:
-        return self.lb.program
-
-    def counters(self) -> dict[str, int]:
-        return {k: v.packets for k, v in self.lb.stats().items()}
-
-    def close(self) -> None:
-        self.lb.close()
+    def fill(self) -> None:
+        for vip, pool in self.traffic.pools().items():
+            self.control.add_vip(vip, pool.reals)
 
 
 class L4lbDataplane(Dataplane):

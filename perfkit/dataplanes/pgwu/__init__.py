@@ -24,42 +24,28 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
-from perfkit.libbpf import BPF_XDP_CPUMAP, Program
 
 #: Sessions installed at least, so that tables are never trivially small.
 MIN_TABLE = 1024
 
 
-class PgwuDut(DutProgram):
+class PgwuDut(BpfDut):
     """The PGW-U configured for a traffic profile: sessions installed, ports set."""
 
+    control: Pgwu
+    traffic: PgwuTraffic
+
     def __init__(self, traffic: PgwuTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
-        #: What the dataplane was set up to do: the reference for checking what it emits.
-        self.config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
-                                 udp_csum=traffic.config.udp_csum)
-        self.traffic = traffic
-        self.pgwu = Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE),
-                              attach_type=BPF_XDP_CPUMAP if cpumap else None)
-        try:
-            self.pgwu.configure(self.config)
-            self.pgwu.add_sessions(traffic.plan)
-        except BaseException:
-            self.pgwu.close()
-            raise
+        config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
+                            udp_csum=traffic.config.udp_csum)
+        super().__init__(Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE), cpumap=cpumap), config, traffic)
 
-    @property
-    def program(self) -> Program:
-        return self.pgwu.program
-
-    def counters(self) -> dict[str, int]:
-        return {k: v.packets for k, v in self.pgwu.stats().items()}
-
-    def close(self) -> None:
-        self.pgwu.close()
+    def fill(self) -> None:
+        self.control.add_sessions(self.traffic.plan)
 
 
 class PgwuDataplane(Dataplane):
@@ -124,7 +110,7 @@ class PgwuDataplane(Dataplane):
         else:
             fields = [(off["inner_ip"] + 16, 4, 4)] + ([(14, 2, 8)] if vlan else [])
         dut = PgwuDut(traffic, 1, 1, cpumap=False)
-        dut.pgwu.configure(traffic.config)
+        dut.control.configure(traffic.config)
         spec = BenchSpec(frame=frame, fields=tuple(fields), keys=_keys(traffic.plan, seed),
                          path_counter=f"{traffic.direction}_fwd", expected=emit(frame, traffic.config, traffic.plan),
                          description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),
