@@ -1,12 +1,13 @@
 """The one Python mirror of the generic structs and enums in ``bpf/include/*_kern_user.h`` (the
 generator, sink, steering and prog-bench harness; each dataplane mirrors its own header in
-``perfkit/dataplanes/<name>/layouts.py`` on the same base ``Struct``).
+``perfkit/dataplanes/<name>/layouts.py`` on the same base ``Struct``), and of the protocol
+constants of ``bpf/include/parsing.h`` the reference models use too.
 
 Each ctypes Structure here has the C struct's name; ``tests/test_layouts.py`` compares every one,
 field by field (name, offset, size), with the BTF of the compiled objects (what the kernel sees)
-and with a C program compiled from the headers, so a change to a header that is not made here too
-fails the tests. Byte order: fields typed ``__be*`` in C hold network
-order; the code that fills them converts.
+and with a C program compiled from the headers, and every constant of ``DEFINES`` with the header's
+value, so a change to a header that is not made here too fails the tests. Byte order: fields typed
+``__be*`` in C hold network order; the code that fills them converts.
 """
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ class Struct(ctypes.Structure):
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name, *_ in self._fields_)
         return f"{type(self).__name__}({fields})"
+
+
+# --- parsing.h ----------------------------------------------------------------------------------
+#: IPv4 frag_off bits (host order): don't fragment, more fragments, the fragment offset.
+IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
 
 
 # --- bench_kern_user.h -------------------------------------------------------------------------
@@ -235,3 +241,6 @@ ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmV
 #: The headers mirrored here (the layout tests compile them).
 HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h",
            "coreshare_kern_user.h")
+#: Constants of ``DEFINE_HEADERS`` mirrored here, by C name (the layout tests compare their values).
+DEFINES: dict[str, int] = {"IP_DF": IP_DF, "IP_MF": IP_MF, "IP_OFFSET": IP_OFFSET}
+DEFINE_HEADERS = ("parsing.h",)

@@ -27,10 +27,10 @@ from perfkit.dataplane import Emitted
 from perfkit.dataplanes.l4lb.config import ENCAP_LEN, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.hashing import flow_slot
 from perfkit.dataplanes.l4lb.maglev import Pool
+from perfkit.layouts import IP_DF, IP_MF, IP_OFFSET
 from perfkit.netaddr import int2ip, ip2int, mac_bytes
 
 ETH_P_IP = 0x0800
-IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
 L4_MIN = {6: 20, 17: 8}
 #: ICMP errors: precedence "internetwork control" (RFC 1812 4.3.2.5, as Linux), TTL 64.
 ICMP_TOS, ICMP_TTL = 0xC0, 64

@@ -15,9 +15,10 @@ from typing import Iterable
 from perfkit.checksum import csum as _csum
 from perfkit.dataplane import Emitted
 from perfkit.dataplanes.pgwu.control import PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
+from perfkit.layouts import IP_MF, IP_OFFSET
 
 ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
-GTPU_PORT = 2152
 
 
 class _Sessions:
@@ -97,7 +98,7 @@ def _emit(f: bytes, cfg: PgwuConfig, sess: _Sessions) -> Emitted:
             return drop("drop_truncated")
         dport, udp_len = struct.unpack_from("!HH", f, l4 + 2)
         if dport == GTPU_PORT:
-            if frag & 0x3FFF:
+            if frag & (IP_MF | IP_OFFSET):
                 return drop("drop_fragment")
             if udp_len < 8 or udp_len > tot_len - ihl:
                 return drop("drop_bad_header")

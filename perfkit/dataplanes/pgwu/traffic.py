@@ -25,6 +25,7 @@ from scapy.packet import Packet, Raw
 
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import (FLOW_OPS, SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask,
                                  flow_engine)
@@ -139,7 +140,7 @@ class PgwuTraffic(Traffic):
         if self.gtp_ext:
             gtp.E, gtp.next_ex = 1, 0x85
             gtp = gtp / GTPPDUSessionContainer(type=1, QFI=9)
-        outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=2152, dport=2152, chksum=0)
+        outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=GTPU_PORT, dport=GTPU_PORT, chksum=0)
         return bytes(l2 / outer / gtp / inner)
 
     # -- per-packet variation --------------------------------------------------------------------
