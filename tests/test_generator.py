@@ -15,7 +15,8 @@ from perfkit.layouts import GEN_MAX_STREAMS
 from perfkit.testbed import bpfbuild
 from perfkit.layouts import gen_state
 from perfkit.libbpf import BpfObject, num_possible_cpus
-from perfkit.testbed.livegen import build_config, compile_generator, load_generator, stream_plan
+from perfkit.testbed.bpfbuild import load_generator
+from perfkit.testbed.livegen import build_config, compile_generator, stream_plan
 from perfkit.dataplanes.pgwu.control import SessionPlan
 from perfkit.paths import BUILD_DIR
 from perfkit.checksum import ones_sum

@@ -1,4 +1,5 @@
-"""Compile a BPF program specialised for one configuration, with the flags the Makefile uses.
+"""Compile a BPF program specialised for one configuration, with the flags the Makefile uses, and
+load a generator object so built.
 
 The generator (``bpf/gen.bpf.c``) is compiled once per traffic profile with its configuration as
 a C initializer, so that clang folds it into the code (see the comment at the top of that file).
@@ -13,11 +14,13 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
 from perfkit.errors import PerfkitError
+from perfkit.libbpf import BpfObject
 from perfkit.paths import BPF_SRC_DIR as SRC_DIR
 from perfkit.paths import BUILD_DIR
 
@@ -75,3 +78,8 @@ def specialised(program: str, macro: str, config: ctypes.Structure,
         raise PerfkitError(f"compiling {src.name} for this configuration failed:\n{proc.stderr}")
     tmp.replace(obj)  # atomic: parallel runs may compile the same object
     return obj
+
+
+def load_generator(path: Path, tx_ifindex: int) -> BpfObject:
+    """Load a generator object (``specialised("gen", ...)`` or ``gen_trivial.o``) sending on ``tx_ifindex``."""
+    return BpfObject(path, initial_values={".rodata.port": struct.pack("=I", tx_ifindex)})

@@ -27,7 +27,7 @@ from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_E
 from perfkit.libbpf import num_possible_cpus
 from perfkit.stlprofile import Instr, StlProfile, StlStream
 from perfkit.stlvm import Checksum, checksums, initial, step_of
-from perfkit.testbed.bpfbuild import specialised
+from perfkit.testbed.bpfbuild import load_generator, specialised
 
 _OPS = {"inc": GenVmVarOp.GEN_VM_INC, "dec": GenVmVarOp.GEN_VM_DEC, "random": GenVmVarOp.GEN_VM_RANDOM,
         "tuple": GenVmVarOp.GEN_VM_TUPLE}
@@ -355,8 +355,6 @@ def compile_object(compiled: Compiled) -> Path:
 def show(compiled: Compiled, count: int) -> list[bytes]:
     """The first ``count`` frames the generator program builds, run through BPF_PROG_TEST_RUN on one
     CPU (the program keeps its state per CPU)."""
-    from perfkit.testbed.livegen import load_generator
-
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(old)})
     try:

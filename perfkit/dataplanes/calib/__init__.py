@@ -5,7 +5,8 @@ the measurement pipeline must recover the known cost per packet (issue 10, part 
 - ``control``: load ``bpf/calib.bpf.c``, configure it (egress port, Ethernet addresses, work), read
   its counters;
 - ``model``: the independent reference model (what the program must emit for a frame);
-- ``traffic``: the frames a scenario offers (scapy) and their field engine;
+- ``traffic``: the frames a scenario offers (scapy), their field engine, and the check of what the
+  DUT emitted;
 - ``calibration``: ``calibrate()``, the cost of one work iteration by prog-bench (the slope every
   other measurement must reproduce);
 - ``layouts``: the mirror of ``bpf/include/calib_kern_user.h``.
@@ -29,8 +30,8 @@ from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted,
 from perfkit.dataplanes.calib.calibration import DEFAULT_WORKS, Calibration, Line, bench_work, calibrate, fit_line
 from perfkit.dataplanes.calib.control import Calib, CalibConfig
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
-from perfkit.dataplanes.calib.model import FWD, check_output, emit
-from perfkit.dataplanes.calib.traffic import CalibTraffic
+from perfkit.dataplanes.calib.model import FWD, emit
+from perfkit.dataplanes.calib.traffic import CalibTraffic, check_output
 
 __all__ = ["DATAPLANE", "DEFAULT_WORKS", "FWD", "Calib", "CalibConfig", "CalibDataplane", "CalibDut", "CalibTraffic",
            "Calibration", "Line", "bench_work", "calibrate",

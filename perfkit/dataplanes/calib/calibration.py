@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.progbench import prog_bench
 
 #: The amounts of work ``calibrate`` measures unless told otherwise.
 DEFAULT_WORKS = (0, 100, 200, 400)
@@ -85,8 +86,6 @@ def bench_work(work: int, frame_size: int = 64, rounds: int = 11, repeat: int = 
                cpu: int | None = None) -> float:
     """prog-bench's net cost per packet of the calibrated DUT at ``work`` iterations [ns], its
     forwarding path verified (every measured run forwarded, no other counter moved)."""
-    from perfkit.progbench import prog_bench
-
     res = prog_bench("calib", frame_size=frame_size, params={"work_iterations": int(work)}, rounds=rounds,
                      repeat=repeat, cpu=cpu)
     if not res.path_verified:

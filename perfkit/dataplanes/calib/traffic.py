@@ -8,10 +8,12 @@ same size)::
 
 Source ports wrap modulo 65536 beyond 55,536 flows (a UDP source port of 0 is allowed; nothing
 but the steering hash looks at it). Frames enter the DUT at port ``a`` and leave by ``b``.
+``check_output`` checks a frame the DUT emitted against the reference model (``model``).
 """
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass, field
 
 from scapy.layers.inet import IP, UDP
@@ -20,6 +22,7 @@ from scapy.packet import Raw
 
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.calib.control import CalibConfig
+from perfkit.dataplanes.calib.model import emit
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, flow_engine
 from perfkit.testbed.topology import PORT_MACS
@@ -73,8 +76,6 @@ class CalibTraffic(Traffic):
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct calibrated DUT emits for ``packet(flow, ...)`` (the reference model's answer)."""
-        from perfkit.dataplanes.calib.model import emit
-
         return emit(self.packet(flow, seq, stream, ts), self.dut_config()).out or b""
 
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:
@@ -84,3 +85,39 @@ class CalibTraffic(Traffic):
         writes = [("udp.sport", L4_OFF, 2, SPORT_BASE)] if self.flows > 1 else []
         return flow_engine(writes, self.flows, [IP_OFF + 10], [[(IP_OFF, L4_OFF)]], SIG_OFF, flow_op,
                            l3_offset=IP_OFF)
+
+
+def check_output(frame: bytes, traffic: CalibTraffic) -> str | None:
+    """None when ``frame`` (captured after the DUT) is what it emits for some packet of ``traffic``:
+    the flow is read from the UDP source port and the signature from its place, the offered packet
+    rebuilt with them and run through the model; the result must equal ``frame`` byte for byte.
+    Otherwise one line naming the first difference."""
+    if len(frame) < SIG_OFF + SIGNATURE.size:
+        return f"frame of {len(frame)} bytes is too short for IPv4/UDP with a signature"
+    flow = (struct.unpack_from("!H", frame, L4_OFF)[0] - SPORT_BASE) & 0xFFFF
+    if flow >= traffic.flows:
+        return f"UDP source port {struct.unpack_from('!H', frame, L4_OFF)[0]} is no flow of the profile"
+    magic, stream, seq, ts = SIGNATURE.unpack_from(frame, SIG_OFF)
+    if magic != SIGNATURE_MAGIC:
+        return f"no signature (magic 0x{magic:04x})"
+    want = emit(traffic.packet(flow, seq, stream, ts), traffic.dut_config())
+    if want.out is None:
+        return f"the model does not forward the rebuilt input ({want.stat})"
+    return _first_difference(frame, want.out)
+
+
+#: Names of the frame's bytes, for check_output's messages.
+_FIELDS = [(0, 6, "eth.dst"), (6, 12, "eth.src"), (12, IP_OFF, "eth.type"), (IP_OFF, L4_OFF, "ipv4 header"),
+           (L4_OFF, SIG_OFF, "udp header"), (SIG_OFF, SIG_OFF + SIGNATURE.size, "signature")]
+
+
+def _first_difference(got: bytes, want: bytes) -> str | None:
+    if got == want:
+        return None
+    for lo, hi, name in _FIELDS:
+        if got[lo:hi] != want[lo:hi]:
+            return f"{name} is {got[lo:hi].hex()}, expected {want[lo:hi].hex()}"
+    if len(got) != len(want):
+        return f"frame is {len(got)} bytes, expected {len(want)}"
+    first = next(i for i in range(len(got)) if got[i] != want[i])
+    return f"byte {first} is 0x{got[first]:02x}, expected 0x{want[first]:02x}"

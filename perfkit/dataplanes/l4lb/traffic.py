@@ -27,6 +27,7 @@ from perfkit.dataplanes.l4lb.config import (CLIENT_BASE, CLIENT_MAC, CLIENT_POOL
                                             L4lbConfig, Vip)
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS
 from perfkit.dataplanes.l4lb.maglev import Pool
+from perfkit.dataplanes.l4lb.model import emit
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
 from perfkit.netaddr import int2ip
@@ -118,8 +119,6 @@ class L4lbTraffic(Traffic):
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct LB emits for ``packet(flow, ...)`` (the reference model's answer)."""
-        from perfkit.dataplanes.l4lb.model import emit
-
         return emit(self.packet(flow, seq, stream, ts), self.config, self.pools()).out or b""
 
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:

@@ -26,6 +26,7 @@ from scapy.packet import Packet, Raw
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
 from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
+from perfkit.dataplanes.pgwu.model import emit
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import (FLOW_OPS, SIGNATURE, SIGNATURE_MAGIC, FieldEngine, FieldWrite, FlowVar, csum_mask,
                                  flow_engine)
@@ -202,6 +203,4 @@ class PgwuTraffic(Traffic):
 
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """What a correct PGW-U emits for ``packet(flow, ...)`` (the reference model's answer)."""
-        from perfkit.dataplanes.pgwu.model import emit
-
         return emit(self.packet(flow, seq, stream, ts), self.config, self.plan).out or b""
