@@ -30,15 +30,13 @@ from typing import Any, ClassVar, Mapping, Self
 
 import numpy as np
 
+from perfkit.encap import BY_DADDR, Encap, Steering
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import FieldEngine
 from perfkit.layouts import Struct
 from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
 from perfkit.paths import BUILD_DIR
 from perfkit.units import FCS_LEN
-
-#: Steering keys ``bpf/steer.bpf.c`` knows (``enum steer_key``, lower case): how DUT cores share traffic.
-STEER_KEYS = ("daddr", "gtpu_teid", "flow")
 
 
 @dataclass(frozen=True)
@@ -315,8 +313,10 @@ class Dataplane(ABC):
     """How plots name the variant's values (``ul`` -> ``UL (GTP-U decap)``)."""
     forward_counters: frozenset[str] = frozenset()
     """Counters of packets forwarded to the tester; every other counter that rises is a DUT drop."""
-    steer_key: str = "daddr"
-    """How ``bpf/steer.bpf.c`` spreads packets over several DUT cores (one of ``STEER_KEYS``)."""
+    steering: Steering = BY_DADDR
+    """How ``bpf/steer.bpf.c`` spreads packets over several DUT cores (``perfkit.encap``)."""
+    encaps: tuple[Encap, ...] = ()
+    """The tunnels its frames carry, in or out (the sink finds the signature through them)."""
     frame_size_doc: str = "frame size [bytes], FCS included"
     """What ``frame_size`` means for this dataplane (which frame)."""
 

@@ -20,7 +20,7 @@ from scapy.packet import Raw
 
 from perfkit import dataplanes
 from perfkit.checksum import ones_sum
-from perfkit.dataplane import STEER_KEYS
+from perfkit.encap import BY_FLOW
 from perfkit.dataplanes.l4lb import L4lbDataplane, layouts
 from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_MAC, INGRESS_MAC, REAL_BASE, VIP_BASE, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.control import L4lb, Real
@@ -555,7 +555,7 @@ DP = dataplanes.get("l4lb")
 def test_the_registry_has_the_load_balancer():
     assert "l4lb" in dataplanes.names() and isinstance(DP, L4lbDataplane) and DP.name == "l4lb"
     assert DP.variant == "protocol" and DP.validate({}) == {"protocol": "udp", "vips": 1, "reals": 16}
-    assert DP.forward_counters == {"fwd"} and DP.steer_key in STEER_KEYS
+    assert DP.forward_counters == {"fwd"} and DP.steering == BY_FLOW
     assert DP.variant_label("tcp") == "TCP (:80)"
 
 

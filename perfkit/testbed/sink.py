@@ -15,10 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from perfkit.testbed import netns
-from perfkit.layouts import (SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals)
+from perfkit import dataplanes
+from perfkit.encap import Encap, encap_struct
+from perfkit.layouts import SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals
 from perfkit.libbpf import BpfObject, RingBuffer, xdp_attach
 from perfkit.paths import BUILD_DIR
+from perfkit.testbed import netns
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
 _CAPTURE_HDR = struct.Struct("=IIQ")  # struct sink_capture: len, caplen, ts_ns, then data
@@ -129,10 +131,12 @@ class Capture:
 
 
 class Sink:
-    """The sink program, attachable to several tester ports (each frame is counted where it lands)."""
+    """The sink program, attachable to several tester ports (each frame is counted where it lands).
+    It finds the signature through the tunnels of ``encaps`` (default: every dataplane's)."""
 
-    def __init__(self, capture_max: int = 64):
-        self.obj = BpfObject(BUILD_DIR / "sink.o")
+    def __init__(self, capture_max: int = 64, encaps: tuple[Encap, ...] | None = None):
+        tunnels = dataplanes.encapsulations() if encaps is None else tuple(encaps)
+        self.obj = BpfObject(BUILD_DIR / "sink.o", rodata=encap_struct(tunnels))
         self.program = self.obj.program("xdp_sink")
         self.ring = RingBuffer(self.obj.map("capture"))
         self.capture_max = capture_max

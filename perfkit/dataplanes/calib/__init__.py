@@ -32,6 +32,7 @@ from perfkit.dataplanes.calib.control import Calib, CalibConfig
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
 from perfkit.dataplanes.calib.model import FWD, emit
 from perfkit.dataplanes.calib.traffic import CalibTraffic, check_output
+from perfkit.encap import BY_FLOW
 
 __all__ = ["DATAPLANE", "DEFAULT_WORKS", "FWD", "Calib", "CalibConfig", "CalibDataplane", "CalibDut", "CalibTraffic",
            "Calibration", "Line", "bench_work", "calibrate",
@@ -59,7 +60,7 @@ class CalibDataplane(Dataplane):
     )
     variant = "work_iterations"
     forward_counters = frozenset({FWD})
-    steer_key = "flow"
+    steering = BY_FLOW
     frame_size_doc = "frame size [bytes], FCS included (it leaves the DUT the same size)"
 
     def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:

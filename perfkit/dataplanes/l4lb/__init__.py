@@ -38,6 +38,7 @@ from perfkit.dataplanes.l4lb.control import L4lb
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
+from perfkit.encap import BY_FLOW, Encap
 from perfkit.errors import ConfigError
 
 #: The counter of packets tunnelled to a real (the only forwarding one).
@@ -45,6 +46,8 @@ FWD = L4lbStat.L4LB_FWD.label
 #: Distinct flows (client address and port) prog-bench cycles through, each run the next one.
 BENCH_FLOWS = CLIENT_POOL
 DEFAULT_REALS = 16
+#: The tunnel to the reals: IPv4 in IPv4 (RFC 2003), no header of its own.
+IPIP = Encap("IPIP", ip_proto=4)
 
 
 class L4lbDut(BpfDut):
@@ -77,7 +80,8 @@ class L4lbDataplane(Dataplane):
     variant = "protocol"
     variant_labels = {"udp": "UDP (QUIC, :443)", "tcp": "TCP (:80)"}
     forward_counters = frozenset({FWD})
-    steer_key = "flow"
+    steering = BY_FLOW
+    encaps = (IPIP,)
     frame_size_doc = "client frame size [bytes], FCS included, untagged (tunnels out are 20 bytes longer)"
 
     def check(self, params: dict[str, Any]) -> None:

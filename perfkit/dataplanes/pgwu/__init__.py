@@ -27,10 +27,17 @@ import numpy as np
 from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
+from perfkit.encap import Encap, Steering, Word
 
 #: Sessions installed at least, so that tables are never trivially small.
 MIN_TABLE = 1024
+#: GTPv1-U over UDP (3GPP TS 29.281): an 8-byte header (flags, type, length, TEID); any of the E, S
+#: and PN flags adds 4 bytes (sequence number, N-PDU number, the first extension header's type), and
+#: E a chain of extension headers (length in 4-byte units first, next type last).
+GTPU = Encap("GTP-U", ip_proto=17, udp_dport=GTPU_PORT, header_len=8, flags_offset=0, opt_mask=0x07, opt_len=4,
+             ext_mask=0x04, ext_type_offset=11, ext_unit=4)
 
 
 class PgwuDut(BpfDut):
@@ -63,7 +70,10 @@ class PgwuDataplane(Dataplane):
     variant = "direction"
     variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
     forward_counters = frozenset({"ul_fwd", "dl_fwd"})
-    steer_key = "gtpu_teid"
+    # the TEID of GTP-U packets (a tunnel's outer addresses and ports are the same for all bearers),
+    # else the destination address (downlink: the UE's)
+    steering = Steering((Word("ip", 16), Word("tunnel", 4)), tunnel=GTPU)
+    encaps = (GTPU,)
     frame_size_doc = "user-side (SGi) frame size [bytes], FCS included, untagged"
 
     def check(self, params: dict[str, Any]) -> None:
