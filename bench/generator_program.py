@@ -19,23 +19,18 @@ import os
 import statistics
 import struct
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from perfkit import benchcli
+from perfkit.cli.options import integer
+from perfkit.dataplanes.pgwu.control import SessionPlan
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.libbpf import BpfObject, XdpMd
+from perfkit.paths import BUILD_DIR
+from perfkit.testbed.bpfbuild import load_generator
+from perfkit.testbed.livegen import build_config, compile_generator
 
-from perfkit.libbpf import BpfObject, XdpMd  # noqa: E402
-from perfkit.testbed.livegen import build_config, compile_generator, load_generator  # noqa: E402
-from perfkit.dataplanes.pgwu.control import BUILD_DIR, SessionPlan  # noqa: E402
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
 
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--runs", type=int, default=1_000_000)
-    ap.add_argument("--direction", choices=["ul", "dl"], default="dl")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # per-CPU generator state: one CPU
     profile = PgwuTraffic(direction=args.direction, frame_size=64, flows=1000, plan=SessionPlan(1000))
     frame, port = profile.packet(0), struct.pack("=I", 1)  # redirect target lo: test runs do not send
@@ -69,4 +64,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--rounds", type=integer(1, what="a round count"), default=9)
+    ap.add_argument("--runs", type=integer(1, what="a run count"), default=1_000_000)
+    ap.add_argument("--direction", choices=["ul", "dl"], default="dl")
+    benchcli.run(main, ap)

@@ -12,23 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit.progbench import BUDGET_64B_10GBE_NS, prog_bench  # noqa: E402
+from perfkit import benchcli
+from perfkit.progbench import BUDGET_64B_10GBE_NS, prog_bench
 
 FRAME_SIZES = (64, 128, 256, 512, 1024, 1424)
 MANY = 1_000_000
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     many = 100_000 if args.quick else MANY
     rounds, repeat = (5, 50_000) if args.quick else (21, 200_000)
     rows = []
@@ -58,4 +52,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
+    benchcli.run(main, ap)

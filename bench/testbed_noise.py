@@ -20,28 +20,18 @@ import random
 import statistics
 import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit.generators import create  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer, seconds
+from perfkit.generators import create
 from perfkit.rate import Rate
-from perfkit.scenario import Scenario  # noqa: E402
+from perfkit.scenario import Scenario
+from perfkit.units import FRAME_MAX, FRAME_MIN
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="0.1Mpps,0.3Mpps,0.6Mpps,1.0Mpps",
-                    help="comma-separated rates (pps, Mpps, Gbps or %% of 10GbE)")
-    ap.add_argument("--trials", type=int, default=10, help="trials per rate")
-    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s]")
-    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
-    ap.add_argument("--frame-size", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
     wire = sc.traffic().wire_frame_size
     rates = [Rate.parse(r.strip(), sc.line_rate).pps(wire) for r in args.rates.split(",")]
@@ -78,4 +68,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--rates", default="0.1Mpps,0.3Mpps,0.6Mpps,1.0Mpps",
+                    help="comma-separated rates (pps, Mpps, Gbps or %% of 10GbE)")
+    ap.add_argument("--trials", type=integer(1, what="a trial count"), default=10, help="trials per rate")
+    ap.add_argument("--duration", type=seconds, default=1.0, help="trial duration [s]")
+    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
+    ap.add_argument("--frame-size", type=integer(FRAME_MIN, FRAME_MAX, "a frame size [bytes]"), default=64)
+    ap.add_argument("--seed", type=integer(0, what="a seed"), default=1, help="seed of the trial order")
+    benchcli.run(main, ap)
