@@ -11,9 +11,14 @@ order where they are compared, and the checks compare slopes, never absolute tim
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import statistics
 import struct
+import subprocess
+import sys
+import threading
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -24,7 +29,7 @@ from perfkit import analysis, dataplanes
 from perfkit.dataplanes.calib import (DATAPLANE as DP, FWD, Calib, CalibConfig, CalibTraffic, Calibration, bench_work,
                                       calibrate, fit_line)
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
-from perfkit.dataplanes.calib.model import emit
+from perfkit.dataplanes.calib.model import DROP_EVERY, emit
 from perfkit.dataplanes.calib.traffic import L4_OFF, SIG_OFF, SPORT_BASE
 from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE
@@ -334,11 +339,6 @@ def test_drop_every_is_a_parameter_with_its_own_key():
 def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
     """In the kernel, from one CPU: packets 3, 6 and 9 of 9 are dropped and counted as drop_every,
     as the model says for each packet's number; the others are forwarded; all nine did the work."""
-    import os
-    import threading
-
-    from perfkit.dataplanes.calib.model import DROP_EVERY
-
     traffic = DP.traffic(64, 1, DP.validate({"work_iterations": 7, "drop_every": 3}))
     dut = DP.load(traffic, 1, 2)
     seen: list[tuple[int, str]] = []
@@ -405,10 +405,6 @@ NOT_THE_DUTS = ("testbed", "host stalls")
 def _perfkit_json(*args: str) -> dict:
     """``perfkit search ... --json`` on the calibrated DUT, behind a NIC-sized queue (4096 frames: a
     search on a VM), one flow. The caller holds the testbed lock."""
-    import json
-    import subprocess
-    import sys
-
     cmd = [sys.executable, "-m", "perfkit", "search", *args, "--dataplane", "calib", "--work-iterations",
            str(SEARCH_WORK), "--flows", "1", "--rx-queue", "4096", "--no-progress", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import replace
 
 import pytest
 from scapy.layers.inet import IP, TCP
@@ -123,8 +124,6 @@ def test_stream_plan_shares_the_streams_between_threads():
 def test_bad_field_engine_is_refused():
     prof = PgwuTraffic(direction="ul", frame_size=128)
     eng = prof.field_engine()
-    from dataclasses import replace
-
     with pytest.raises(ConfigError, match="checksum offset"):
         build_config(prof.packet(0), replace(eng, csum_offsets=(61,)))
     with pytest.raises(ConfigError, match="flow_op"):

@@ -8,6 +8,7 @@ import ctypes
 import importlib
 import json
 import pkgutil
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -133,8 +134,6 @@ def test_enum_covers_every_enumerator_of_the_header(cname):
 
 
 def test_every_struct_of_the_headers_is_mirrored():
-    import re
-
     text = "".join((ROOT / "bpf" / "include" / h).read_text() for h in layouts.HEADERS)
     declared = set(re.findall(r"^struct (\w+) \{", text, re.M))
     assert declared == set(layouts.STRUCTS)

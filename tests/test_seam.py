@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
@@ -195,8 +196,6 @@ def test_the_signature_finder_walks_a_declared_tunnel(tagged, tcp):
 def test_declared_tunnels_keep_the_walk_through_gtpu_options_and_ipip():
     """The registry's tunnels are walked as the hand-written parsers did: GTP-U's optional fields and
     extension headers, IPIP inside it."""
-    from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
-
     payload = Raw(SIGNATURE.pack(SIGNATURE_MAGIC, 0, 0, 0) + b"\0" * 8)
     inner = IP(src="198.18.0.1", dst="198.18.0.2") / UDP(sport=1, dport=2) / payload
     outer = Ether() / IP(src="198.19.0.1", dst="198.19.0.2") / UDP(sport=2152, dport=2152)

@@ -193,6 +193,7 @@ class Sink:
 
 def write_pcap(path: str | Path, captures: list[Capture]) -> None:
     """Save captures as a pcap file (timestamps: the monotonic clock, as wall time)."""
+    # scapy takes a second to import: only when frames are written, never to read the sink
     from scapy.layers.l2 import Ether
     from scapy.utils import PcapWriter
 
