@@ -16,12 +16,10 @@ import struct
 from dataclasses import dataclass
 
 from perfkit.errors import ConfigError
-from perfkit.layouts import (ENCAP_MAX, ENCAP_MAX_EXT, STEER_MAX_WORDS, EncapInner, SteerAt, encap, encap_table,
-                             steer_config)
+from perfkit.layouts import (ENCAP_MAX, ENCAP_MAX_EXT, ETH_P_8021Q, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, STEER_MAX_WORDS,
+                             EncapInner, SteerAt, encap, encap_table, steer_config)
 from perfkit.units import ETH_HLEN
 
-ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
-IPPROTO_TCP, IPPROTO_UDP = 6, 17
 UDP_HLEN, TCP_HLEN = 8, 20
 #: IPv4 headers a frame may nest (the outer one and one per tunnel): the sink's limit too.
 MAX_TUNNELS = 2

@@ -33,7 +33,11 @@ class Struct(ctypes.Structure):
         return f"{type(self).__name__}({fields})"
 
 
-# --- parsing.h ----------------------------------------------------------------------------------
+# --- parsing.h (and the kernel headers it includes) -----------------------------------------------
+#: Ethertypes: IPv4, an 802.1Q tag.
+ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
+#: IPv4 protocols.
+IPPROTO_IPIP, IPPROTO_TCP, IPPROTO_UDP = 4, 6, 17
 #: IPv4 frag_off bits (host order): don't fragment, more fragments, the fragment offset.
 IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
 
@@ -271,7 +275,8 @@ HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "encap_kern_user.h", "
            "stallprobe_kern_user.h", "coreshare_kern_user.h")
 #: Constants mirrored here, by C name (the layout tests compare their values with ``HEADERS`` and
 #: ``DEFINE_HEADERS``).
-DEFINES: dict[str, int] = {"IP_DF": IP_DF, "IP_MF": IP_MF, "IP_OFFSET": IP_OFFSET, "ENCAP_MAX": ENCAP_MAX,
+DEFINES: dict[str, int] = {"ETH_P_IP": ETH_P_IP, "ETH_P_8021Q": ETH_P_8021Q, "IPPROTO_IPIP": IPPROTO_IPIP,
+                           "IPPROTO_TCP": IPPROTO_TCP, "IPPROTO_UDP": IPPROTO_UDP, "IP_DF": IP_DF, "IP_MF": IP_MF, "IP_OFFSET": IP_OFFSET, "ENCAP_MAX": ENCAP_MAX,
                            "ENCAP_MAX_EXT": ENCAP_MAX_EXT, "STEER_MAX_CPUS": STEER_MAX_CPUS,
                            "STEER_MAX_WORDS": STEER_MAX_WORDS}
 DEFINE_HEADERS = ("parsing.h",)

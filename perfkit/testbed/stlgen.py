@@ -25,7 +25,7 @@ from perfkit.errors import ConfigError
 from perfkit.fieldengine import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES,
                              GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
-                             GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
+                             IPPROTO_UDP, GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
 from perfkit.stlprofile import Instr, StlProfile, StlStream
 from perfkit.stlvm import Checksum, checksums, initial, step_of
@@ -243,10 +243,10 @@ def _signature_checksum(frame: bytes, sig: int, fixes: dict[int, Checksum],
     """The innermost L4 checksum, when the template carries one the profile does not fix: kept as
     the template has it, but for the signature's bytes (which must not break it)."""
     l4, proto, _ = innermost_l4(frame, encaps) or (0, 0, 0)
-    field = l4 + (6 if proto == 17 else 16)
-    if not proto or field in fixes or (proto == 17 and frame[field:field + 2] == b"\0\0"):
+    field = l4 + (6 if proto == IPPROTO_UDP else 16)
+    if not proto or field in fixes or (proto == IPPROTO_UDP and frame[field:field + 2] == b"\0\0"):
         return None  # fixed by the profile, or no UDP checksum at all
-    return Checksum(field, ((sig & ~1, (sig + SIGNATURE.size + 1) & ~1),), udp=proto == 17)
+    return Checksum(field, ((sig & ~1, (sig + SIGNATURE.size + 1) & ~1),), udp=proto == IPPROTO_UDP)
 
 
 def _inner_first(cs: list[Checksum]) -> list[Checksum]:

@@ -40,6 +40,7 @@ from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
 from perfkit.encap import BY_FLOW, Encap
 from perfkit.errors import ConfigError
+from perfkit.layouts import IPPROTO_IPIP
 
 #: The counter of packets tunnelled to a real (the only forwarding one).
 FWD = L4lbStat.L4LB_FWD.label
@@ -47,7 +48,7 @@ FWD = L4lbStat.L4LB_FWD.label
 BENCH_FLOWS = CLIENT_POOL
 DEFAULT_REALS = 16
 #: The tunnel to the reals: IPv4 in IPv4 (RFC 2003), no header of its own.
-IPIP = Encap("IPIP", ip_proto=4)
+IPIP = Encap("IPIP", ip_proto=IPPROTO_IPIP)
 
 
 class L4lbDut(BpfDut):
