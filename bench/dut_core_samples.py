@@ -22,7 +22,6 @@ samples in ``make run`` (issue 22).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
@@ -94,7 +93,10 @@ def main(args: argparse.Namespace) -> int:
         lines.append(f"  scheduler (all {sc['trials']} trials): perfkit median {sc['perfkit_median'] * 100:.2f} % "
                      f"max {sc['perfkit_max'] * 100:.2f} %; others median {sc['others_median'] * 100:.2f} % "
                      f"max {sc['others_max'] * 100:.2f} %")
-    print(json.dumps(s, indent=2) if args.json else "\n".join(lines))
+    if args.json:
+        benchcli.print_json(s)
+    else:
+        print("\n".join(lines))
     p = s["perf_samples"]["metrics"]
     benchcli.record(args, "dut_core_samples", s, f"run {args.run_id} (perfkit {s['run_git_sha']}"
                     f"{', dirty' if s['run_git_dirty'] else ''}): the metrics servers' share of the DUT cores' perf samples "

@@ -14,9 +14,7 @@ failure. Run as root after `make bpf`:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 
 from perfkit import benchcli, dataplanes
 from perfkit.cli.options import integer
@@ -37,11 +35,10 @@ def main(args: argparse.Namespace) -> int:
             _print(res, ceiling, args.workers)
     ok = all(r.ok for r in results)
     if args.json:
-        json.dump({"harness_frames_per_second": ceiling,
-                   "results": [r.to_dict() | {"ratio_to_harness": r.frames / r.busy_seconds / ceiling
-                                              if r.busy_seconds else None} for r in results],
-                   "ok": ok}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        benchcli.print_json({"harness_frames_per_second": ceiling,
+                             "results": [r.to_dict() | {"ratio_to_harness": r.frames / r.busy_seconds / ceiling
+                                                        if r.busy_seconds else None} for r in results],
+                             "ok": ok})
     else:
         print(f"harness baseline (XDP_DROP, no model, one process): {ceiling:,.0f} frames/s")
         print("all dataplanes agree with their models" if ok else "FAILURES: see above")

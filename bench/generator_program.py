@@ -14,11 +14,9 @@ differences to the trivial one. Profile: 64 bytes, 1000 flows, random flow numbe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import struct
-import sys
 
 from perfkit import benchcli
 from perfkit.cli.options import integer
@@ -52,8 +50,7 @@ def main(args: argparse.Namespace) -> int:
     out = {"direction": args.direction, "frame_size": 64, "rounds": args.rounds, "runs": args.runs,
            "ns_per_run": {k: statistics.median(v) for k, v in ns.items()}, "net_ns": net, "rounds_ns": ns}
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(out)
     else:
         print(f"{args.direction.upper()} 64-byte frames, random flow of 1000, signature; BPF_PROG_TEST_RUN x {args.runs}, "
               f"{args.rounds} rounds")

@@ -18,7 +18,6 @@ Target: full / baseline >= 0.8.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -70,8 +69,7 @@ def main(args: argparse.Namespace) -> int:
            "seconds": args.seconds, "full_pps": full, "baseline_pps": base, "ratio": ratio,
            "full_rounds": rates["full"], "baseline_rounds": rates["baseline"], "target": 0.8}
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(out)
     else:
         print(f"64-byte frames, generator on CPU {gen_cpu}, XDP_DROP DUT on CPU {dut_cpu}, batches of "
               f"{args.batch_size or 'automatic size'}, {args.rounds} x {args.seconds:g} s rounds each")

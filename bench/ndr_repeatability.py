@@ -119,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
            "kernel_reference_ns": kernel, "rx_queue": gen.rx_queue, "shield": args.shield, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
-        print(json.dumps(out, indent=2))
+        benchcli.print_json(out)
         return 0
     trials = (f"{args.duration:g} s trials" + (f", majority of {args.n}" if args.rule == "majority" else "")
               if args.method == "ndr" else

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What does ``perf record`` of the DUT cores cost a trial? The same PGW-U trial with and without
-``perfkit.perf.PerfRecorder``, alternated (the order shuffled in every round), on one testbed.
+"""What does ``perf record`` of the DUT cores cost a trial? The same PGW-U trial (or any scenario:
+``--dataplane`` ...) with and without ``perfkit.perf.PerfRecorder``, alternated (the order shuffled
+in every round), on one testbed.
 
 Per arm (without perf, then each sampling frequency): the median received rate, the DUT's busy
 cores (/proc/stat) and its per-packet cost (``dut_ns_per_packet``: CPU time of its packet threads per
@@ -24,7 +25,6 @@ quotes the latest. Run it under the testbed lock.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -32,12 +32,10 @@ import sys
 from tqdm import tqdm
 
 from perfkit import benchcli
-from perfkit.cli.options import integer, seconds
+from perfkit.cli.options import add_scenario, integer, scenario_from_args, seconds
 from perfkit.generators import create
 from perfkit.perf import PerfRecorder
 from perfkit.rate import Rate
-from perfkit.scenario import Scenario
-from perfkit.units import FRAME_MAX, FRAME_MIN
 
 #: Figures per trial: name -> (unit, how to read it off a trial and its profile).
 FIGURES = {
@@ -87,7 +85,7 @@ def _summary(scenario: str, rate: float | None, args: argparse.Namespace,
 
 
 def main(args: argparse.Namespace) -> int:
-    sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
+    sc = scenario_from_args(args)
     rate = Rate.parse(args.rate, sc.line_rate).pps(sc.traffic().wire_frame_size) if args.rate else None
     arms: list[int | None] = [None, *(int(f) for f in args.frequencies.split(","))]
     rows: dict[int | None, list[dict]] = {a: [] for a in arms}
@@ -115,8 +113,7 @@ def main(args: argparse.Namespace) -> int:
                "trials": {("without" if a is None else f"{a} Hz"): rows[a] for a in arms}}
     benchcli.record(args, "perf_overhead", figures, _summary(sc.key, rate, args, ratios))
     if args.json:
-        json.dump(figures, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(figures)
         return 0
     what = f"at {rate / 1e6:.3f} Mpps" if rate else "as fast as the generator sends"
     print(f"{sc.key} {what}, {args.rounds} rounds of {args.duration:g} s trials; DUT CPUs {dut}, tester CPUs {tester} "
@@ -139,7 +136,6 @@ if __name__ == "__main__":
     ap.add_argument("--frequencies", default="999", help="perf sampling frequencies to compare [Hz], comma-separated")
     ap.add_argument("--rounds", type=integer(1, what="a round count"), default=6, help="rounds; each runs every arm once, in shuffled order")
     ap.add_argument("--duration", type=seconds, default=2.0, help="trial duration [s]")
-    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
-    ap.add_argument("--frame-size", type=integer(FRAME_MIN, FRAME_MAX, "a frame size [bytes]"), default=64)
+    add_scenario(ap, cores=False)
     ap.add_argument("--seed", type=integer(0, what="a seed"), default=1, help="seed of the order within rounds")
     benchcli.run(main, ap)

@@ -11,7 +11,6 @@ packet and CPU busy at the NDR, and where the loss came from.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from perfkit import benchcli
@@ -47,8 +46,7 @@ def main(args: argparse.Namespace) -> int:
                 "dut_kthread_cpu_at_ndr": t.dut_kthread_cpu if t else None,
                 "trials": res.trial_count, "trial_seconds": res.trial_seconds, "notes": res.notes})
     if args.json:
-        json.dump(rows, sys.stdout, indent=2, default=str)
-        print()
+        benchcli.print_json(rows)
         return 0
     print(f"{'dir':3} {'frame':>5} {'wire':>5} {'max tx Mpps':>11} {'max rx Mpps':>11} {'NDR Mpps':>17} "
           f"{'NDR Gbps':>8} {'PDR0.5% Mpps':>17} {'BPF ns':>7} {'trials':>6} {'s':>5}")

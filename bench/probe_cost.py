@@ -20,7 +20,6 @@ latest when two runs' probes ticked at different periods. Run it under the testb
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -96,8 +95,7 @@ def main(args: argparse.Namespace) -> int:
                             for r in rows)
         benchcli.record(args, "probe_cost", figures, f"calib N = {args.work}, {args.rounds} rounds; {summary}")
     if args.json:
-        json.dump(figures, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(figures)
         return 0
     print(f"calib N = {args.work} on CPU {cpu}, {args.rounds} rounds; prog-bench net ns per packet with the probe "
           f"/ without (paired, same round); trials use a {TRIAL_PERIOD_US:g} µs period")

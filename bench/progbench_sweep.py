@@ -10,7 +10,6 @@ session, net cost <= 67 ns for UL and DL. Run as root after `make bpf`:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from tqdm import tqdm
@@ -33,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
         rows.append(res.to_dict() | res.params)
     target = [r for r in rows if r["frame_size"] == 64 and not r["udp_csum"] and r["sessions"] == 1]
     if args.json:
-        json.dump({"rows": rows, "target_ns": BUDGET_64B_10GBE_NS}, sys.stdout, indent=2)
+        benchcli.print_json({"rows": rows, "target_ns": BUDGET_64B_10GBE_NS})
         return 0
     print(f"{'dir':3} {'sessions':>8} {'vlan':4} {'csum':4} {'frame':>5} {'wire':>5} {'prog ns':>8} "
           f"{'base ns':>8} {'net ns':>7} {'net range':>11} {'ratio':>6} {'path':>8}")

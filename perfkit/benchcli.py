@@ -17,6 +17,7 @@ Benches import perfkit as installed (``make setup`` installs the checkout's), ne
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
@@ -41,6 +42,12 @@ def parser(doc: str | None, record: str | None = None, json: bool = True) -> Par
                         help=f"do not add this run to {benchresults.results_file(record)} and "
                              f"{benchresults.results_md()}")
     return ap
+
+
+def print_json(figures: Any) -> None:
+    """A bench's figures for ``--json``: indented, what is not JSON as its ``str``."""
+    json.dump(figures, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
 
 
 def record(args: argparse.Namespace, bench: str, figures: dict[str, Any], summary: str,
