@@ -22,17 +22,13 @@ samples in ``make run`` (issue 22).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from perfkit import benchresults  # noqa: E402
-from perfkit.perf.folded import PACKET_THREADS, is_idle, process_table  # noqa: E402
-from perfkit.perf.store import perf_trial_ids, read_folded  # noqa: E402
-from perfkit.store import RunStore  # noqa: E402
+from perfkit import benchcli
+from perfkit.perf.folded import PACKET_THREADS, is_idle, process_table
+from perfkit.perf.store import perf_trial_ids, read_folded
+from perfkit.store import RunStore
 
 #: Process names (perf's comm: 15 characters at most) of the servers perfkit starts, and perf.
 METRICS_COMMS = ("prometheus", "pushgateway", "node_exporter", "perf")
@@ -83,13 +79,7 @@ def summarize(run_id: str, root: str) -> dict:
             "top_max_share": dict(sorted(top.items(), key=lambda kv: -kv[1])[:6])}
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_id")
-    ap.add_argument("--root", default="data/runs")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--no-record", action="store_true")
-    args = ap.parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     s = summarize(args.run_id, args.root)
     if not s["perf_trials"]:
         print(f"run {args.run_id}: no trial recorded perf (campaign perf: [maxrate])", file=sys.stderr)
@@ -104,15 +94,19 @@ def main(argv: list[str]) -> int:
         lines.append(f"  scheduler (all {sc['trials']} trials): perfkit median {sc['perfkit_median'] * 100:.2f} % "
                      f"max {sc['perfkit_max'] * 100:.2f} %; others median {sc['others_median'] * 100:.2f} % "
                      f"max {sc['others_max'] * 100:.2f} %")
-    print(json.dumps(s, indent=2) if args.json else "\n".join(lines))
-    if not args.no_record:
-        p = s["perf_samples"]["metrics"]
-        benchresults.record("dut_core_samples", s, f"run {args.run_id} (perfkit {s['run_git_sha']}"
-                            f"{', dirty' if s['run_git_dirty'] else ''}): the metrics servers' share of the DUT cores' perf samples "
-                            f"median {p['median'] * 100:.2f} %, max {p['max'] * 100:.2f} % over {s['perf_trials']} "
-                            "trials", [Path(__file__).name, *argv])
+    if args.json:
+        benchcli.print_json(s)
+    else:
+        print("\n".join(lines))
+    p = s["perf_samples"]["metrics"]
+    benchcli.record(args, "dut_core_samples", s, f"run {args.run_id} (perfkit {s['run_git_sha']}"
+                    f"{', dirty' if s['run_git_dirty'] else ''}): the metrics servers' share of the DUT cores' perf samples "
+                    f"median {p['median'] * 100:.2f} %, max {p['max'] * 100:.2f} % over {s['perf_trials']} trials")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    ap = benchcli.parser(__doc__, record="dut_core_samples")
+    ap.add_argument("run_id")
+    ap.add_argument("--root", default="data/runs")
+    benchcli.run(main, ap)

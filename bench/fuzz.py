@@ -14,29 +14,16 @@ failure. Run as root after `make bpf`:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from perfkit import dataplanes  # noqa: E402
-from perfkit.fuzz import FAILURE_KINDS, KINDS, fuzz, harness_rate  # noqa: E402
+from perfkit import benchcli, dataplanes
+from perfkit.cli.options import integer
+from perfkit.fuzz import FAILURE_KINDS, KINDS, fuzz, harness_rate
 
 VERDICTS = ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--frames", type=int, default=1_000_000, help="frames per dataplane (default 1000000)")
-    ap.add_argument("--dataplane", action="append", choices=dataplanes.names(), default=None,
-                    help="only this dataplane (repeatable; default: every registered one)")
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
-                    help="processes, each with its own copy of the program (default: the CPUs here)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     names = args.dataplane or list(dataplanes.names())
 
     ceiling = harness_rate()
@@ -48,11 +35,10 @@ def main() -> int:
             _print(res, ceiling, args.workers)
     ok = all(r.ok for r in results)
     if args.json:
-        json.dump({"harness_frames_per_second": ceiling,
-                   "results": [r.to_dict() | {"ratio_to_harness": r.frames / r.busy_seconds / ceiling
-                                              if r.busy_seconds else None} for r in results],
-                   "ok": ok}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        benchcli.print_json({"harness_frames_per_second": ceiling,
+                             "results": [r.to_dict() | {"ratio_to_harness": r.frames / r.busy_seconds / ceiling
+                                                        if r.busy_seconds else None} for r in results],
+                             "ok": ok})
     else:
         print(f"harness baseline (XDP_DROP, no model, one process): {ceiling:,.0f} frames/s")
         print("all dataplanes agree with their models" if ok else "FAILURES: see above")
@@ -78,4 +64,12 @@ def _print(res, ceiling: float, workers: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--frames", type=integer(1, what="a frame count"), default=1_000_000,
+                    help="frames per dataplane (default 1000000)")
+    ap.add_argument("--dataplane", action="append", choices=dataplanes.names(), default=None,
+                    help="only this dataplane (repeatable; default: every registered one)")
+    ap.add_argument("--workers", type=integer(1, what="a process count"), default=len(os.sched_getaffinity(0)),
+                    help="processes, each with its own copy of the program (default: the CPUs here)")
+    ap.add_argument("--seed", type=integer(0, what="a seed"), default=1)
+    benchcli.run(main, ap)

@@ -14,37 +14,28 @@ differences to the trivial one. Profile: 64 bytes, 1000 flows, random flow numbe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import struct
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from perfkit.libbpf import BpfObject, XdpMd  # noqa: E402
-from perfkit.testbed.livegen import build_config, compile_generator, load_generator  # noqa: E402
-from perfkit.dataplanes.pgwu.control import SessionPlan  # noqa: E402
-from perfkit.paths import BUILD_DIR  # noqa: E402
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer
+from perfkit.dataplanes.pgwu.control import SessionPlan
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.libbpf import BpfObject, XdpMd
+from perfkit.testbed.bpfbuild import load_generator, object_path
+from perfkit.testbed.livegen import build_config, compile_generator
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--runs", type=int, default=1_000_000)
-    ap.add_argument("--direction", choices=["ul", "dl"], default="dl")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # per-CPU generator state: one CPU
     profile = PgwuTraffic(direction=args.direction, frame_size=64, flows=1000, plan=SessionPlan(1000))
     frame, port = profile.packet(0), struct.pack("=I", 1)  # redirect target lo: test runs do not send
     objs = {
         "compiled": load_generator(compile_generator(profile, "random"), 1),
-        "plain": BpfObject(BUILD_DIR / "gen.o", rodata=build_config(frame, profile.field_engine("random")),
+        "plain": BpfObject(object_path("gen"), rodata=build_config(frame, profile.field_engine("random")),
                            initial_values={".rodata.port": port}),
-        "trivial": load_generator(BUILD_DIR / "gen_trivial.o", 1),
+        "trivial": load_generator(object_path("gen_trivial"), 1),
     }
     progs = {name: obj.program(obj.program_names()[0]) for name, obj in objs.items()}
     ctx = XdpMd(0, len(frame), 0, 1, 0, 0)
@@ -58,8 +49,7 @@ def main() -> int:
     out = {"direction": args.direction, "frame_size": 64, "rounds": args.rounds, "runs": args.runs,
            "ns_per_run": {k: statistics.median(v) for k, v in ns.items()}, "net_ns": net, "rounds_ns": ns}
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(out)
     else:
         print(f"{args.direction.upper()} 64-byte frames, random flow of 1000, signature; BPF_PROG_TEST_RUN x {args.runs}, "
               f"{args.rounds} rounds")
@@ -70,4 +60,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--rounds", type=integer(1, what="a round count"), default=9)
+    ap.add_argument("--runs", type=integer(1, what="a run count"), default=1_000_000)
+    ap.add_argument("--direction", choices=["ul", "dl"], default="dl")
+    benchcli.run(main, ap)

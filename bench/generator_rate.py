@@ -18,38 +18,29 @@ Target: full / baseline >= 0.8.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer, seconds
+from perfkit.dataplanes.pgwu.control import SessionPlan
+from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
+from perfkit.libbpf import BpfObject, xdp_attach
+from perfkit.testbed import netns
+from perfkit.testbed.livegen import UNPACED_BATCH, LiveGenerator
+from perfkit.testbed.bpfbuild import object_path
+from perfkit.testbed.topology import Testbed
 
-from perfkit.testbed import netns  # noqa: E402
-from perfkit.libbpf import BpfObject, xdp_attach  # noqa: E402
-from perfkit.testbed.livegen import LiveGenerator  # noqa: E402
-from perfkit.dataplanes.pgwu.control import SessionPlan  # noqa: E402
-from perfkit.paths import BUILD_DIR  # noqa: E402
-from perfkit.dataplanes.pgwu.traffic import PgwuTraffic  # noqa: E402
-from perfkit.testbed.topology import Testbed  # noqa: E402
 
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--seconds", type=float, default=0.5)
-    ap.add_argument("--batch-size", type=int, default=None,
-                    help="frames per kernel batch (flush) in both (default: the generator's own, 256 unpaced)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     gen_cpu, dut_cpu = cpus[0], cpus[-1]
     profile = PgwuTraffic(direction="dl", frame_size=64, flows=1000, plan=SessionPlan(1000))
     rates: dict[str, list[float]] = {"full": [], "baseline": []}
-    with Testbed() as tb, BpfObject(BUILD_DIR / "drop.o") as drop:
+    with Testbed() as tb, BpfObject(object_path("drop")) as drop:
         with netns.inside(tb.a.ns):
             xdp_attach(tb.a.ifindex, drop.program("xdp_drop").fd)
         tb.pin_napi(tb.a, {dut_cpu}, realtime=True)
@@ -78,8 +69,7 @@ def main() -> int:
            "seconds": args.seconds, "full_pps": full, "baseline_pps": base, "ratio": ratio,
            "full_rounds": rates["full"], "baseline_rounds": rates["baseline"], "target": 0.8}
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(out)
     else:
         print(f"64-byte frames, generator on CPU {gen_cpu}, XDP_DROP DUT on CPU {dut_cpu}, batches of "
               f"{args.batch_size or 'automatic size'}, {args.rounds} x {args.seconds:g} s rounds each")
@@ -92,4 +82,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--rounds", type=integer(1, what="a round count"), default=21)
+    ap.add_argument("--seconds", type=seconds, default=0.5)
+    ap.add_argument("--batch-size", type=integer(1, UNPACED_BATCH, "a batch size"), default=None,
+                    help="frames per kernel batch (flush) in both (default: the generator's own, 256 unpaced)")
+    benchcli.run(main, ap)

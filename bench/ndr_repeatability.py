@@ -28,16 +28,18 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit.generators import create  # noqa: E402
-from perfkit.generators.xdpcores import NIC_RX_QUEUE  # noqa: E402
-from perfkit.rate import Rate  # noqa: E402
-from perfkit.scenario import Scenario  # noqa: E402
-from perfkit.search import run_method  # noqa: E402
-from perfkit.search.result import trial_dict  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer, number, seconds
+from perfkit.errors import ConfigError
+from perfkit.generators import create
+from perfkit.generators.xdpcores import NIC_RX_QUEUE
+from perfkit.rate import Rate
+from perfkit.scenario import Scenario
+from perfkit.search import run_method
+from perfkit.search.result import trial_dict
+from perfkit.units import FRAME_MAX, FRAME_MIN
 
 MODES = {"on": (3, True, True), "speed": (3, True, False), "off": (0, False, False)}
 """Host handling: (retries of a disturbed trial, judged at the DUT cores' reference speed, and at the
@@ -84,34 +86,7 @@ def summary(searches: list[Search]) -> dict:
             "disturbed_trials": sum(s.disturbed for s in searches), "trials": sum(s.trials for s in searches)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5, help="searches per mode (default 5)")
-    ap.add_argument("--dataplane", default="pgwu", help="the dataplane (default pgwu)")
-    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                    help="a dataplane parameter (default for pgwu: direction=ul sessions=1001000 vlan=true)")
-    ap.add_argument("--frame-size", type=int, default=64)
-    ap.add_argument("--flow-op", default="random", help="how flows are walked: inc, dec, random (default random)")
-    ap.add_argument("--method", choices=("ndr", "ndrpdr"), default="ndr",
-                    help="ndr: binary search, every trial --duration; ndrpdr: short trials to bracket, "
-                         "lower bounds confirmed by --final-duration trials (default ndr)")
-    ap.add_argument("--rule", choices=("single", "majority"), default="single",
-                    help="ndr: a rate's verdict is one trial, or the majority of up to -n trials (default single)")
-    ap.add_argument("-n", type=int, default=3, help="N of --rule majority (default 3)")
-    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s] (ndrpdr: the short trials; default 1)")
-    ap.add_argument("--final-duration", type=float, default=10.0, help="ndrpdr's confirmation trials [s] (default 10)")
-    ap.add_argument("--max-rate", default="2Mpps", help="the search's maximum rate (default 2Mpps)")
-    ap.add_argument("--relative-width", type=float, default=0.02, help="search precision (default 0.02)")
-    ap.add_argument("--rx-queue", type=int, default=NIC_RX_QUEUE,
-                    help=f"frames of the DUT's receive queue (0: the veth rings; default {NIC_RX_QUEUE})")
-    ap.add_argument("--flows", type=int, default=1_001_000, help="flows the traffic walks (default 1001000)")
-    ap.add_argument("--shield", action="store_true",
-                    help="move every other task off the DUT core for the whole run (perfkit.testbed.shield)")
-    ap.add_argument("--modes", default="on,off", help=f"host handling modes, in turn (of {', '.join(MODES)}; default on,off)")
-    ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
-                    help="also write every trial as a JSON line (its search's number and mode added)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     params_in = dict(kv.split("=", 1) for kv in args.param) if args.param else (
         {"direction": "ul", "sessions": 1_001_000, "vlan": True} if args.dataplane == "pgwu" else {})
     sc = Scenario(args.dataplane, frame_size=args.frame_size, flows=args.flows, params=params_in)
@@ -121,7 +96,7 @@ def main() -> int:
                   {"goals": [0.0], "initial_duration": args.duration, "final_duration": args.final_duration})
     modes = args.modes.split(",")
     if not modes or any(m not in MODES for m in modes):
-        ap.error(f"--modes: {args.modes!r}; allowed: a comma-separated list of {', '.join(MODES)}")
+        raise ConfigError("--modes", args.modes, f"a comma-separated list of {', '.join(MODES)}")
     order = [m for _ in range(args.runs) for m in modes]  # alternate: drifts hit every mode alike
     results: dict[str, list[Search]] = {m: [] for m in modes}
     options = {"flow_op": args.flow_op, "rx_queue": args.rx_queue, "shield": args.shield}
@@ -144,7 +119,7 @@ def main() -> int:
            "kernel_reference_ns": kernel, "rx_queue": gen.rx_queue, "shield": args.shield, **{m: {**summary(s), "searches": [asdict(x) for x in s]}
                                                      for m, s in results.items()}}
     if args.json:
-        print(json.dumps(out, indent=2))
+        benchcli.print_json(out)
         return 0
     trials = (f"{args.duration:g} s trials" + (f", majority of {args.n}" if args.rule == "majority" else "")
               if args.method == "ndr" else
@@ -167,4 +142,29 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--runs", type=integer(1, what="a search count"), default=5, help="searches per mode (default 5)")
+    ap.add_argument("--dataplane", default="pgwu", help="the dataplane (default pgwu)")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a dataplane parameter (default for pgwu: direction=ul sessions=1001000 vlan=true)")
+    ap.add_argument("--frame-size", type=integer(FRAME_MIN, FRAME_MAX, "a frame size [bytes]"), default=64)
+    ap.add_argument("--flow-op", default="random", help="how flows are walked: inc, dec, random (default random)")
+    ap.add_argument("--method", choices=("ndr", "ndrpdr"), default="ndr",
+                    help="ndr: binary search, every trial --duration; ndrpdr: short trials to bracket, "
+                         "lower bounds confirmed by --final-duration trials (default ndr)")
+    ap.add_argument("--rule", choices=("single", "majority"), default="single",
+                    help="ndr: a rate's verdict is one trial, or the majority of up to -n trials (default single)")
+    ap.add_argument("-n", type=integer(1, what="a trial count"), default=3, help="N of --rule majority (default 3)")
+    ap.add_argument("--duration", type=seconds, default=1.0, help="trial duration [s] (ndrpdr: the short trials; default 1)")
+    ap.add_argument("--final-duration", type=seconds, default=10.0, help="ndrpdr's confirmation trials [s] (default 10)")
+    ap.add_argument("--max-rate", default="2Mpps", help="the search's maximum rate (default 2Mpps)")
+    ap.add_argument("--relative-width", type=number(0.0, "a relative width"), default=0.02, help="search precision (default 0.02)")
+    ap.add_argument("--rx-queue", type=integer(0, what="a frame count"), default=NIC_RX_QUEUE,
+                    help=f"frames of the DUT's receive queue (0: the veth rings; default {NIC_RX_QUEUE})")
+    ap.add_argument("--flows", type=integer(1, what="a flow count"), default=1_001_000, help="flows the traffic walks (default 1001000)")
+    ap.add_argument("--shield", action="store_true",
+                    help="move every other task off the DUT core for the whole run (perfkit.testbed.shield)")
+    ap.add_argument("--modes", default="on,off", help=f"host handling modes, in turn (of {', '.join(MODES)}; default on,off)")
+    ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
+                    help="also write every trial as a JSON line (its search's number and mode added)")
+    benchcli.run(main, ap)

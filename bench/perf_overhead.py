@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What does ``perf record`` of the DUT cores cost a trial? The same PGW-U trial with and without
-``perfkit.perf.record.PerfRecorder``, alternated (the order shuffled in every round), on one testbed.
+"""What does ``perf record`` of the DUT cores cost a trial? The same PGW-U trial (or any scenario:
+``--dataplane`` ...) with and without ``perfkit.perf.record.PerfRecorder``, alternated (the order shuffled
+in every round), on one testbed.
 
 Per arm (without perf, then each sampling frequency): the median received rate, the DUT's busy
 cores (/proc/stat) and its per-packet cost (``dut_ns_per_packet``: CPU time of its packet threads per
@@ -24,21 +25,17 @@ quotes the latest. Run it under the testbed lock.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit import benchresults  # noqa: E402
-from perfkit.generators import create  # noqa: E402
-from perfkit.perf.record import PerfRecorder  # noqa: E402
-from perfkit.rate import Rate  # noqa: E402
-from perfkit.scenario import Scenario  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import add_scenario, integer, scenario_from_args, seconds
+from perfkit.generators import create
+from perfkit.perf.record import PerfRecorder
+from perfkit.rate import Rate
 
 #: Figures per trial: name -> (unit, how to read it off a trial and its profile).
 FIGURES = {
@@ -87,21 +84,8 @@ def _summary(scenario: str, rate: float | None, args: argparse.Namespace,
     return f"{scenario} at {what}, {args.rounds} rounds of {args.duration:g} s, with perf / without: {arms}"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rate", default=None,
-                    help="fixed offered rate (2Mpps, 300kpps ...); default: as fast as possible")
-    ap.add_argument("--frequencies", default="999", help="perf sampling frequencies to compare [Hz], comma-separated")
-    ap.add_argument("--rounds", type=int, default=6, help="rounds; each runs every arm once, in shuffled order")
-    ap.add_argument("--duration", type=float, default=2.0, help="trial duration [s]")
-    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
-    ap.add_argument("--frame-size", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1, help="seed of the order within rounds")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--no-record", action="store_true",
-                    help="do not add this run to bench/results/perf_overhead.jsonl and bench/RESULTS.md")
-    args = ap.parse_args()
-    sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
+def main(args: argparse.Namespace) -> int:
+    sc = scenario_from_args(args)
     rate = Rate.parse(args.rate, sc.line_rate).pps(sc.traffic().wire_frame_size) if args.rate else None
     arms: list[int | None] = [None, *(int(f) for f in args.frequencies.split(","))]
     rows: dict[int | None, list[dict]] = {a: [] for a in arms}
@@ -127,12 +111,9 @@ def main() -> int:
     figures = {"scenario": sc.key, "rate_pps": rate, "duration": args.duration, "rounds": args.rounds,
                "dut_cores": dut, "tester_cores": tester, "median": summary, "paired_ratio_quartiles": ratios,
                "trials": {("without" if a is None else f"{a} Hz"): rows[a] for a in arms}}
-    if not args.no_record:
-        rec = benchresults.record("perf_overhead", figures, _summary(sc.key, rate, args, ratios), sys.argv)
-        print(f"recorded in {benchresults.results_file('perf_overhead')} ({rec.date})", file=sys.stderr)
+    benchcli.record(args, "perf_overhead", figures, _summary(sc.key, rate, args, ratios))
     if args.json:
-        json.dump(figures, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(figures)
         return 0
     what = f"at {rate / 1e6:.3f} Mpps" if rate else "as fast as the generator sends"
     print(f"{sc.key} {what}, {args.rounds} rounds of {args.duration:g} s trials; DUT CPUs {dut}, tester CPUs {tester} "
@@ -149,4 +130,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__, record="perf_overhead")
+    ap.add_argument("--rate", default=None,
+                    help="fixed offered rate (2Mpps, 300kpps ...); default: as fast as possible")
+    ap.add_argument("--frequencies", default="999", help="perf sampling frequencies to compare [Hz], comma-separated")
+    ap.add_argument("--rounds", type=integer(1, what="a round count"), default=6, help="rounds; each runs every arm once, in shuffled order")
+    ap.add_argument("--duration", type=seconds, default=2.0, help="trial duration [s]")
+    add_scenario(ap, cores=False)
+    ap.add_argument("--seed", type=integer(0, what="a seed"), default=1, help="seed of the order within rounds")
+    benchcli.run(main, ap)

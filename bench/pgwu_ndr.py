@@ -11,23 +11,17 @@ packet and CPU busy at the NDR, and where the loss came from.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from perfkit import benchcli
+from perfkit.cli.options import seconds
+from perfkit.generators import create
+from perfkit.search import MaxRate, NdrPdr, max_rate, ndrpdr, offered_rate
+from perfkit.scenario import Scenario
+from perfkit.units import l1_bps
 
-from perfkit.generators import create  # noqa: E402
-from perfkit.search import MaxRate, NdrPdr, max_rate, ndrpdr, offered_rate  # noqa: E402
-from perfkit.scenario import Scenario  # noqa: E402
-from perfkit.units import l1_bps  # noqa: E402
 
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--final-duration", type=float, default=2.0)
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     rows = []
     for direction in ("ul", "dl"):
         for frame in (64, 1424):
@@ -52,8 +46,7 @@ def main() -> int:
                 "dut_kthread_cpu_at_ndr": t.dut_kthread_cpu if t else None,
                 "trials": res.trial_count, "trial_seconds": res.trial_seconds, "notes": res.notes})
     if args.json:
-        json.dump(rows, sys.stdout, indent=2, default=str)
-        print()
+        benchcli.print_json(rows)
         return 0
     print(f"{'dir':3} {'frame':>5} {'wire':>5} {'max tx Mpps':>11} {'max rx Mpps':>11} {'NDR Mpps':>17} "
           f"{'NDR Gbps':>8} {'PDR0.5% Mpps':>17} {'BPF ns':>7} {'trials':>6} {'s':>5}")
@@ -75,4 +68,6 @@ def _b(lo: float | None, hi: float | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--final-duration", type=seconds, default=2.0)
+    benchcli.run(main, ap)

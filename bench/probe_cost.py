@@ -20,21 +20,18 @@ latest when two runs' probes ticked at different periods. Run it under the testb
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit import benchresults  # noqa: E402
-from perfkit.dataplanes.calib import bench_work  # noqa: E402
-from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK  # noqa: E402
-from perfkit.errors import ConfigError  # noqa: E402
-from perfkit.host.stallprobe import SPEED_STEPS, TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer
+from perfkit.dataplanes.calib import bench_work
+from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
+from perfkit.errors import ConfigError
+from perfkit.host.stallprobe import SPEED_STEPS, TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
 
 
 #: prog-bench rounds per measurement: short, so that the two of a pair see the same host (its speed
@@ -70,17 +67,7 @@ def _pair(work: int, cpu: int, period_us: float, probe_first: bool) -> float:
     return with_probe() / without
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--periods", default="200,500,1000,1600",
-                    help=f"probe timer periods to compare [µs], comma-separated (trials use {TRIAL_PERIOD_US:g})")
-    ap.add_argument("--rounds", type=int, default=15, help="rounds; each measures every period with and without")
-    ap.add_argument("--work", type=int, default=400, help="the calibrated DUT's work iterations per packet")
-    ap.add_argument("--cpu", type=int, default=None, help="CPU to bench on (default: the last this process may use)")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--no-record", action="store_true",
-                    help="do not add this run to bench/results/probe_cost.jsonl and bench/RESULTS.md")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     periods = _periods(args.periods)
     if periods is None:
         return _refuse("periods", args.periods, "comma-separated periods between 50 and 100000 µs")
@@ -106,12 +93,9 @@ def main() -> int:
         summary = "; ".join(f"{r['period_us']:g} µs: {100 * (r['ratio_median'] - 1):+.1f} % "
                             f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}], {r['us_per_tick']:.1f} µs per tick"
                             for r in rows)
-        rec = benchresults.record("probe_cost", figures, f"calib N = {args.work}, {args.rounds} rounds; {summary}",
-                                  sys.argv)
-        print(f"recorded in {benchresults.results_file('probe_cost')} ({rec.date})", file=sys.stderr)
+        benchcli.record(args, "probe_cost", figures, f"calib N = {args.work}, {args.rounds} rounds; {summary}")
     if args.json:
-        json.dump(figures, sys.stdout, indent=2)
-        print()
+        benchcli.print_json(figures)
         return 0
     print(f"calib N = {args.work} on CPU {cpu}, {args.rounds} rounds; prog-bench net ns per packet with the probe "
           f"/ without (paired, same round); trials use a {TRIAL_PERIOD_US:g} µs period")
@@ -124,4 +108,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__, record="probe_cost")
+    ap.add_argument("--periods", default="200,500,1000,1600",
+                    help=f"probe timer periods to compare [µs], comma-separated (trials use {TRIAL_PERIOD_US:g})")
+    ap.add_argument("--rounds", type=integer(1, what="a round count"), default=15, help="rounds; each measures every period with and without")
+    ap.add_argument("--work", type=integer(0, CALIB_MAX_WORK, "work iterations"), default=400, help="the calibrated DUT's work iterations per packet")
+    ap.add_argument("--cpu", type=integer(0, what="a CPU number"), default=None, help="CPU to bench on (default: the last this process may use)")
+    benchcli.run(main, ap)

@@ -10,25 +10,18 @@ session, net cost <= 67 ns for UL and DL. Run as root after `make bpf`:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit.progbench import BUDGET_64B_10GBE_NS, prog_bench  # noqa: E402
+from perfkit import benchcli
+from perfkit.progbench import BUDGET_64B_10GBE_NS, prog_bench
 
 FRAME_SIZES = (64, 128, 256, 512, 1024, 1424)
 MANY = 1_000_000
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     many = 100_000 if args.quick else MANY
     rounds, repeat = (5, 50_000) if args.quick else (21, 200_000)
     rows = []
@@ -39,7 +32,7 @@ def main() -> int:
         rows.append(res.to_dict() | res.params)
     target = [r for r in rows if r["frame_size"] == 64 and not r["udp_csum"] and r["sessions"] == 1]
     if args.json:
-        json.dump({"rows": rows, "target_ns": BUDGET_64B_10GBE_NS}, sys.stdout, indent=2)
+        benchcli.print_json({"rows": rows, "target_ns": BUDGET_64B_10GBE_NS})
         return 0
     print(f"{'dir':3} {'sessions':>8} {'vlan':4} {'csum':4} {'frame':>5} {'wire':>5} {'prog ns':>8} "
           f"{'base ns':>8} {'net ns':>7} {'net range':>11} {'ratio':>6} {'path':>8}")
@@ -58,4 +51,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
+    benchcli.run(main, ap)

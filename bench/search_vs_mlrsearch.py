@@ -45,19 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from MLRsearch import AbstractMeasurer, Config, MeasurementResult, MultipleLossRatioSearch, SearchGoal
 
-from MLRsearch import (AbstractMeasurer, Config, MeasurementResult,  # noqa: E402
-                      MultipleLossRatioSearch, SearchGoal)
-
-from perfkit.generators.base import Generator  # noqa: E402
-from perfkit.generators.sim import SimGenerator  # noqa: E402
-from perfkit.search import NdrPdr, line_rate_pps, ndrpdr  # noqa: E402
-from perfkit.search.result import trial_dict  # noqa: E402
-from perfkit.search.trials import TrialLog  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer, number, seconds
+from perfkit.errors import ConfigError
+from perfkit.generators import create
+from perfkit.generators.base import Generator
+from perfkit.generators.sim import SimGenerator
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
-from perfkit.trial import TrialResult  # noqa: E402
+from perfkit.search import NdrPdr, line_rate_pps, ndrpdr
+from perfkit.search.common import TrialLog, trial_dict
+from perfkit.trial import TrialResult
 
 GOALS = (0.0, 0.005)
 WIDTH = 0.005
@@ -245,15 +245,17 @@ HEADER = (f"{'DUT':10s}  {'tool':11s}  {'trials':>6s}  {'trial s':>8s}  {'NDR lo
 
 
 # -- main --------------------------------------------------------------------------------------
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--final-duration", type=float, default=10.0, help="final trial duration [s] (10)")
-    ap.add_argument("--width", type=float, default=WIDTH, help=f"relative width of both goals ({WIDTH})")
-    ap.add_argument("--initial-duration", type=float, default=1.0, help="initial trial duration [s] (1)")
+def arguments() -> argparse.ArgumentParser:
+    ap = benchcli.parser(__doc__, json=False)
+    ap.add_argument("--final-duration", type=seconds, default=10.0, help="final trial duration [s] (10)")
+    ap.add_argument("--width", type=number(0.0, "a relative width"), default=WIDTH,
+                    help=f"relative width of both goals ({WIDTH})")
+    ap.add_argument("--initial-duration", type=seconds, default=1.0, help="initial trial duration [s] (1)")
     ap.add_argument("--threshold", default="1Mpps", help="simulated DUT capacity (1Mpps)")
-    ap.add_argument("--sigma", type=float, default=0.01, help="noisy DUT: relative threshold sigma (0.01)")
-    ap.add_argument("--seeds", type=int, default=10, help="runs per simulated DUT (10)")
-    ap.add_argument("--speed-sigma", type=float, default=0.0,
+    ap.add_argument("--sigma", type=number(0.0, "a relative sigma"), default=0.01,
+                    help="noisy DUT: relative threshold sigma (0.01)")
+    ap.add_argument("--seeds", type=integer(1, what="a seed count"), default=10, help="runs per simulated DUT (10)")
+    ap.add_argument("--speed-sigma", type=number(0.0, "a relative standard deviation"), default=0.0,
                     help="simulated DUTs: relative standard deviation of the CPU's speed in 1 s trials, averaging "
                          "down as 1/sqrt(duration) in longer ones, trials speed-normalized as on the testbed "
                          "(a VM's host noise: this VM's was about 0.07; 0: none)")
@@ -261,12 +263,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-rate", default="100%", help="max rate, e.g. 100%% (of 10GbE) or 5Mpps")
     ap.add_argument("--min-rate", default=None, help="min rate (default max / 1000)")
     ap.add_argument("--testbed", action="store_true", help="also run on the local veth testbed")
-    ap.add_argument("--runs", type=int, default=1, help="testbed: searches per tool, alternating (1)")
+    ap.add_argument("--runs", type=integer(1, what="a search count"), default=1,
+                    help="testbed: searches per tool, alternating (1)")
     ap.add_argument("--dataplane", default="pgwu", help="testbed: the dataplane (pgwu)")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="testbed: a dataplane parameter (default for pgwu: direction=ul)")
-    ap.add_argument("--flows", type=int, default=None, help="testbed: flows (default: the dataplane's)")
-    ap.add_argument("--rx-queue", type=int, default=0,
+    ap.add_argument("--flows", type=integer(1, what="a flow count"), default=None,
+                    help="testbed: flows (default: the dataplane's)")
+    ap.add_argument("--rx-queue", type=integer(0, what="a frame count"), default=0,
                     help="testbed: frames of the DUT's receive queue (0: the veth rings; 4096: a NIC's)")
     ap.add_argument("--handling", choices=("on", "off"), default="on",
                     help="testbed: host handling for every tool -- on: disturbed trials run again and rates "
@@ -277,12 +281,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--trials", type=Path, default=None, metavar="FILE",
                     help="testbed: write every trial as a JSON line as it ends (the tool and search number added)")
     ap.add_argument("--verbose", action="store_true", help="print every trial of the first seed")
-    args = ap.parse_args(argv)
-    if not 0 < args.width < 1:
-        ap.error(f"--width {args.width:g}: a relative width, 0 < x < 1 (0.005 = 0.5 %)")
-    if not 0 <= args.speed_sigma < 0.5:
-        ap.error(f"--speed-sigma {args.speed_sigma:g}: a relative standard deviation, 0 <= x < 0.5")
-    return args
+    return ap
 
 
 def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
@@ -293,8 +292,11 @@ def settings(args: argparse.Namespace, scenario: Scenario) -> Settings:
                     width=args.width)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    if not 0 < args.width < 1:
+        raise ConfigError("--width", args.width, "a relative width, 0 < x < 1 (0.005 = 0.5 %)")
+    if not 0 <= args.speed_sigma < 0.5:
+        raise ConfigError("--speed-sigma", args.speed_sigma, "a relative standard deviation, 0 <= x < 0.5")
     scenario = Scenario("pgwu", frame_size=64, params={"direction": "ul"})
     s = settings(args, scenario)
     print(f"NDR (0) and PDR (0.5%) at relative width {s.width:.2%}; rates {s.min_rate:.6g}..{s.max_rate:.6g} pps; "
@@ -329,8 +331,6 @@ def run_testbed(scenario: Scenario, s: Settings, verbose: bool, n: int = 1, rx_q
                 handling: bool = True, trial_file: Path | None = None, shield: bool = False) -> None:
     """The same comparison on the real veth testbed: ``n`` searches per tool, the tools taking
     turns (the host's drifts hit every tool alike), every tool with the same host handling."""
-    from perfkit.generators import create
-
     with create("xdp", scenario, rx_queue=rx_queue, disturbed_retries=3 if handling else 0, shield=shield) as gen:
         if handling:
             gen.set_speed_reference("auto")
@@ -367,4 +367,4 @@ def self_consistency(rs: list[Run], width: float) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run(main, arguments())

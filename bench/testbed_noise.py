@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How reproducible is zero loss on this machine? The PGW-U on the local testbed, many identical
-trials at a few fixed rates, in shuffled order.
+"""How reproducible is zero loss on this machine? The PGW-U (or any dataplane: ``--dataplane``) on
+the local testbed, many identical trials at a few fixed rates, in shuffled order.
 
 For each rate: the share of trials with any loss, the median and worst loss ratio, where the lost
 frames went (DUT receive ring, dataplane drop reasons, tester ring), and how far the generator's
@@ -15,34 +15,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import random
 import statistics
 import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from perfkit.generators import create  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import add_scenario, integer, scenario_from_args, seconds
+from perfkit.generators import create
 from perfkit.rate import Rate
-from perfkit.scenario import Scenario  # noqa: E402
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="0.1Mpps,0.3Mpps,0.6Mpps,1.0Mpps",
-                    help="comma-separated rates (pps, Mpps, Gbps or %% of 10GbE)")
-    ap.add_argument("--trials", type=int, default=10, help="trials per rate")
-    ap.add_argument("--duration", type=float, default=1.0, help="trial duration [s]")
-    ap.add_argument("--direction", choices=["ul", "dl"], default="ul")
-    ap.add_argument("--frame-size", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    sc = Scenario("pgwu", frame_size=args.frame_size, params={"direction": args.direction})
+def main(args: argparse.Namespace) -> int:
+    sc = scenario_from_args(args)
     wire = sc.traffic().wire_frame_size
     rates = [Rate.parse(r.strip(), sc.line_rate).pps(wire) for r in args.rates.split(",")]
     order = [r for r in rates for _ in range(args.trials)]
@@ -63,12 +50,9 @@ def main() -> int:
                      "median_loss": statistics.median(losses), "max_loss": max(losses),
                      "drops": dict(where), "min_offered_ratio": min(t.tx_pps / rate for t in ts)})
     if args.json:
-        json.dump({"scenario": dataclasses.asdict(sc), "duration": args.duration,
-                   "rows": rows}, sys.stdout, indent=2, default=str)
-        print()
+        benchcli.print_json({"scenario": dataclasses.asdict(sc), "duration": args.duration, "rows": rows})
         return 0
-    print(f"PGW-U {args.direction.upper()} {args.frame_size} B, {args.trials} x {args.duration:g} s trials per rate, "
-          "shuffled")
+    print(f"{sc.key}, {args.trials} x {args.duration:g} s trials per rate, shuffled")
     print(f"{'rate [Mpps]':>11s}  {'lossy':>7s}  {'median loss':>11s}  {'worst loss':>10s}  "
           f"{'offered >=':>10s}  drops (all trials)")
     for r in rows:
@@ -78,4 +62,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--rates", default="0.1Mpps,0.3Mpps,0.6Mpps,1.0Mpps",
+                    help="comma-separated rates (pps, Mpps, Gbps or %% of 10GbE)")
+    ap.add_argument("--trials", type=integer(1, what="a trial count"), default=10, help="trials per rate")
+    ap.add_argument("--duration", type=seconds, default=1.0, help="trial duration [s]")
+    add_scenario(ap, cores=False)
+    ap.add_argument("--seed", type=integer(0, what="a seed"), default=1, help="seed of the trial order")
+    benchcli.run(main, ap)

@@ -17,14 +17,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "dataplane.h"
 #include "calib_kern_user.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct calib_config);
-} calib_config SEC(".maps");
+DATAPLANE_CONFIG_MAP(calib_config, struct calib_config);
 
 /* Packets worked on, per CPU: drop_every counts on it (a per-CPU count needs no atomics). */
 struct {
@@ -34,13 +30,7 @@ struct {
 	__type(value, __u64);
 } calib_seq SEC(".maps");
 
-/* What happened to each packet, per CPU, indexed by enum calib_stat. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, CALIB_STAT_MAX);
-	__type(key, __u32);
-	__type(value, struct calib_stat_rec);
-} calib_stats SEC(".maps");
+DATAPLANE_STATS_MAP(calib_stats, struct calib_stat_rec, CALIB_STAT_MAX);
 
 struct work_state {
 	__u64 x;
@@ -59,13 +49,7 @@ static long work_step(__u64 index, void *ctx)
 
 static __always_inline int count(enum calib_stat stat, int verdict, __u64 frame_len)
 {
-	__u32 key = stat;
-	struct calib_stat_rec *rec = bpf_map_lookup_elem(&calib_stats, &key);
-
-	if (rec) {
-		rec->packets++;
-		rec->bytes += frame_len;
-	}
+	dataplane_count(&calib_stats, stat, frame_len);
 	return verdict;
 }
 

@@ -13,22 +13,15 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "parsing.h"
 #include "csum.h"
 #include "jhash.h"
 #include "ipip.h"
 #include "icmp.h"
+#include "dataplane.h"
 #include "l4lb_kern_user.h"
 
-#define IP_MF 0x2000
-#define IP_OFFSET 0x1fff
-
-/* Run-time configuration, one entry; userspace may change it while traffic flows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct l4lb_config);
-} l4lb_config SEC(".maps");
+DATAPLANE_CONFIG_MAP(l4lb_config, struct l4lb_config);
 
 /* Set by userspace before loading; the verifier takes them as constants. */
 const volatile struct l4lb_consts l4lb_consts = { .vip_mask = L4LB_VIP_SLOTS - 1 };
@@ -63,13 +56,7 @@ struct {
 	__type(value, struct real_def);
 } reals SEC(".maps");
 
-/* What happened to each packet, per CPU, indexed by enum l4lb_stat. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, L4LB_STAT_MAX);
-	__type(key, __u32);
-	__type(value, struct l4lb_stat_rec);
-} l4lb_stats SEC(".maps");
+DATAPLANE_STATS_MAP(l4lb_stats, struct l4lb_stat_rec, L4LB_STAT_MAX);
 
 /* Forwarded packets per VIP (by vip_num), per CPU. */
 struct {
@@ -87,19 +74,9 @@ struct {
 	__type(value, struct l4lb_stat_rec);
 } real_stats SEC(".maps");
 
-static __always_inline void add_rec(void *map, __u32 key, __u64 frame_len)
-{
-	struct l4lb_stat_rec *rec = bpf_map_lookup_elem(map, &key);
-
-	if (rec) {
-		rec->packets++;
-		rec->bytes += frame_len;
-	}
-}
-
 static __always_inline int count(enum l4lb_stat stat, int verdict, __u64 frame_len)
 {
-	add_rec(&l4lb_stats, stat, frame_len);
+	dataplane_count(&l4lb_stats, stat, frame_len);
 	return verdict;
 }
 
@@ -186,8 +163,8 @@ static __always_inline int handle_vip(struct xdp_md *ctx, struct l4lb_config *cf
 		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
 	if (ipip_encap(ctx, cfg->lb_addr, real->addr, tot_len, tos, df, cfg->dst_mac, cfg->src_mac))
 		return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
-	add_rec(&vip_stats, vip->vip_num, frame_len);
-	add_rec(&real_stats, key, frame_len);
+	dataplane_count(&vip_stats, vip->vip_num, frame_len);
+	dataplane_count(&real_stats, key, frame_len);
 	return count(L4LB_FWD, egress(cfg), frame_len);
 }
 

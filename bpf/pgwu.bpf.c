@@ -13,22 +13,14 @@
 #include "parsing.h"
 #include "csum.h"
 #include "gtpu.h"
+#include "dataplane.h"
 #include "pgwu_kern_user.h"
 
 #ifndef PGWU_MAX_SESSIONS
 #define PGWU_MAX_SESSIONS (1 << 20)
 #endif
 
-#define IP_MF 0x2000
-#define IP_OFFSET 0x1fff
-
-/* Run-time configuration, one entry; userspace may change it while traffic flows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct pgwu_config);
-} pgwu_config SEC(".maps");
+DATAPLANE_CONFIG_MAP(pgwu_config, struct pgwu_config);
 
 /* Uplink sessions by our TEID. Never an LRU map: with 1M entries an LRU hash silently evicted
  * 30-70% of live sessions (seed 001). Not preallocated: memory follows the session count, and the
@@ -55,23 +47,11 @@ struct {
 	__type(value, struct pgwu_dl_session);
 } dl_sessions SEC(".maps");
 
-/* What happened to each packet, per CPU, indexed by enum pgwu_stat. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PGWU_STAT_MAX);
-	__type(key, __u32);
-	__type(value, struct pgwu_stat_rec);
-} pgwu_stats SEC(".maps");
+DATAPLANE_STATS_MAP(pgwu_stats, struct pgwu_stat_rec, PGWU_STAT_MAX);
 
 static __always_inline int count(enum pgwu_stat stat, int verdict, __u64 frame_len)
 {
-	__u32 key = stat;
-	struct pgwu_stat_rec *rec = bpf_map_lookup_elem(&pgwu_stats, &key);
-
-	if (rec) {
-		rec->packets++;
-		rec->bytes += frame_len;
-	}
+	dataplane_count(&pgwu_stats, stat, frame_len);
 	return verdict;
 }
 

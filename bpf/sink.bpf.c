@@ -13,13 +13,18 @@
 #include <bpf/bpf_endian.h>
 
 #include "parsing.h"
-#include "gtpu.h"
+#include "encap.h"
 #include "trafficgen_kern_user.h"
 #include "hist.h"
 
 _Static_assert(HIST_BUCKETS == SINK_HIST_BUCKETS, "the sink's histograms use hist.h buckets");
 
 #define FCS_LEN 4
+/* Tunnels one frame may nest (perfkit/encap.py's MAX_TUNNELS). */
+#define SINK_MAX_TUNNELS 2
+
+/* The tunnels the dataplanes' frames carry (perfkit.dataplanes.encapsulations()), set before load. */
+const volatile struct encap_table sink_encaps = { .n = 0 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -72,40 +77,39 @@ static __always_inline void hist_add(void *map, __u32 value)
 		(*cnt)++;
 }
 
-/* Find the signature: through an optional VLAN tag, IPv4, and a GTP-U tunnel if there is one,
- * to the innermost UDP or TCP payload. */
+/* Find the signature: through an optional VLAN tag, IPv4, and up to SINK_MAX_TUNNELS of the
+ * declared tunnels, to the innermost UDP or TCP payload. */
 static __always_inline struct signature *find_signature(void *data, void *data_end)
 {
 	struct hdr_cursor nh = { .pos = data };
+	const volatile struct encap *e;
 	struct ethhdr *eth;
 	struct iphdr *iph;
 	struct udphdr *udp;
 	__u16 vlan;
 	int proto;
 
-	proto = parse_ethhdr_vlan(&nh, data_end, &eth, &vlan);
-	if (proto != bpf_htons(ETH_P_IP))
+	if (parse_ethhdr_vlan(&nh, data_end, &eth, &vlan) != bpf_htons(ETH_P_IP))
 		return NULL;
 	proto = parse_iphdr(&nh, data_end, &iph);
-	/* tunnels a dataplane may emit: IPIP (a load balancer's L3 DSR), GTP-U (a PGW-U's downlink) */
-	if (proto == IPPROTO_IPIP)
-		proto = parse_iphdr(&nh, data_end, &iph);
-	if (proto == IPPROTO_UDP) {
-		if (parse_udphdr(&nh, data_end, &udp) < 0)
-			return NULL;
-		if (udp->dest == bpf_htons(GTPU_PORT)) {
-			struct gtpu_hdr *gh = nh.pos;
-			int err;
+	for (int depth = 0; depth <= SINK_MAX_TUNNELS; depth++) {
+		__be16 dport = 0;
 
-			if ((void *)(gh + 1) > data_end)
+		if (proto == IPPROTO_UDP) {
+			if (parse_udphdr(&nh, data_end, &udp) < 0)
 				return NULL;
-			nh.pos = gtpu_payload(gh, data_end, &err);
-			if (!nh.pos)
-				return NULL;
-			proto = parse_iphdr(&nh, data_end, &iph);
-			if (proto == IPPROTO_UDP && parse_udphdr(&nh, data_end, &udp) < 0)
-				return NULL;
+			dport = udp->dest;
 		}
+		e = depth < SINK_MAX_TUNNELS ? encap_find(&sink_encaps, proto, dport) : NULL;
+		if (!e)
+			break;
+		nh.pos = encap_skip(e, nh.pos, data_end);
+		if (!nh.pos)
+			return NULL;
+		if (e->inner == ENCAP_INNER_ETHER &&
+		    parse_ethhdr_vlan(&nh, data_end, &eth, &vlan) != bpf_htons(ETH_P_IP))
+			return NULL;
+		proto = parse_iphdr(&nh, data_end, &iph);
 	}
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = nh.pos;

@@ -13,24 +13,30 @@ The parts:
 - ``Traffic``: the frames a scenario offers (template per flow, field engine, expected output);
 - ``DutProgram``: the dataplane loaded and configured for a traffic profile (its XDP entry program,
   counters, and the check of what it emitted);
+- ``BpfControl`` and ``BpfDut``: what every dataplane's control plane and DUT wrapper do alike (load
+  ``bpf/<name>.bpf.c``, configure it, read its counters); each dataplane subclasses them with what
+  it alone has;
 - ``BenchSpec``: what prog-bench needs to drive the program through its intended path.
 """
 from __future__ import annotations
 
+import enum
 import math
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Self
 
 import numpy as np
 
+from perfkit.encap import BY_DADDR, Encap, Steering
 from perfkit.errors import ConfigError
-from perfkit.libbpf import Program
+from perfkit.layouts import Struct
+from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
 from perfkit.stl.fieldengine import FieldEngine
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.units import FCS_LEN
-
-#: Steering keys ``bpf/steer.bpf.c`` knows (``enum steer_key``, lower case): how DUT cores share traffic.
-STEER_KEYS = ("daddr", "gtpu_teid", "flow")
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,115 @@ class DutProgram(ABC):
         """Release the kernel objects (idempotent)."""
 
 
+#: The key of a one-entry array map.
+KEY0 = struct.pack("=I", 0)
+
+
+@dataclass
+class BpfControl:
+    """The control plane of a dataplane's XDP program ``bpf/<name>.bpf.c``, loaded: the object
+    ``<name>.o``, its entry program ``xdp_<name>``, its configuration (the one entry of the array map
+    ``<name>_config``) and its counters (the per-CPU array ``<name>_stats``, one record per counter).
+
+    A dataplane's control is a dataclass subclass that sets the class attributes and ``config``'s
+    default, and adds what it alone has (sessions, VIPs); its ``load`` is
+    ``cls(cls.open(...), ...).start()``."""
+
+    name: ClassVar[str] = "abstract"
+    """The program's stem: ``bpf/<name>.bpf.c``."""
+    stat: ClassVar[type[enum.IntEnum]]
+    """``enum <name>_stat``: a counter per member (named by its ``label``) but the last, the count."""
+    stat_rec: ClassVar[type[Struct]]
+    """``struct <name>_stat_rec``: one counter's record (packets, bytes ...)."""
+
+    obj: BpfObject
+    config: Any
+    """The configuration written (a dataclass whose ``to_struct()`` is ``struct <name>_config``)."""
+
+    @classmethod
+    def open(cls, path: Path | str | None = None, cpumap: bool = False, max_entries: dict[str, int] | None = None,
+             rodata: Struct | None = None) -> BpfObject:
+        """``build/bpf/<name>.o`` (or ``path``) loaded into the kernel, with map sizes and constants set;
+        ``cpumap``: its entry program made to run in a cpumap (several DUT cores)."""
+        return BpfObject(Path(path) if path else object_path(cls.name), max_entries=max_entries, rodata=rodata,
+                         attach_types={f"xdp_{cls.name}": BPF_XDP_CPUMAP} if cpumap else None)
+
+    def start(self) -> Self:
+        """Write ``config`` (on a new object: the default); the object is closed when that fails."""
+        try:
+            self.configure(self.config)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @property
+    def program(self) -> Program:
+        return self.obj.program(f"xdp_{self.name}")
+
+    def map(self, name: str) -> Map:
+        return self.obj.map(name)
+
+    def configure(self, config: Any) -> None:
+        self.map(f"{self.name}_config").update(KEY0, config.to_struct())
+        self.config = config
+
+    def summed(self, map_name: str, index: int) -> Struct:
+        """Entry ``index`` of the per-CPU array ``map_name`` (of ``stat_rec``), each field summed over CPUs."""
+        m = self.map(map_name)
+        recs = [self.stat_rec.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", index)) or b"")]
+        out = self.stat_rec()
+        for fname, *_ in self.stat_rec._fields_:
+            setattr(out, fname, sum(getattr(r, fname) for r in recs) & (1 << 64) - 1)
+        return out
+
+    def stats(self) -> dict[str, Struct]:
+        """What happened to packets so far: each counter's record by label, summed over CPUs."""
+        return {s.label: self.summed(f"{self.name}_stats", int(s)) for s in list(self.stat)[:-1]}  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.obj.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BpfDut(DutProgram):
+    """A dataplane's ``BpfControl`` set up for one traffic profile: loaded, configured with ``config``
+    and filled (``fill``: sessions, VIPs ...); closed again if any of that fails.
+
+    A dataplane's DUT subclasses it: its ``__init__(traffic, ifindex_a, ifindex_b, cpumap)`` works out
+    the configuration for the ports and calls ``super().__init__`` with the control it loaded."""
+
+    def __init__(self, control: BpfControl, config: Any, traffic: Traffic):
+        self.control = control
+        #: What the DUT was set up to do: the reference for checking what it emits.
+        self.config = config
+        self.traffic = traffic
+        try:
+            control.configure(config)
+            self.fill()
+        except BaseException:
+            control.close()
+            raise
+
+    def fill(self) -> None:
+        """Install the tables the traffic needs (after the configuration)."""
+
+    @property
+    def program(self) -> Program:
+        return self.control.program
+
+    def counters(self) -> dict[str, int]:
+        return {k: v.packets for k, v in self.control.stats().items()}
+
+    def close(self) -> None:
+        self.control.close()
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """What ``perfkit prog-bench`` needs to keep a dataplane program on its intended path.
@@ -198,8 +313,10 @@ class Dataplane(ABC):
     """How plots name the variant's values (``ul`` -> ``UL (GTP-U decap)``)."""
     forward_counters: frozenset[str] = frozenset()
     """Counters of packets forwarded to the tester; every other counter that rises is a DUT drop."""
-    steer_key: str = "daddr"
-    """How ``bpf/steer.bpf.c`` spreads packets over several DUT cores (one of ``STEER_KEYS``)."""
+    steering: Steering = BY_DADDR
+    """How ``bpf/steer.bpf.c`` spreads packets over several DUT cores (``perfkit.encap``)."""
+    encaps: tuple[Encap, ...] = ()
+    """The tunnels its frames carry, in or out (the sink finds the signature through them)."""
     frame_size_doc: str = "frame size [bytes], FCS included"
     """What ``frame_size`` means for this dataplane (which frame)."""
 

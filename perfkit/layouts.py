@@ -1,12 +1,13 @@
 """The one Python mirror of the generic structs and enums in ``bpf/include/*_kern_user.h`` (the
 generator, sink, steering and prog-bench harness; each dataplane mirrors its own header in
-``perfkit/dataplanes/<name>/layouts.py`` on the same base ``Struct``).
+``perfkit/dataplanes/<name>/layouts.py`` on the same base ``Struct``), and of the protocol
+constants of ``bpf/include/parsing.h`` the reference models use too.
 
 Each ctypes Structure here has the C struct's name; ``tests/test_layouts.py`` compares every one,
 field by field (name, offset, size), with the BTF of the compiled objects (what the kernel sees)
-and with a C program compiled from the headers, so a change to a header that is not made here too
-fails the tests. Byte order: fields typed ``__be*`` in C hold network
-order; the code that fills them converts.
+and with a C program compiled from the headers, and every constant of ``DEFINES`` with the header's
+value, so a change to a header that is not made here too fails the tests. Byte order: fields typed
+``__be*`` in C hold network order; the code that fills them converts.
 """
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ class Struct(ctypes.Structure):
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name, *_ in self._fields_)
         return f"{type(self).__name__}({fields})"
+
+
+# --- parsing.h (and the kernel headers it includes) -----------------------------------------------
+#: Ethertypes: IPv4, an 802.1Q tag.
+ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
+#: IPv4 protocols.
+IPPROTO_IPIP, IPPROTO_TCP, IPPROTO_UDP = 4, 6, 17
+#: IPv4 frag_off bits (host order): don't fragment, more fragments, the fragment offset.
+IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
 
 
 # --- bench_kern_user.h -------------------------------------------------------------------------
@@ -166,20 +176,46 @@ class sink_capture(Struct):
     _fields_ = [("len", u32), ("caplen", u32), ("ts_ns", u64), ("data", u8 * SINK_SNAPLEN)]
 
 
+# --- encap_kern_user.h --------------------------------------------------------------------------
+ENCAP_MAX, ENCAP_MAX_EXT = 4, 4
+
+
+class EncapInner(enum.IntEnum):
+    """enum encap_inner: what follows a tunnel's header."""
+
+    ENCAP_INNER_IPV4 = 0
+    ENCAP_INNER_ETHER = 1
+
+
+class encap(Struct):
+    _fields_ = [("udp_dport", u16), ("ip_proto", u8), ("inner", u8), ("hdr_len", u8), ("flags_off", u8),
+                ("opt_mask", u8), ("opt_len", u8), ("ext_mask", u8), ("ext_type_off", u8), ("ext_unit", u8),
+                ("pad", u8)]
+
+
+class encap_table(Struct):
+    _fields_ = [("n", u32), ("encaps", encap * ENCAP_MAX)]
+
+
 # --- steer_kern_user.h --------------------------------------------------------------------------
-STEER_MAX_CPUS = 64
+STEER_MAX_CPUS, STEER_MAX_WORDS = 64, 4
 
 
-class SteerKey(enum.IntEnum):
-    """enum steer_key: what the steering program hashes to pick a DUT core."""
+class SteerAt(enum.IntEnum):
+    """enum steer_at: where a word the steering program hashes is."""
 
-    STEER_KEY_DADDR = 0
-    STEER_KEY_GTPU_TEID = 1
-    STEER_KEY_FLOW = 2
+    STEER_AT_IP = 0
+    STEER_AT_L4 = 1
+    STEER_AT_TUNNEL = 2
+
+
+class steer_word(Struct):
+    _fields_ = [("at", u8), ("offset", u8), ("pad", u16), ("mul", u32)]
 
 
 class steer_config(Struct):
-    _fields_ = [("ncpus", u32), ("key", u32), ("cpus", u32 * STEER_MAX_CPUS)]
+    _fields_ = [("ncpus", u32), ("nwords", u32), ("words", steer_word * STEER_MAX_WORDS), ("tunnel", encap),
+                ("cpus", u32 * STEER_MAX_CPUS)]
 
 
 # --- stallprobe_kern_user.h --------------------------------------------------------------------
@@ -226,12 +262,21 @@ class core_share(Struct):
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_mix, gen_config, gen_state, signature, sink_config, sink_stream,
-                                  sink_totals, sink_capture, steer_config, stall_config, stall_cpu,
+                                  sink_totals, sink_capture, encap, encap_table, steer_word, steer_config,
+                                  stall_config, stall_cpu,
                                   stall_watch, stall_event, core_share)
 }
 #: Every mirrored enum, by C name.
-ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "steer_key": SteerKey, "stall_kind": StallKind,
+ENUMS: dict[str, type[enum.IntEnum]] = {"gen_op": GenOp, "gen_vm_var_op": GenVmVarOp, "gen_vm_op_kind": GenVmOpKind, "encap_inner": EncapInner, "steer_at": SteerAt,
+                                         "stall_kind": StallKind,
                                          "core_class": CoreClass}
 #: The headers mirrored here (the layout tests compile them).
-HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "steer_kern_user.h", "stallprobe_kern_user.h",
-           "coreshare_kern_user.h")
+HEADERS = ("bench_kern_user.h", "trafficgen_kern_user.h", "encap_kern_user.h", "steer_kern_user.h",
+           "stallprobe_kern_user.h", "coreshare_kern_user.h")
+#: Constants mirrored here, by C name (the layout tests compare their values with ``HEADERS`` and
+#: ``DEFINE_HEADERS``).
+DEFINES: dict[str, int] = {"ETH_P_IP": ETH_P_IP, "ETH_P_8021Q": ETH_P_8021Q, "IPPROTO_IPIP": IPPROTO_IPIP,
+                           "IPPROTO_TCP": IPPROTO_TCP, "IPPROTO_UDP": IPPROTO_UDP, "IP_DF": IP_DF, "IP_MF": IP_MF, "IP_OFFSET": IP_OFFSET, "ENCAP_MAX": ENCAP_MAX,
+                           "ENCAP_MAX_EXT": ENCAP_MAX_EXT, "STEER_MAX_CPUS": STEER_MAX_CPUS,
+                           "STEER_MAX_WORDS": STEER_MAX_WORDS}
+DEFINE_HEADERS = ("parsing.h",)

@@ -13,9 +13,7 @@ from typing import Any, Mapping
 from perfkit import dataplanes
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
-from perfkit.units import LINE_RATES
-
-FRAME_MIN, FRAME_MAX = 64, 9018
+from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 
 
 @dataclass(frozen=True)

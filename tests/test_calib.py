@@ -11,9 +11,14 @@ order where they are compared, and the checks compare slopes, never absolute tim
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import statistics
 import struct
+import subprocess
+import sys
+import threading
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -24,7 +29,7 @@ from perfkit import analysis, dataplanes
 from perfkit.dataplanes.calib import (DATAPLANE as DP, FWD, Calib, CalibConfig, CalibTraffic, Calibration, bench_work,
                                       calibrate, fit_line)
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
-from perfkit.dataplanes.calib.model import emit
+from perfkit.dataplanes.calib.model import DROP_EVERY, emit
 from perfkit.dataplanes.calib.traffic import L4_OFF, SIG_OFF, SPORT_BASE
 from perfkit.errors import ConfigError
 from perfkit.fuzz import fuzz
@@ -37,6 +42,7 @@ from perfkit.store import RunStore
 from perfkit.testbed.topology import PORT_MACS
 from perfkit.trial import TrialResult
 from tests.conftest import ROOT
+from tests.dataplane_checks import kernel_does_as_the_model_says
 
 #: The amounts of work the calibration measures, and those of the live trials (the slopes compare
 #: the first and the last; the DUT load model's second stage needs three).
@@ -111,17 +117,9 @@ def test_emit_agrees_with_the_kernel(work):
         assert dut.config.egress_ifindex == 2 and dut.config.work == work
         seen = set()
         for frame in _frames(traffic):
-            want = DP.emit(traffic, frame)
-            before = dut.counters()
-            res = dut.program.test_run(frame)
-            after = dut.counters()
-            assert res.verdict == want.verdict
-            assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {want.stat: 1}
-            if want.out is not None:
-                assert res.data_out == want.out
-            seen.add(want.stat)
+            seen.add(kernel_does_as_the_model_says(DP, traffic, dut, frame, of_the_traffic=False).stat)
         assert seen == {FWD, "pass", "drop_truncated"}
-        stats = dut.calib.stats()
+        stats = dut.control.stats()
         assert stats[FWD].packets == traffic.flows + 2 and stats[FWD].iterations == work * stats[FWD].packets
         for i in range(traffic.flows):
             out = dut.program.test_run(traffic.packet(i)).data_out
@@ -227,7 +225,7 @@ def test_trial_forwards_and_matches_the_model(size, flows, cores):
     with create("xdp", Scenario("calib", frame_size=size, flows=flows, dut_cores=cores,
                                 params={"work_iterations": work})) as g:
         r = g.measure(50_000, 1.0)
-        stats = g.dut.nf.calib.stats()
+        stats = g.dut.nf.control.stats()
         streams = g.sink.read().streams
     assert r.tx_packets > 0 and r.mismatched_packets == 0, r.notes
     # every packet offered came back, or its loss is explained: counted where it was dropped (a
@@ -336,11 +334,6 @@ def test_drop_every_is_a_parameter_with_its_own_key():
 def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
     """In the kernel, from one CPU: packets 3, 6 and 9 of 9 are dropped and counted as drop_every,
     as the model says for each packet's number; the others are forwarded; all nine did the work."""
-    import os
-    import threading
-
-    from perfkit.dataplanes.calib.model import DROP_EVERY
-
     traffic = DP.traffic(64, 1, DP.validate({"work_iterations": 7, "drop_every": 3}))
     dut = DP.load(traffic, 1, 2)
     seen: list[tuple[int, str]] = []
@@ -360,7 +353,7 @@ def test_drop_every_drops_the_nth_packet_of_a_cpu_after_its_work():
         t = threading.Thread(target=run)
         t.start()
         t.join()
-        stats = dut.calib.stats()
+        stats = dut.control.stats()
     finally:
         dut.close()
     assert [seq for seq, stat in seen if stat == DROP_EVERY] == [3, 6, 9]
@@ -408,10 +401,6 @@ NOT_THE_DUTS = ("testbed", "host stalls")
 def _perfkit_json(*args: str) -> dict:
     """``perfkit search ... --json`` on the calibrated DUT, behind a NIC-sized queue (4096 frames: a
     search on a VM), one flow. The caller holds the testbed lock."""
-    import json
-    import subprocess
-    import sys
-
     cmd = [sys.executable, "-m", "perfkit", "search", *args, "--dataplane", "calib", "--work-iterations",
            str(SEARCH_WORK), "--flows", "1", "--rx-queue", "4096", "--no-progress", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import replace
 
 import pytest
 from scapy.layers.inet import IP, TCP
@@ -15,9 +16,9 @@ from perfkit.layouts import GEN_MAX_STREAMS
 from perfkit.testbed import bpfbuild
 from perfkit.layouts import gen_state
 from perfkit.libbpf import BpfObject, num_possible_cpus
-from perfkit.testbed.livegen import build_config, compile_generator, load_generator, stream_plan
+from perfkit.testbed.bpfbuild import load_generator, object_path
+from perfkit.testbed.livegen import build_config, compile_generator, stream_plan
 from perfkit.dataplanes.pgwu.control import SessionPlan
-from perfkit.paths import BUILD_DIR
 from perfkit.checksum import ones_sum
 from perfkit.dataplanes.pgwu.traffic import PgwuTraffic
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
@@ -37,7 +38,7 @@ def load(profile: PgwuTraffic, flow_op: str = "inc", stream_base: int = 0, strea
     """The generator for ``profile`` sending on lo; ``plain``: the Makefile's build, configured
     through .rodata at load instead of compiled in."""
     if plain:
-        obj = BpfObject(BUILD_DIR / "gen.o", rodata=build_config(profile.packet(0), profile.field_engine(flow_op)),
+        obj = BpfObject(object_path("gen"), rodata=build_config(profile.packet(0), profile.field_engine(flow_op)),
                         initial_values={".rodata.port": struct.pack("=I", 1)})
     else:
         obj = load_generator(compile_generator(profile, flow_op), 1)
@@ -122,8 +123,6 @@ def test_stream_plan_shares_the_streams_between_threads():
 def test_bad_field_engine_is_refused():
     prof = PgwuTraffic(direction="ul", frame_size=128)
     eng = prof.field_engine()
-    from dataclasses import replace
-
     with pytest.raises(ConfigError, match="checksum offset"):
         build_config(prof.packet(0), replace(eng, csum_offsets=(61,)))
     with pytest.raises(ConfigError, match="flow_op"):

@@ -1,13 +1,14 @@
 """The Python mirrors (perfkit/layouts.py and each dataplane's layouts.py) must match
 bpf/include/*_kern_user.h exactly: structs against the BTF of the compiled objects (what the kernel
-sees) and, like enums, against a C program compiled from the headers (which also covers structs
-only used through pointers, absent from BTF)."""
+sees) and, like enums and mirrored constants (``DEFINES``), against a C program compiled from the
+headers (which also covers structs only used through pointers, absent from BTF)."""
 from __future__ import annotations
 
 import ctypes
 import importlib
 import json
 import pkgutil
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -25,7 +26,9 @@ def _mirrors() -> SimpleNamespace:
                         if m.ispkg and (ROOT / "perfkit" / "dataplanes" / m.name / "layouts.py").exists()]
     return SimpleNamespace(STRUCTS={k: v for m in mods for k, v in m.STRUCTS.items()},
                            ENUMS={k: v for m in mods for k, v in m.ENUMS.items()},
-                           HEADERS=tuple(h for m in mods for h in m.HEADERS))
+                           HEADERS=tuple(h for m in mods for h in m.HEADERS),
+                           DEFINES={k: v for m in mods for k, v in getattr(m, "DEFINES", {}).items()},
+                           DEFINE_HEADERS=tuple(h for m in mods for h in getattr(m, "DEFINE_HEADERS", ())))
 
 
 layouts = _mirrors()
@@ -78,7 +81,8 @@ def test_struct_matches_btf(name):
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[str, str]:
     """Compile a C program printing sizeof/offsetof of every mirrored field and every enumerator."""
-    lines = ["#include <stdio.h>", "#include <stddef.h>"] + [f'#include "{h}"' for h in layouts.HEADERS]
+    lines = ["#include <stdio.h>", "#include <stddef.h>"] + [f'#include "{h}"' for h in
+                                                             dict.fromkeys(layouts.HEADERS + layouts.DEFINE_HEADERS)]
     lines.append("int main(void) {")
     for name, cls in layouts.STRUCTS.items():
         lines.append(f'printf("{name} %zu\\n", sizeof(struct {name}));')
@@ -88,6 +92,8 @@ def compiled(tmp_path_factory) -> dict[str, str]:
     for e in layouts.ENUMS.values():
         for m in e:
             lines.append(f'printf("{m.name} %d\\n", (int){m.name});')
+    for name in layouts.DEFINES:
+        lines.append(f'printf("{name} %lld\\n", (long long)({name}));')
     lines.append("return 0; }")
     tmp = tmp_path_factory.mktemp("layouts")
     (tmp / "probe.c").write_text("\n".join(lines))
@@ -111,6 +117,11 @@ def test_enums_match_the_headers(compiled):
             assert compiled[m.name] == str(int(m))
 
 
+def test_mirrored_constants_match_the_headers(compiled):
+    assert layouts.DEFINES, "the mirrors declare constants"
+    assert {k: int(compiled[k]) for k in layouts.DEFINES} == layouts.DEFINES
+
+
 @pytest.mark.parametrize("cname", list(layouts.ENUMS))
 def test_enum_covers_every_enumerator_of_the_header(cname):
     """A new enumerator added to the header but not to Python is caught too."""
@@ -123,8 +134,6 @@ def test_enum_covers_every_enumerator_of_the_header(cname):
 
 
 def test_every_struct_of_the_headers_is_mirrored():
-    import re
-
     text = "".join((ROOT / "bpf" / "include" / h).read_text() for h in layouts.HEADERS)
     declared = set(re.findall(r"^struct (\w+) \{", text, re.M))
     assert declared == set(layouts.STRUCTS)

@@ -29,7 +29,8 @@ from perfkit.stl.signature import SIGNATURE
 from perfkit.layouts import gen_state
 from perfkit.libbpf import num_possible_cpus
 from perfkit.netaddr import int2ip, ip2int
-from perfkit.testbed.livegen import compile_generator, load_generator
+from perfkit.testbed.bpfbuild import load_generator
+from perfkit.testbed.livegen import compile_generator
 
 CFG = PgwuConfig(s5_ifindex=7, sgi_ifindex=9)
 SESSIONS = [

@@ -42,7 +42,7 @@ def test_many_sessions_are_all_hit_evenly(direction):
     hits: list[int] = []
 
     def read(dut) -> None:
-        pg = dut.pgwu
+        pg = dut.control
         hits.extend(pg.ul_session(s.ul_teid)[2].packets if direction == "ul" else pg.dl_session(s.ue_addr)[2].packets
                     for s in plan)
 

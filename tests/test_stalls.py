@@ -259,7 +259,7 @@ def test_auto_reference_takes_the_kernel_path_of_a_saturated_dut(ul):
 
 
 def test_a_dut_that_drops_by_its_program_is_never_disturbed(ul, hog):
-    sessions = ul.dut.nf.pgwu.map("ul_sessions")
+    sessions = ul.dut.nf.control.map("ul_sessions")
     saved = {k: sessions.lookup(k) for k in sessions.keys()}
     for k in saved:
         sessions.delete(k)

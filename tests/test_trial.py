@@ -164,7 +164,7 @@ def test_a_stall_longer_than_the_allowance_leaves_frames_unsent(ul_gen):
 
 def test_loss_reported_when_the_dut_drops(ul_gen):
     """Remove two of the eight sessions: a quarter of the packets must be lost, by the DUT."""
-    pg = ul_gen.dut.nf.pgwu
+    pg = ul_gen.dut.nf.control
     gone = [ul_gen.profile.session(i) for i in (2, 5)]
     raw = {s.ul_teid: pg.map("ul_sessions").lookup(struct.pack("!I", s.ul_teid)) for s in gone}
     for s in gone:
@@ -186,7 +186,7 @@ def test_mismatched_packets_are_detected(ul_gen):
     """A DUT that writes the wrong next-hop MAC forwards everything -- but not what it should."""
     from dataclasses import replace
 
-    pg = ul_gen.dut.nf.pgwu
+    pg = ul_gen.dut.nf.control
     good = pg.config
     pg.configure(replace(good, sgi_dst_mac="02:00:00:00:02:99"))
     try:

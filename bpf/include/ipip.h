@@ -11,9 +11,9 @@
 #include <bpf/bpf_endian.h>
 
 #include "csum.h"
+#include "parsing.h"
 
 #define IPIP_ENCAP_LEN ((int)sizeof(struct iphdr))
-#define IP_DF 0x4000
 #define IPIP_TTL 64
 
 /* Prepend an outer IPv4 header (saddr -> daddr, protocol 4, TTL 64, id 0) to the IPv4 packet of

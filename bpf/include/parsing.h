@@ -17,6 +17,11 @@
 #endif
 #define VLAN_VID_MASK 0x0fff
 
+/* IPv4 frag_off bits (host order; perfkit/layouts.py mirrors them for the reference models). */
+#define IP_DF 0x4000		/* don't fragment */
+#define IP_MF 0x2000		/* more fragments */
+#define IP_OFFSET 0x1fff	/* fragment offset, in 8-byte units */
+
 struct hdr_cursor {
 	void *pos;
 };

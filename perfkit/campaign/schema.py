@@ -59,10 +59,9 @@ from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
-from perfkit.scenario import FRAME_MAX, FRAME_MIN
 from perfkit.search import METHODS
 from perfkit.stl.profile import check_tunables
-from perfkit.units import LINE_RATES
+from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 from perfkit.yamlload import load_yaml
 
 #: The keys a campaign file may have at the top level.

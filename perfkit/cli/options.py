@@ -15,10 +15,10 @@ from perfkit.generators import BACKENDS
 from perfkit.generators.sim import MODELS
 from perfkit.rate import Rate
 from perfkit.report import DEFAULT_REPORTS
-from perfkit.scenario import FRAME_MAX, FRAME_MIN, Scenario
+from perfkit.scenario import Scenario
 from perfkit.store import DEFAULT_ROOT, list_runs
 from perfkit.testbed.dut import check_rx_queue
-from perfkit.units import LINE_RATES
+from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 
 
 # -- option types: a bad value is refused by argparse, in one line naming the option -------------------

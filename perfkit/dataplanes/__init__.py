@@ -11,6 +11,7 @@ import pkgutil
 from functools import lru_cache
 
 from perfkit.dataplane import Dataplane
+from perfkit.encap import Encap
 from perfkit.errors import ConfigError
 
 #: The dataplane commands use when none is named.
@@ -41,3 +42,10 @@ def all_params() -> dict[str, list[str]]:
         for p in get(n).params:
             out.setdefault(p.name, []).append(n)
     return out
+
+
+@lru_cache(maxsize=None)
+def encapsulations() -> tuple[Encap, ...]:
+    """Every tunnel some dataplane's frames carry (``Dataplane.encaps``), each once, in name order of
+    the dataplanes: what the sink and the signature finder walk through."""
+    return tuple(dict.fromkeys(e for n in names() for e in get(n).encaps))

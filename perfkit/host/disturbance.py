@@ -10,7 +10,7 @@ each an even share of the rate), or the NIC-sized queue of ``perfkit.testbed.dut
 
 ``stalled(trial, queues)``: a DUT core stalled (its longest tick gap or wait) at least as long as
 its queue lasts. This says nothing of the trial's loss, and must not: searches re-run a stalled
-trial *whatever it lost* (``perfkit.search.common``). Re-running only the lossy ones kept a trial
+trial *whatever it lost* (``perfkit.search.trials``). Re-running only the lossy ones kept a trial
 that lost nothing through a stall and re-ran one that lost frames through the same stall, which
 gives a DUT losing frames of its own extra chances whenever a stall does not overflow the queue
 (the whole VM, the generator too, was away; a stall of a core that carried no traffic; a stall

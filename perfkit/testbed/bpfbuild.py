@@ -1,4 +1,6 @@
-"""Compile perfkit's BPF programs, with the flags the Makefile uses.
+"""Compile perfkit's BPF programs (into a cache when perfkit is installed), with the flags the
+Makefile uses; compile a program specialised for one configuration and load a generator object so
+built.
 
 ``object_path(name)`` is the object of ``bpf/<name>.bpf.c``: in a checkout, ``build/bpf/<name>.o``
 as ``make bpf`` built it; in an installed perfkit, compiled on first use into the cache
@@ -19,11 +21,13 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
 from perfkit.errors import PerfkitError
+from perfkit.libbpf import BpfObject
 from perfkit.paths import BPF_SRC_DIR as SRC_DIR
 from perfkit.paths import BUILD_DIR, CHECKOUT, VMLINUX_DIR
 
@@ -145,3 +149,8 @@ def specialised(program: str, macro: str, config: ctypes.Structure,
     hdr.write_text(header)
     _compile(src, obj, f'-D{macro}_FILE="{hdr}"')
     return obj
+
+
+def load_generator(path: Path, tx_ifindex: int) -> BpfObject:
+    """Load a generator object (``specialised("gen", ...)`` or ``gen_trivial.o``) sending on ``tx_ifindex``."""
+    return BpfObject(path, initial_values={".rodata.port": struct.pack("=I", tx_ifindex)})

@@ -4,7 +4,7 @@ receive processing on dedicated cores, and its counters.
 - One DUT core: the dataplane runs natively on both DUT ports; their threaded-NAPI kernel threads
   are pinned to the core.
 - N DUT cores: ``bpf/steer.bpf.c`` runs on the ports (in the NAPI threads, pinned to the first DUT
-  core) and spreads packets, by the key the dataplane chose (``Dataplane.steer_key``), over a cpumap
+  core) and spreads packets, by the words the dataplane chose (``Dataplane.steering``), over a cpumap
   whose kernel threads run the dataplane on each DUT core: RSS in software (seed 001).
 - A NIC-sized receive queue (``rx_queue`` frames, any number of cores): as with N cores, but the
   ports' NAPI threads run on the tester's cores (``nic_cores``) and only hand frames over to the
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from perfkit.host import cpustat
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
-from perfkit.layouts import STEER_MAX_CPUS, SteerKey, steer_config
+from perfkit.layouts import STEER_MAX_CPUS
 from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed import netns
@@ -85,10 +85,7 @@ class Dut:
             raise
 
     def _setup_cpumap(self, qsize: int) -> Program:
-        cfg = steer_config(ncpus=len(self.cores), key=SteerKey[f"STEER_KEY_{self.dataplane.steer_key.upper()}"])
-        for i, c in enumerate(self.cores):
-            cfg.cpus[i] = c
-        self.steer = BpfObject(object_path("steer"), rodata=cfg)
+        self.steer = BpfObject(object_path("steer"), rodata=self.dataplane.steering.to_struct(self.cores))
         cpumap = self.steer.map("cpu_map")
         for c in self.cores:
             cpumap.update(struct.pack("=I", c), struct.pack("=Ii", qsize, self.nf.program.fd))

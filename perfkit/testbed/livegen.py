@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Callable
 
 from perfkit import stop
-from perfkit.testbed import netns
-from perfkit.testbed.bpfbuild import object_path, specialised
+from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
                              gen_config, gen_state)
-from perfkit.libbpf import BpfObject, XdpMd, num_possible_cpus, xdp_attach
-from perfkit.dataplane import Traffic
+from perfkit.libbpf import XdpMd, num_possible_cpus, xdp_attach
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.stl.signature import SIGNATURE
+from perfkit.testbed import netns
+from perfkit.testbed.bpfbuild import load_generator, object_path, specialised
 from perfkit.testbed.stlgen import Compiled
 from perfkit.testbed.topology import Port, anchor_peer
 from perfkit.units import FCS_LEN
@@ -101,11 +101,6 @@ def build_config(frame: bytes, engine: FieldEngine | None) -> gen_config:
         cw.offset, cw.size, cw.var, cw.add, cw.csum_mask = w.offset, w.size, w.var, w.add & 0xFFFFFFFF, w.csum_mask
         cw.csum_old = _neg_words(head, w.offset, w.size)
     return cfg
-
-
-def load_generator(path: Path, tx_ifindex: int) -> BpfObject:
-    """Load a generator object (``specialised(...)`` or ``gen_trivial.o``) sending on ``tx_ifindex``."""
-    return BpfObject(path, initial_values={".rodata.port": struct.pack("=I", tx_ifindex)})
 
 
 def compile_generator(profile: Traffic, flow_op: str = "inc") -> Path:

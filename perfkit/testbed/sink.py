@@ -15,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from perfkit.testbed import netns
-from perfkit.layouts import (SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals)
+from perfkit import dataplanes
+from perfkit.encap import Encap, encap_struct
+from perfkit.layouts import SINK_HIST_BUCKETS, sink_capture, sink_config, sink_stream, sink_totals
 from perfkit.libbpf import BpfObject, RingBuffer, xdp_attach
+from perfkit.testbed import netns
 from perfkit.testbed.bpfbuild import object_path
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
@@ -129,10 +131,12 @@ class Capture:
 
 
 class Sink:
-    """The sink program, attachable to several tester ports (each frame is counted where it lands)."""
+    """The sink program, attachable to several tester ports (each frame is counted where it lands).
+    It finds the signature through the tunnels of ``encaps`` (default: every dataplane's)."""
 
-    def __init__(self, capture_max: int = 64):
-        self.obj = BpfObject(object_path("sink"))
+    def __init__(self, capture_max: int = 64, encaps: tuple[Encap, ...] | None = None):
+        tunnels = dataplanes.encapsulations() if encaps is None else tuple(encaps)
+        self.obj = BpfObject(object_path("sink"), rodata=encap_struct(tunnels))
         self.program = self.obj.program("xdp_sink")
         self.ring = RingBuffer(self.obj.map("capture"))
         self.capture_max = capture_max
@@ -189,6 +193,7 @@ class Sink:
 
 def write_pcap(path: str | Path, captures: list[Capture]) -> None:
     """Save captures as a pcap file (timestamps: the monotonic clock, as wall time)."""
+    # scapy takes a second to import: only when frames are written, never to read the sink
     from scapy.layers.l2 import Ether
     from scapy.utils import PcapWriter
 

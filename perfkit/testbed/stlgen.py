@@ -19,15 +19,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from perfkit import dataplanes
+from perfkit.encap import Encap, innermost_l4
 from perfkit.errors import ConfigError
 from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_ENDIAN, GEN_VM_CSUM_RANGES,
                              GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
-                             GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
+                             IPPROTO_UDP, GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
 from perfkit.stl.profile import Instr, StlProfile, StlStream
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.stl.vm import Checksum, checksums, initial, step_of
-from perfkit.testbed.bpfbuild import specialised
+from perfkit.testbed.bpfbuild import load_generator, specialised
 
 _OPS = {"inc": GenVmVarOp.GEN_VM_INC, "dec": GenVmVarOp.GEN_VM_DEC, "random": GenVmVarOp.GEN_VM_RANDOM,
         "tuple": GenVmVarOp.GEN_VM_TUPLE}
@@ -92,19 +94,21 @@ class Compiled:
         return out
 
 
-def compile_stream(stream: StlStream, signature: bool = True, var_base: int = 0) -> Compiled:
-    """The generator's configuration for ``stream`` alone (refusals name the instruction)."""
-    return Compiled((_stream(stream, signature, var_base),))
+def compile_stream(stream: StlStream, signature: bool = True, var_base: int = 0,
+                   encaps: tuple[Encap, ...] | None = None) -> Compiled:
+    """The generator's configuration for ``stream`` alone (refusals name the instruction); the
+    signature goes where the sink finds it through ``encaps`` (default: every dataplane's tunnels)."""
+    return Compiled((_stream(stream, signature, var_base, _tunnels(encaps)),))
 
 
-def compile_profile(profile: StlProfile, signature: bool = True) -> Compiled:
+def compile_profile(profile: StlProfile, signature: bool = True, encaps: tuple[Encap, ...] | None = None) -> Compiled:
     """Every stream of ``profile`` at its relative rate (up to GEN_MIX_MAX_STREAMS streams whose frames
     differ only in their first GEN_TEMPLATE_MAX bytes: the longest stream's frame is the kernel's)."""
     if len(profile.streams) > GEN_MIX_MAX_STREAMS:
         raise ConfigError("TRex profile streams", len(profile.streams), f"1 .. {GEN_MIX_MAX_STREAMS} continuous streams")
     out, base = [], 0
     for st in profile.streams:
-        out.append(_stream(st, signature, base))
+        out.append(_stream(st, signature, base, _tunnels(encaps)))
         base += len(st.vars)
     if base > GEN_VM_MAX_VARS:
         raise ConfigError("TRex profile variables", base, f"<= {GEN_VM_MAX_VARS} over all streams")
@@ -130,7 +134,12 @@ def weights(shares: list[float]) -> tuple[int, ...]:
     return tuple(ints)
 
 
-def _stream(stream: StlStream, signature: bool, var_base: int) -> Stream:
+def _tunnels(encaps: tuple[Encap, ...] | None) -> tuple[Encap, ...]:
+    """The tunnels the sink walks through: ``encaps``, or every dataplane's."""
+    return dataplanes.encapsulations() if encaps is None else tuple(encaps)
+
+
+def _stream(stream: StlStream, signature: bool, var_base: int, encaps: tuple[Encap, ...]) -> Stream:
     frame = bytes(stream.frame)
     restore = min(GEN_TEMPLATE_MAX, len(frame)) // 8 * 8
     writes = [(ins.offset, ins.offset + ins.size) for ins in stream.program if ins.kind in ("write", "write_mask")]
@@ -138,12 +147,12 @@ def _stream(stream: StlStream, signature: bool, var_base: int) -> Stream:
         if ins.kind in ("write", "write_mask") and ins.offset + ins.size > restore:
             raise ConfigError(f"{stream.name} {ins.kind} pkt_offset", ins.offset,
                               f"writes inside the first {restore} bytes (the template the generator restores)")
-    sig, why = signature_room(frame, writes) if signature else (0, "not asked for")
+    sig, why = signature_room(frame, writes, encaps) if signature else (0, "not asked for")
     dirty = writes + ([(sig, sig + SIGNATURE.size)] if sig else [])
     cfg = gen_config(frame_len=len(frame), restore_len=restore)
     cfg.sig_off = sig
     tmpl = bytearray(frame[:GEN_TEMPLATE_MAX].ljust(GEN_TEMPLATE_MAX, b"\0"))
-    csums = _checksums(stream, frame, tmpl, dirty, restore, sig)
+    csums = _checksums(stream, frame, tmpl, dirty, restore, sig, encaps)
     ctypes.memmove(cfg.tmpl, bytes(tmpl), GEN_TEMPLATE_MAX)
     _vars(stream, cfg, var_base)
     _ops(stream, cfg, var_base)
@@ -157,11 +166,12 @@ def _stream(stream: StlStream, signature: bool, var_base: int) -> Stream:
     return Stream(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why)
 
 
-def signature_room(frame: bytes, writes: Ranges) -> tuple[int, str]:
+def signature_room(frame: bytes, writes: Ranges, encaps: tuple[Encap, ...] | None = None) -> tuple[int, str]:
     """(offset, "") of perfkit's signature, or (0, why not): the innermost UDP or TCP payload of an
-    IPv4 frame (through a VLAN tag, IPIP and GTP-U, as the sink looks), at least 12 bytes long,
-    inside the first GEN_TEMPLATE_MAX bytes and not written by the profile's VM."""
-    found = innermost_l4(frame)
+    IPv4 frame (through a VLAN tag and the tunnels of ``encaps``, as the sink looks:
+    ``perfkit.encap.innermost_l4``), at least 12 bytes long, inside the first GEN_TEMPLATE_MAX bytes
+    and not written by the profile's VM."""
+    found = innermost_l4(frame, _tunnels(encaps))
     if found is None:
         return 0, "the frame has no IPv4 UDP or TCP payload the sink can find"
     off = found[2]
@@ -173,53 +183,8 @@ def signature_room(frame: bytes, writes: Ranges) -> tuple[int, str]:
     return off, ""
 
 
-def innermost_l4(frame: bytes) -> tuple[int, int, int] | None:
-    """(L4 header offset, protocol, payload offset) of the innermost UDP or TCP header, parsed as
-    ``bpf/sink.bpf.c`` parses: one VLAN tag, IPv4, then IPIP or GTP-U (with its optional fields and
-    extension headers); None for anything else."""
-    if len(frame) < 14:
-        return None
-    ethertype, pos = struct.unpack_from("!H", frame, 12)[0], 14
-    if ethertype in (0x8100, 0x88A8) and len(frame) >= 18:
-        ethertype, pos = struct.unpack_from("!H", frame, 16)[0], 18
-    if ethertype != 0x0800:
-        return None
-    for _ in range(3):  # the outer IPv4 header, then IPIP's or GTP-U's inner one
-        if len(frame) < pos + 20 or frame[pos] >> 4 != 4:
-            return None
-        proto, l4 = frame[pos + 9], pos + (frame[pos] & 0xF) * 4
-        if proto == 4:
-            pos = l4
-            continue
-        if proto == 17 and len(frame) >= l4 + 16 and struct.unpack_from("!H", frame, l4 + 2)[0] == 2152:
-            pos = _gtpu_payload(frame, l4 + 8)
-            if pos is None:
-                return None
-            continue
-        if proto == 17 and len(frame) >= l4 + 8:
-            return l4, 17, l4 + 8
-        if proto == 6 and len(frame) >= l4 + 20:
-            return l4, 6, l4 + (frame[l4 + 12] >> 4) * 4
-        return None
-    return None
-
-
-def _gtpu_payload(frame: bytes, gtp: int) -> int | None:
-    """Offset of a G-PDU's inner packet: 8 bytes, 4 more with any of E/S/PN, then the extension
-    headers (each gives its length in 4-byte units and the next one's type in its last byte)."""
-    flags = frame[gtp]
-    length = 8 + (4 if flags & 0x07 else 0)
-    nxt = frame[gtp + 11] if flags & 0x04 and len(frame) > gtp + 11 else 0
-    while nxt:
-        if len(frame) <= gtp + length or not frame[gtp + length]:
-            return None
-        length += frame[gtp + length] * 4
-        nxt = frame[gtp + length - 1]
-    return gtp + length
-
-
 def _checksums(stream: StlStream, frame: bytes, tmpl: bytearray, dirty: Ranges, restore: int,
-               sig: int) -> list[tuple[Checksum, Ranges, bool]]:
+               sig: int, encaps: tuple[Encap, ...]) -> list[tuple[Checksum, Ranges, bool]]:
     """The checksums to keep right, in the order to apply them, each with the word ranges that may
     change; the template's copies are set right for the template."""
     fixes: dict[int, Checksum] = {}
@@ -231,7 +196,7 @@ def _checksums(stream: StlStream, frame: bytes, tmpl: bytearray, dirty: Ranges, 
             _check_shape(stream, c, dirty)
             fixes[c.field] = c
     keep = list(fixes.values())
-    extra = _signature_checksum(frame, sig, fixes) if sig else None
+    extra = _signature_checksum(frame, sig, fixes, encaps) if sig else None
     order = _inner_first(keep)
     for c in order:  # the template right for itself: TRex recomputes each one fully
         tmpl[c.field:c.field + 2] = b"\0\0"
@@ -273,14 +238,15 @@ def _check_shape(stream: StlStream, c: Checksum, dirty: Ranges) -> None:
                               f"writes outside what decides the coverage of the checksum at byte {c.field}")
 
 
-def _signature_checksum(frame: bytes, sig: int, fixes: dict[int, Checksum]) -> Checksum | None:
+def _signature_checksum(frame: bytes, sig: int, fixes: dict[int, Checksum],
+                        encaps: tuple[Encap, ...]) -> Checksum | None:
     """The innermost L4 checksum, when the template carries one the profile does not fix: kept as
     the template has it, but for the signature's bytes (which must not break it)."""
-    l4, proto, _ = innermost_l4(frame) or (0, 0, 0)
-    field = l4 + (6 if proto == 17 else 16)
-    if not proto or field in fixes or (proto == 17 and frame[field:field + 2] == b"\0\0"):
+    l4, proto, _ = innermost_l4(frame, encaps) or (0, 0, 0)
+    field = l4 + (6 if proto == IPPROTO_UDP else 16)
+    if not proto or field in fixes or (proto == IPPROTO_UDP and frame[field:field + 2] == b"\0\0"):
         return None  # fixed by the profile, or no UDP checksum at all
-    return Checksum(field, ((sig & ~1, (sig + SIGNATURE.size + 1) & ~1),), udp=proto == 17)
+    return Checksum(field, ((sig & ~1, (sig + SIGNATURE.size + 1) & ~1),), udp=proto == IPPROTO_UDP)
 
 
 def _inner_first(cs: list[Checksum]) -> list[Checksum]:
@@ -355,8 +321,6 @@ def compile_object(compiled: Compiled) -> Path:
 def show(compiled: Compiled, count: int) -> list[bytes]:
     """The first ``count`` frames the generator program builds, run through BPF_PROG_TEST_RUN on one
     CPU (the program keeps its state per CPU)."""
-    from perfkit.testbed.livegen import load_generator
-
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(old)})
     try:
@@ -384,9 +348,9 @@ def blank_signature(frame: bytes, sig_offset: int) -> bytes:
     return frame[:sig_offset] + SIGNATURE.pack(magic, stream, 0, 0) + frame[sig_offset + SIGNATURE.size:]
 
 
-def for_testbed(profile: StlProfile) -> Compiled:
+def for_testbed(profile: StlProfile, encaps: tuple[Encap, ...] | None = None) -> Compiled:
     """The streams the local generator sends for ``profile``, with perfkit's signature where it fits."""
-    return compile_profile(profile, signature=True)
+    return compile_profile(profile, signature=True, encaps=encaps)
 
 
 def counting_note(profile: StlProfile, compiled: Compiled) -> str:

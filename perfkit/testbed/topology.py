@@ -39,10 +39,11 @@ from perfkit import owners, stop
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
 from perfkit.testbed import netns, shield
+from perfkit.units import MTU_MAX
 
 PREFIX = "pk"
 _NS_RE = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-(tester|dut)$")
-MTU_MIN, MTU_MAX = 68, 9000
+MTU_MIN = 68
 PIN_DIR = Path("/sys/fs/bpf/perfkit")
 #: MAC address of each port by role: tester ports p0/p1, DUT ports a (faces p0) and b (faces p1).
 PORT_MACS = {"a": "02:00:00:00:01:01", "p0": "02:00:00:00:01:02",

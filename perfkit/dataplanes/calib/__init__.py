@@ -5,7 +5,8 @@ the measurement pipeline must recover the known cost per packet (issue 10, part 
 - ``control``: load ``bpf/calib.bpf.c``, configure it (egress port, Ethernet addresses, work), read
   its counters;
 - ``model``: the independent reference model (what the program must emit for a frame);
-- ``traffic``: the frames a scenario offers (scapy) and their field engine;
+- ``traffic``: the frames a scenario offers (scapy), their field engine, and the check of what the
+  DUT emitted;
 - ``calibration``: ``calibrate()``, the cost of one work iteration by prog-bench (the slope every
   other measurement must reproduce);
 - ``layouts``: the mirror of ``bpf/include/calib_kern_user.h``.
@@ -25,43 +26,27 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.calib.calibration import DEFAULT_WORKS, Calibration, Line, bench_work, calibrate, fit_line
 from perfkit.dataplanes.calib.control import Calib, CalibConfig
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
 from perfkit.dataplanes.calib.model import FWD, emit
 from perfkit.dataplanes.calib.traffic import CalibTraffic, check_output
-from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+from perfkit.encap import BY_FLOW
 
 __all__ = ["DATAPLANE", "DEFAULT_WORKS", "FWD", "Calib", "CalibConfig", "CalibDataplane", "CalibDut", "CalibTraffic",
            "Calibration", "Line", "bench_work", "calibrate",
            "fit_line"]
 
 
-class CalibDut(DutProgram):
+class CalibDut(BpfDut):
     """The calibrated DUT configured for a traffic profile: its work per packet, and frames leaving
     by the port the offered frames do not enter."""
 
+    control: Calib
+
     def __init__(self, traffic: CalibTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
-        #: What the DUT was set up to do: the reference for checking what it emits.
-        self.config = traffic.dut_config(ifindex_a, ifindex_b)
-        self.traffic = traffic
-        self.calib = Calib.load(attach_type=BPF_XDP_CPUMAP if cpumap else None)
-        try:
-            self.calib.configure(self.config)
-        except BaseException:
-            self.calib.close()
-            raise
-
-    @property
-    def program(self) -> Program:
-        return self.calib.program
-
-    def counters(self) -> dict[str, int]:
-        return {k: v.packets for k, v in self.calib.stats().items()}
-
-    def close(self) -> None:
-        self.calib.close()
+        super().__init__(Calib.load(cpumap=cpumap), traffic.dut_config(ifindex_a, ifindex_b), traffic)
 
 
 class CalibDataplane(Dataplane):
@@ -75,7 +60,7 @@ class CalibDataplane(Dataplane):
     )
     variant = "work_iterations"
     forward_counters = frozenset({FWD})
-    steer_key = "flow"
+    steering = BY_FLOW
     frame_size_doc = "frame size [bytes], FCS included (it leaves the DUT the same size)"
 
     def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -3,14 +3,13 @@ Ethernet addresses, work per packet), read its counters."""
 from __future__ import annotations
 
 import ctypes
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from perfkit.dataplane import BpfControl
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK, CalibStat, calib_config, calib_stat_rec
 from perfkit.errors import ConfigError
-from perfkit.libbpf import BpfObject, Map, Program
-from perfkit.testbed.bpfbuild import object_path
 from perfkit.netaddr import mac_bytes
 from perfkit.testbed.topology import PORT_MACS
 
@@ -45,61 +44,17 @@ class CalibConfig:
 
 
 @dataclass
-class Counters:
-    """One counter of ``calib_stats`` summed over CPUs."""
+class Calib(BpfControl):
+    """A loaded calibrated DUT. ``Calib.load()`` then ``configure()``; ``stats()`` counts packets,
+    bytes (as received) and ``iterations`` (work done, forwarded packets only: ``packets * work``
+    when all is well)."""
 
-    packets: int = 0
-    bytes: int = 0
-    """Frame bytes as received."""
-    iterations: int = 0
-    """Work iterations done (forwarded packets only): ``packets * work`` when all is well."""
-
-
-@dataclass
-class Calib:
-    """A loaded calibrated DUT. ``Calib.load()`` then ``configure()``."""
-
-    obj: BpfObject
+    name: ClassVar[str] = "calib"
+    stat: ClassVar[type[CalibStat]] = CalibStat
+    stat_rec: ClassVar[type[calib_stat_rec]] = calib_stat_rec
     config: CalibConfig = field(default_factory=CalibConfig)
 
     @classmethod
-    def load(cls, path: Path | str | None = None, attach_type: int | None = None) -> Calib:
-        """Load ``build/bpf/calib.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
-        obj = BpfObject(Path(path) if path else object_path("calib"),
-                        attach_types={"xdp_calib": attach_type} if attach_type is not None else None)
-        c = cls(obj)
-        c.configure(c.config)
-        return c
-
-    @property
-    def program(self) -> Program:
-        return self.obj.program("xdp_calib")
-
-    def map(self, name: str) -> Map:
-        return self.obj.map(name)
-
-    def configure(self, config: CalibConfig) -> None:
-        self.map("calib_config").update(struct.pack("=I", 0), config.to_struct())
-        self.config = config
-
-    def stats(self) -> dict[str, Counters]:
-        """What happened to packets so far, by ``CalibStat.label``, summed over CPUs."""
-        m = self.map("calib_stats")
-        out = {}
-        for stat in CalibStat:
-            if stat is CalibStat.CALIB_STAT_MAX:
-                continue
-            raw = m.lookup(struct.pack("=I", int(stat))) or b""
-            recs = [calib_stat_rec.from_bytes(v) for v in m.percpu_values(raw)]
-            out[stat.label] = Counters(sum(r.packets for r in recs), sum(r.bytes for r in recs),
-                                       sum(r.iterations for r in recs))
-        return out
-
-    def close(self) -> None:
-        self.obj.close()
-
-    def __enter__(self) -> Calib:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def load(cls, path: Path | str | None = None, cpumap: bool = False) -> Calib:
+        """Load ``build/bpf/calib.o``; ``cpumap``: to run it in a cpumap."""
+        return cls(cls.open(path, cpumap)).start()

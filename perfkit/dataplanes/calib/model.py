@@ -18,9 +18,9 @@ import struct
 from perfkit.dataplane import Emitted
 from perfkit.dataplanes.calib.control import CalibConfig
 from perfkit.dataplanes.calib.layouts import CalibStat
+from perfkit.layouts import ETH_P_IP
 from perfkit.netaddr import mac_bytes
 
-ETH_P_IP = 0x0800
 FWD = CalibStat.CALIB_FWD.label
 DROP_EVERY = CalibStat.CALIB_DROP_EVERY.label
 

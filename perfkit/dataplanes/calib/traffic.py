@@ -8,9 +8,7 @@ same size)::
 
 Source ports wrap modulo 65536 beyond 55,536 flows (a UDP source port of 0 is allowed; nothing
 but the steering hash looks at it). Frames enter the DUT at port ``a`` and leave by ``b``.
-
-``check_output`` tells whether a frame captured after the DUT is what the reference model
-(``perfkit.dataplanes.calib.model``) emits for some packet of the traffic.
+``check_output`` checks a frame the DUT emitted against the reference model (``model``).
 """
 from __future__ import annotations
 
@@ -29,13 +27,12 @@ from perfkit.errors import ConfigError
 from perfkit.stl.fieldengine import FieldEngine, flow_engine
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.testbed.topology import PORT_MACS
-from perfkit.units import FCS_LEN
+from perfkit.units import FCS_LEN, FRAME_MAX
 
 SRC_ADDR, DST_ADDR = "198.18.0.1", "198.19.0.1"
 SPORT_BASE, DPORT = 10000, 5001
 #: Flows: one UDP source port each.
 MAX_FLOWS = 65536
-MAX_FRAME_SIZE = 9018
 #: Offsets in the frame: IPv4 header, UDP header, signature.
 IP_OFF, L4_OFF, SIG_OFF = 14, 34, 42
 
@@ -57,9 +54,9 @@ class CalibTraffic(Traffic):
     def __post_init__(self) -> None:
         if not 1 <= self.flows <= MAX_FLOWS:
             raise ConfigError("flows", self.flows, f"1 .. {MAX_FLOWS} (one UDP source port each)")
-        if not self.min_frame_size <= self.frame_size <= MAX_FRAME_SIZE:
+        if not self.min_frame_size <= self.frame_size <= FRAME_MAX:
             raise ConfigError("frame_size", self.frame_size,
-                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for IPv4/UDP with signature")
+                              f"{self.min_frame_size} .. {FRAME_MAX} bytes for IPv4/UDP with signature")
 
     def dut_config(self, ifindex_a: int = 1, ifindex_b: int = 2) -> CalibConfig:
         """The configuration ``load(self, ifindex_a, ifindex_b)`` gives the DUT: egress by the port
@@ -111,7 +108,7 @@ def check_output(frame: bytes, traffic: CalibTraffic) -> str | None:
 
 
 #: Names of the frame's bytes, for check_output's messages.
-_FIELDS = [(0, 6, "eth.dst"), (6, 12, "eth.src"), (12, 14, "eth.type"), (IP_OFF, L4_OFF, "ipv4 header"),
+_FIELDS = [(0, 6, "eth.dst"), (6, 12, "eth.src"), (12, IP_OFF, "eth.type"), (IP_OFF, L4_OFF, "ipv4 header"),
            (L4_OFF, SIG_OFF, "udp header"), (SIG_OFF, SIG_OFF + SIGNATURE.size, "signature")]
 
 

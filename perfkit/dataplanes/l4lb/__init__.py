@@ -32,49 +32,40 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig
 from perfkit.dataplanes.l4lb.control import L4lb
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
+from perfkit.encap import BY_FLOW, Encap
 from perfkit.errors import ConfigError
-from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+from perfkit.layouts import IPPROTO_IPIP
 
 #: The counter of packets tunnelled to a real (the only forwarding one).
 FWD = L4lbStat.L4LB_FWD.label
 #: Distinct flows (client address and port) prog-bench cycles through, each run the next one.
 BENCH_FLOWS = CLIENT_POOL
 DEFAULT_REALS = 16
+#: The tunnel to the reals: IPv4 in IPv4 (RFC 2003), no header of its own.
+IPIP = Encap("IPIP", ip_proto=IPPROTO_IPIP)
 
 
-class L4lbDut(DutProgram):
+class L4lbDut(BpfDut):
     """The load balancer configured for a traffic profile: VIPs and their reals installed, the tunnels
     leaving by the port the offered frames do not enter."""
 
+    control: L4lb
+    traffic: L4lbTraffic
+
     def __init__(self, traffic: L4lbTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
         egress = ifindex_b if traffic.ingress == "a" else ifindex_a
-        #: What the load balancer was set up to do: the reference for checking what it emits.
-        self.config = dataclasses.replace(traffic.config, egress_ifindex=egress)
-        self.traffic = traffic
-        self.lb = L4lb.load(max_vips=traffic.vips, attach_type=BPF_XDP_CPUMAP if cpumap else None)
-        try:
-            self.lb.configure(self.config)
-            for vip, pool in traffic.pools().items():
-                self.lb.add_vip(vip, pool.reals)
-        except BaseException:
-            self.lb.close()
-            raise
+        config = dataclasses.replace(traffic.config, egress_ifindex=egress)
+        super().__init__(L4lb.load(max_vips=traffic.vips, cpumap=cpumap), config, traffic)
 
-    @property
-    def program(self) -> Program:
-        return self.lb.program
-
-    def counters(self) -> dict[str, int]:
-        return {k: v.packets for k, v in self.lb.stats().items()}
-
-    def close(self) -> None:
-        self.lb.close()
+    def fill(self) -> None:
+        for vip, pool in self.traffic.pools().items():
+            self.control.add_vip(vip, pool.reals)
 
 
 class L4lbDataplane(Dataplane):
@@ -90,7 +81,8 @@ class L4lbDataplane(Dataplane):
     variant = "protocol"
     variant_labels = {"udp": "UDP (QUIC, :443)", "tcp": "TCP (:80)"}
     forward_counters = frozenset({FWD})
-    steer_key = "flow"
+    steering = BY_FLOW
+    encaps = (IPIP,)
     frame_size_doc = "client frame size [bytes], FCS included, untagged (tunnels out are 20 bytes longer)"
 
     def check(self, params: dict[str, Any]) -> None:

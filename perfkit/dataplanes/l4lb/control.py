@@ -17,10 +17,11 @@ import ctypes
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
+from perfkit.dataplane import BpfControl
 from perfkit.dataplanes.l4lb.config import L4lbConfig, Vip, be32_addr
 from perfkit.dataplanes.l4lb.hashing import vip_home
 from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_MAX_VIPS, L4LB_NO_REAL, L4LB_RING_SIZE,
@@ -28,11 +29,9 @@ from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_MAX_VIPS, L4LB
                                              l4lb_stat_rec, real_def, vip_slot)
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
-from perfkit.libbpf import BpfObject, Map, Program
-from perfkit.testbed.bpfbuild import object_path
 from perfkit.netaddr import ip2int
 
-__all__ = ["Counters", "L4lb", "L4lbConfig", "Real", "Vip"]
+__all__ = ["L4lb", "L4lbConfig", "Real", "Vip"]
 
 
 @dataclass(frozen=True)
@@ -44,33 +43,22 @@ class Real:
     """Share of the VIP's table relative to the other reals (Katran-style), >= 0."""
 
 
-@dataclass
-class Counters:
-    """Packets and bytes summed over CPUs."""
-
-    packets: int = 0
-    bytes: int = 0
-    """Frame bytes as received."""
-
-
-def _sum(m: Map, raw: bytes | None) -> Counters:
-    recs = [l4lb_stat_rec.from_bytes(v) for v in m.percpu_values(raw or b"")]
-    return Counters(sum(r.packets for r in recs), sum(r.bytes for r in recs))
-
-
 def vip_table_slots(max_vips: int) -> int:
     """Slots of the VIP table for ``max_vips``: the power of two >= 4 per VIP, at least 16."""
     return max(16, 1 << (4 * max_vips - 1).bit_length())
 
 
 @dataclass
-class L4lb:
-    """A loaded load balancer. ``L4lb.load()`` then ``configure()`` and ``add_vip()``."""
+class L4lb(BpfControl):
+    """A loaded load balancer. ``L4lb.load()`` then ``configure()`` and ``add_vip()``; its counters
+    (``stats``, ``vip_stats``, ``real_stats``) count packets and bytes (as received)."""
 
-    obj: BpfObject
+    name: ClassVar[str] = "l4lb"
+    stat: ClassVar[type[L4lbStat]] = L4lbStat
+    stat_rec: ClassVar[type[l4lb_stat_rec]] = l4lb_stat_rec
+    config: L4lbConfig = field(default_factory=L4lbConfig)
     max_vips: int = L4LB_MAX_VIPS
     max_reals: int = L4LB_MAX_REALS
-    config: L4lbConfig = field(default_factory=L4lbConfig)
     pools: dict[Vip, Pool] = field(default_factory=dict)
     """Each VIP's reals and table, as installed (what the reference model takes)."""
     vip_nums: dict[Vip, int] = field(default_factory=dict)
@@ -84,35 +72,20 @@ class L4lb:
     """Slots of the VIP table marked L4LB_VIP_REMOVED."""
 
     @classmethod
-    def load(cls, path: Path | str | None = None, max_vips: int = L4LB_MAX_VIPS, attach_type: int | None = None,
+    def load(cls, path: Path | str | None = None, max_vips: int = L4LB_MAX_VIPS, cpumap: bool = False,
              max_reals: int = L4LB_MAX_REALS) -> L4lb:
         """Load ``build/bpf/l4lb.o`` with room for ``max_vips`` tables of ``L4LB_RING_SIZE`` entries
         (2 bytes each: 128 KiB per VIP) and ``max_reals - 1`` reals (at most 65535: table entries
-        are 16 bits); ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
+        are 16 bits); ``cpumap``: to run it in a cpumap."""
         if not 1 <= max_vips <= 4096:
             raise ConfigError("max_vips", max_vips, "1 .. 4096")
         if not 2 <= max_reals <= 1 << 16:
             raise ConfigError("max_reals", max_reals, f"2 .. {1 << 16} (table entries are 16 bits)")
-        path = Path(path) if path else object_path("l4lb")
         slots = vip_table_slots(max_vips)
         sizes = {"vips": slots, "vip_stats": max_vips, "ch_rings": max_vips,
                  "reals": max_reals, "real_stats": max_reals}
-        obj = BpfObject(path, max_entries=sizes, rodata=l4lb_consts(vip_mask=slots - 1),
-                        attach_types={"xdp_l4lb": attach_type} if attach_type is not None else None)
-        lb = cls(obj, max_vips, max_reals, vip_slots=slots)
-        lb.configure(lb.config)
-        return lb
-
-    @property
-    def program(self) -> Program:
-        return self.obj.program("xdp_l4lb")
-
-    def map(self, name: str) -> Map:
-        return self.obj.map(name)
-
-    def configure(self, config: L4lbConfig) -> None:
-        self.map("l4lb_config").update(struct.pack("=I", 0), config.to_struct())
-        self.config = config
+        obj = cls.open(path, cpumap, max_entries=sizes, rodata=l4lb_consts(vip_mask=slots - 1))
+        return cls(obj, max_vips=max_vips, max_reals=max_reals, vip_slots=slots).start()
 
     # -- VIPs and reals ----------------------------------------------------------------------------
     def add_vip(self, vip: Vip, reals: Sequence[Real] | Sequence[str], weights: Sequence[int] | None = None) -> Pool:
@@ -197,27 +170,10 @@ class L4lb:
         self.pools[vip] = pool
 
     # -- counters ------------------------------------------------------------------------------------
-    def stats(self) -> dict[str, Counters]:
-        """What happened to packets so far, by ``L4lbStat.label``, summed over CPUs."""
-        m = self.map("l4lb_stats")
-        return {s.label: _sum(m, m.lookup(struct.pack("=I", int(s)))) for s in L4lbStat
-                if s is not L4lbStat.L4LB_STAT_MAX}
-
-    def vip_stats(self) -> dict[Vip, Counters]:
+    def vip_stats(self) -> dict[Vip, l4lb_stat_rec]:
         """Forwarded packets per installed VIP."""
-        m = self.map("vip_stats")
-        return {v: _sum(m, m.lookup(struct.pack("=I", n))) for v, n in self.vip_nums.items()}
+        return {v: self.summed("vip_stats", n) for v, n in self.vip_nums.items()}
 
-    def real_stats(self) -> dict[str, Counters]:
+    def real_stats(self) -> dict[str, l4lb_stat_rec]:
         """Forwarded packets per real address (over all VIPs)."""
-        m = self.map("real_stats")
-        return {a: _sum(m, m.lookup(struct.pack("=I", i))) for a, i in self.real_index.items()}
-
-    def close(self) -> None:
-        self.obj.close()
-
-    def __enter__(self) -> L4lb:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return {a: self.summed("real_stats", i) for a, i in self.real_index.items()}

@@ -27,11 +27,10 @@ from perfkit.dataplane import Emitted
 from perfkit.dataplanes.l4lb.config import ENCAP_LEN, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.hashing import flow_slot
 from perfkit.dataplanes.l4lb.maglev import Pool
+from perfkit.layouts import ETH_P_IP, IP_DF, IP_MF, IP_OFFSET, IPPROTO_IPIP, IPPROTO_TCP, IPPROTO_UDP
 from perfkit.netaddr import int2ip, ip2int, mac_bytes
 
-ETH_P_IP = 0x0800
-IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
-L4_MIN = {6: 20, 17: 8}
+L4_MIN = {IPPROTO_TCP: 20, IPPROTO_UDP: 8}
 #: ICMP errors: precedence "internetwork control" (RFC 1812 4.3.2.5, as Linux), TTL 64.
 ICMP_TOS, ICMP_TTL = 0xC0, 64
 
@@ -75,7 +74,7 @@ def emit(frame: bytes, config: L4lbConfig, vips: Vips) -> Emitted:
     if ihl + L4_MIN[proto] > tot_len:
         return drop("drop_truncated")
     sport, dport = struct.unpack_from("!HH", f, off + ihl)
-    vip = Vip(int2ip(int.from_bytes(daddr, "big")), dport, "tcp" if proto == 6 else "udp")
+    vip = Vip(int2ip(int.from_bytes(daddr, "big")), dport, "tcp" if proto == IPPROTO_TCP else "udp")
     if vip not in vips:
         return Emitted("XDP_PASS", "pass")
     if config.egress_mtu and tot_len + ENCAP_LEN > config.egress_mtu:
@@ -87,7 +86,7 @@ def emit(frame: bytes, config: L4lbConfig, vips: Vips) -> Emitted:
                                pool.size))
     if real is None:
         return drop("drop_no_real")
-    outer = ipv4_header(tos, tot_len + ENCAP_LEN, frag & IP_DF, 64, 4, ip_bytes(config.lb_addr), ip_bytes(real))
+    outer = ipv4_header(tos, tot_len + ENCAP_LEN, frag & IP_DF, 64, IPPROTO_IPIP, ip_bytes(config.lb_addr), ip_bytes(real))
     out = mac_bytes(config.dst_mac) + mac_bytes(config.src_mac) + struct.pack("!H", ETH_P_IP) + outer
     return Emitted("XDP_TX" if config.xdp_tx else "XDP_REDIRECT", "fwd", out + f[off:off + tot_len])
 

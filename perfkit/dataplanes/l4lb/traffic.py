@@ -32,14 +32,13 @@ from perfkit.errors import ConfigError
 from perfkit.netaddr import int2ip
 from perfkit.stl.fieldengine import FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
-from perfkit.units import FCS_LEN
+from perfkit.units import FCS_LEN, FRAME_MAX
 
 PROTOCOLS = ("udp", "tcp")
 #: Destination port of each protocol's VIPs.
 VIP_PORT = {"udp": 443, "tcp": 80}
 SPORT_BASE = 10000
 #: Largest frame offered [bytes, FCS included].
-MAX_FRAME_SIZE = 9018
 #: Reals per VIP times VIPs must fit below 198.19.255.0 (and the reals map).
 MAX_REALS_TOTAL = 4095
 
@@ -71,9 +70,9 @@ class L4lbTraffic(Traffic):
             raise ConfigError("reals", self.reals, f"0 .. {MAX_REALS_TOTAL // self.vips} (with {self.vips} VIPs)")
         if not 1 <= self.flows <= CLIENT_POOL or self.flows % self.targets:
             raise ConfigError("flows", self.flows, f"1 .. {CLIENT_POOL}; above vips ({self.vips}), a multiple of it")
-        if not self.min_frame_size <= self.frame_size <= MAX_FRAME_SIZE:
+        if not self.min_frame_size <= self.frame_size <= FRAME_MAX:
             raise ConfigError("frame_size", self.frame_size,
-                              f"{self.min_frame_size} .. {MAX_FRAME_SIZE} bytes for {self.proto.upper()} "
+                              f"{self.min_frame_size} .. {FRAME_MAX} bytes for {self.proto.upper()} "
                               "with signature")
 
     # -- what the LB is configured with -------------------------------------------------------------

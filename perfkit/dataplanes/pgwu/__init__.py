@@ -24,42 +24,35 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
-from perfkit.libbpf import BPF_XDP_CPUMAP, Program
+from perfkit.encap import Encap, Steering, Word
 
 #: Sessions installed at least, so that tables are never trivially small.
 MIN_TABLE = 1024
+#: GTPv1-U over UDP (3GPP TS 29.281): an 8-byte header (flags, type, length, TEID); any of the E, S
+#: and PN flags adds 4 bytes (sequence number, N-PDU number, the first extension header's type), and
+#: E a chain of extension headers (length in 4-byte units first, next type last).
+GTPU = Encap("GTP-U", ip_proto=17, udp_dport=GTPU_PORT, header_len=8, flags_offset=0, opt_mask=0x07, opt_len=4,
+             ext_mask=0x04, ext_type_offset=11, ext_unit=4)
 
 
-class PgwuDut(DutProgram):
+class PgwuDut(BpfDut):
     """The PGW-U configured for a traffic profile: sessions installed, ports set."""
 
+    control: Pgwu
+    traffic: PgwuTraffic
+
     def __init__(self, traffic: PgwuTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
-        #: What the dataplane was set up to do: the reference for checking what it emits.
-        self.config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
-                                 udp_csum=traffic.config.udp_csum)
-        self.traffic = traffic
-        self.pgwu = Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE),
-                              attach_type=BPF_XDP_CPUMAP if cpumap else None)
-        try:
-            self.pgwu.configure(self.config)
-            self.pgwu.add_sessions(traffic.plan)
-        except BaseException:
-            self.pgwu.close()
-            raise
+        config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
+                            udp_csum=traffic.config.udp_csum)
+        super().__init__(Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE), cpumap=cpumap), config, traffic)
 
-    @property
-    def program(self) -> Program:
-        return self.pgwu.program
-
-    def counters(self) -> dict[str, int]:
-        return {k: v.packets for k, v in self.pgwu.stats().items()}
-
-    def close(self) -> None:
-        self.pgwu.close()
+    def fill(self) -> None:
+        self.control.add_sessions(self.traffic.plan)
 
 
 class PgwuDataplane(Dataplane):
@@ -77,7 +70,10 @@ class PgwuDataplane(Dataplane):
     variant = "direction"
     variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
     forward_counters = frozenset({"ul_fwd", "dl_fwd"})
-    steer_key = "gtpu_teid"
+    # the TEID of GTP-U packets (a tunnel's outer addresses and ports are the same for all bearers),
+    # else the destination address (downlink: the UE's)
+    steering = Steering((Word("ip", 16), Word("tunnel", 4)), tunnel=GTPU)
+    encaps = (GTPU,)
     frame_size_doc = "user-side (SGi) frame size [bytes], FCS included, untagged"
 
     def check(self, params: dict[str, Any]) -> None:
@@ -124,7 +120,7 @@ class PgwuDataplane(Dataplane):
         else:
             fields = [(off["inner_ip"] + 16, 4, 4)] + ([(14, 2, 8)] if vlan else [])
         dut = PgwuDut(traffic, 1, 1, cpumap=False)
-        dut.pgwu.configure(traffic.config)
+        dut.control.configure(traffic.config)
         spec = BenchSpec(frame=frame, fields=tuple(fields), keys=_keys(traffic.plan, seed),
                          path_counter=f"{traffic.direction}_fwd", expected=emit(frame, traffic.config, traffic.plan),
                          description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),

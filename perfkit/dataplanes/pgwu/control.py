@@ -18,16 +18,15 @@ import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 import numpy as np
 
 from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
                                              pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
+from perfkit.dataplane import BpfControl
 from perfkit.errors import ConfigError
 from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_bytes
-from perfkit.libbpf import BpfObject, Map, Program
-from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
 
 UE_BASE = ip2int("198.18.0.0")
@@ -260,33 +259,19 @@ class SessionCounters:
 
 
 @dataclass
-class Pgwu:
+class Pgwu(BpfControl):
     """A loaded PGW-U object. ``Pgwu.load()`` then ``configure()`` and ``add_sessions()``."""
 
-    obj: BpfObject
+    name: ClassVar[str] = "pgwu"
+    stat: ClassVar[type[PgwuStat]] = PgwuStat
+    stat_rec: ClassVar[type[pgwu_stat_rec]] = pgwu_stat_rec
     config: PgwuConfig = field(default_factory=PgwuConfig)
 
     @classmethod
-    def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
-             attach_type: int | None = None) -> Pgwu:
-        """Load ``build/bpf/pgwu.o``; ``attach_type=libbpf.BPF_XDP_CPUMAP`` to run it in a cpumap."""
-        path = Path(path) if path else object_path("pgwu")
-        obj = BpfObject(path, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")},
-                        attach_types={"xdp_pgwu": attach_type} if attach_type is not None else None)
-        pg = cls(obj)
-        pg.configure(pg.config)
-        return pg
-
-    @property
-    def program(self) -> Program:
-        return self.obj.program("xdp_pgwu")
-
-    def map(self, name: str) -> Map:
-        return self.obj.map(name)
-
-    def configure(self, config: PgwuConfig) -> None:
-        self.map("pgwu_config").update(struct.pack("=I", 0), config.to_struct())
-        self.config = config
+    def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS, cpumap: bool = False) -> Pgwu:
+        """Load ``build/bpf/pgwu.o`` with room for ``max_sessions`` in each session table; ``cpumap``: to
+        run it in a cpumap."""
+        return cls(cls.open(path, cpumap, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")})).start()
 
     # -- sessions --------------------------------------------------------------------------------
     def add_sessions(self, sessions: SessionPlan | list[Session], batch: int = 65536) -> int:
@@ -327,25 +312,3 @@ class Pgwu:
     def session_count(self) -> tuple[int, int]:
         """Entries in (ul_sessions, dl_sessions)."""
         return sum(1 for _ in self.map("ul_sessions").keys()), sum(1 for _ in self.map("dl_sessions").keys())
-
-    # -- counters --------------------------------------------------------------------------------
-    def stats(self) -> dict[str, SessionCounters]:
-        """What happened to packets so far, by ``PgwuStat.label``, summed over CPUs."""
-        m = self.map("pgwu_stats")
-        out = {}
-        for stat in PgwuStat:
-            if stat is PgwuStat.PGWU_STAT_MAX:
-                continue
-            raw = m.lookup(struct.pack("=I", int(stat)))
-            recs = [pgwu_stat_rec.from_bytes(v) for v in m.percpu_values(raw or b"")]
-            out[stat.label] = SessionCounters(sum(r.packets for r in recs), sum(r.bytes for r in recs))
-        return out
-
-    def close(self) -> None:
-        self.obj.close()
-
-    def __enter__(self) -> Pgwu:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,4 +1,5 @@
-"""The Python mirror of ``bpf/include/pgwu_kern_user.h``, checked against BTF by the layout tests.
+"""The Python mirror of ``bpf/include/pgwu_kern_user.h`` (and of GTP-U's port in ``gtpu.h``), checked
+against BTF and the compiled headers by the layout tests.
 
 Fields typed ``__be*`` in C hold network order; ``perfkit.dataplanes.pgwu.control`` converts.
 """
@@ -8,6 +9,8 @@ import enum
 
 from perfkit.layouts import MAC, Struct, u16, u32, u64
 
+#: GTP-U's UDP port (3GPP TS 29.281), both ways.
+GTPU_PORT = 2152
 PGWU_F_UDP_CSUM = 1 << 0
 PGWU_F_XDP_TX = 1 << 1
 
@@ -66,3 +69,6 @@ STRUCTS: dict[str, type[Struct]] = {cls.__name__: cls for cls in (pgwu_config, p
 #: Every mirrored enum, by C name.
 ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat}
 HEADERS = ("pgwu_kern_user.h",)
+#: Constants of ``DEFINE_HEADERS`` mirrored here, by C name.
+DEFINES: dict[str, int] = {"GTPU_PORT": GTPU_PORT}
+DEFINE_HEADERS = ("gtpu.h",)

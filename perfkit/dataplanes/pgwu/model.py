@@ -15,9 +15,8 @@ from typing import Iterable
 from perfkit.checksum import csum as _csum
 from perfkit.dataplane import Emitted
 from perfkit.dataplanes.pgwu.control import PgwuConfig, Session, SessionPlan
-
-ETH_P_IP, ETH_P_8021Q = 0x0800, 0x8100
-GTPU_PORT = 2152
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
+from perfkit.layouts import ETH_P_8021Q, ETH_P_IP, IP_MF, IP_OFFSET, IPPROTO_UDP
 
 
 class _Sessions:
@@ -92,12 +91,12 @@ def _emit(f: bytes, cfg: PgwuConfig, sess: _Sessions) -> Emitted:
     if off + tot_len > len(f):
         return drop("drop_truncated")
     l4 = off + ihl
-    if l4proto == 17 and (cfg.gtpu_addr in ("0.0.0.0", daddr)):
+    if l4proto == IPPROTO_UDP and (cfg.gtpu_addr in ("0.0.0.0", daddr)):
         if len(f) < l4 + 8:
             return drop("drop_truncated")
         dport, udp_len = struct.unpack_from("!HH", f, l4 + 2)
         if dport == GTPU_PORT:
-            if frag & 0x3FFF:
+            if frag & (IP_MF | IP_OFFSET):
                 return drop("drop_fragment")
             if udp_len < 8 or udp_len > tot_len - ihl:
                 return drop("drop_bad_header")

@@ -25,12 +25,13 @@ from scapy.packet import Packet, Raw
 
 from perfkit.dataplane import Traffic
 from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
 from perfkit.dataplanes.pgwu.model import emit
 from perfkit.errors import ConfigError
 from perfkit.netaddr import ip2int
 from perfkit.stl.fieldengine import FLOW_OPS, FieldEngine, FieldWrite, FlowVar, csum_mask, flow_engine
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
-from perfkit.units import FCS_LEN
+from perfkit.units import FCS_LEN, FRAME_MAX
 
 SERVER_ADDR = "198.19.255.130"
 S5_VLAN = 10
@@ -76,8 +77,8 @@ class PgwuTraffic(Traffic):
         if self.frame_size < self.min_frame_size:
             raise ConfigError("frame_size", self.frame_size,
                               f">= {self.min_frame_size} bytes for inner {self.inner_l4.upper()} with signature")
-        if self.frame_size > 9018:
-            raise ConfigError("frame_size", self.frame_size, "<= 9018 bytes")
+        if self.frame_size > FRAME_MAX:
+            raise ConfigError("frame_size", self.frame_size, f"<= {FRAME_MAX} bytes")
 
     @classmethod
     def for_params(cls, frame_size: int, flows: int, params: Mapping[str, Any], config: PgwuConfig | None = None,
@@ -140,7 +141,7 @@ class PgwuTraffic(Traffic):
         if self.gtp_ext:
             gtp.E, gtp.next_ex = 1, 0x85
             gtp = gtp / GTPPDUSessionContainer(type=1, QFI=9)
-        outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=2152, dport=2152, chksum=0)
+        outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=GTPU_PORT, dport=GTPU_PORT, chksum=0)
         return bytes(l2 / outer / gtp / inner)
 
     # -- per-packet variation --------------------------------------------------------------------
