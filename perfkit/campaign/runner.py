@@ -40,6 +40,7 @@ from perfkit.campaign.schema import load_campaign
 from perfkit.campaign.units import Estimate, Unit, estimate, expand
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import PerfkitError
+from perfkit.host.check import check_host
 from perfkit.search import run_method
 from perfkit.store import DEFAULT_ROOT, RunStore
 from perfkit.trial import TrialResult
@@ -110,8 +111,6 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
 def _host_check(seconds: float, say: Callable[[str], None]) -> dict[str, Any]:
     """``perfkit host check`` for ``seconds`` before any traffic, for the run's metadata and the
     report's index."""
-    from perfkit.host.check import check_host
-
     try:
         hc = check_host(seconds)
     except PerfkitError as err:

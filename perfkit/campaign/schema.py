@@ -57,6 +57,7 @@ from perfkit import dataplanes
 from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
+from perfkit.host.check import MAX_SECONDS
 from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
 from perfkit.search import METHODS
@@ -366,8 +367,6 @@ def _generator(raw: Any) -> GeneratorSpec:
 
 
 def _host_check_seconds(value: Any) -> float:
-    from perfkit.host.check import MAX_SECONDS
-
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
         raise ConfigError("campaign.generator.host_check_seconds", value, f"a number of seconds, 0 < x <= {MAX_SECONDS:g}")
     return float(value)
