@@ -492,7 +492,7 @@ SEARCH_STOPPED = ("perfkit: search stopped; the testbed is down and nothing was 
                   "keeps no trials: run it in a campaign to resume one)")
 
 
-def testbed_ids() -> set[str]:
+def live_testbed_ids() -> set[str]:
     """Ids of the testbeds that exist now: their namespaces and their owner records."""
     ids = {m.group(1) for ns in netns.names() if (m := re.match(r"pk([0-9a-f]{6})-", ns))}
     d = owners.STATE_DIR / "testbeds"
@@ -503,7 +503,7 @@ def stop_at(args: list[str], sig: signal.Signals, delay: float, data: Path | Non
             env: dict[str, str] | None = None) -> Stop | None:
     """Start ``perfkit *args``, send ``sig`` ``delay`` s later, wait for the end and look for leftovers.
     None (no signal sent) if the command had finished its work by then (printed its result)."""
-    before, baseline = testbed_ids(), max_prog_id()
+    before, baseline = live_testbed_ids(), max_prog_id()
     proc = start(*args, data=data, env=env, as_from_a_shell=True)
     try:
         time.sleep(delay)
@@ -514,7 +514,7 @@ def stop_at(args: list[str], sig: signal.Signals, delay: float, data: Path | Non
     finally:
         proc.kill()
         proc.wait()
-    left = leftovers(testbed_ids() - before, baseline)
+    left = leftovers(live_testbed_ids() - before, baseline)
     if done and not left and proc.returncode == 0:
         return None
     return Stop(" ".join(args[:2]), sig, delay, proc.returncode, err, left, out)
