@@ -30,8 +30,8 @@ help:
 	@echo "make run    - set up, run the default campaign on the local testbed through notebooks/experiment.ipynb, write the HTML report"
 	@echo "make lab    - set up, start JupyterLab on notebooks/ (127.0.0.1, with a token; Ctrl-C stops it)"
 	@echo "make test   - set up and run the test suite, a fast test of each behaviour (root; real kernel, real servers; <= 15 min with set-up)"
-	@echo "make test-slow - the long tests left out of make test (marker slow: variants, sweeps, live calibration; ~10 min)"
-	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs (~15 min)"
+	@echo "make test-slow - the long tests left out of make test (marker slow: variants, sweeps, live calibration; ~7 min)"
+	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs (~12 min)"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make lock   - resolve pyproject.toml's dependencies again into requirements.lock (exact versions, hashes)"
 	@echo "make bench  - the benchmarks in bench/"
@@ -129,7 +129,7 @@ test-slow: setup
 	$(PY) -m pytest -m "slow and not drill" --durations=15 $(PYTEST_ARGS)
 
 # The reliability drills (pytest marker `drill`): SIGTERM and SIGINT at random moments of searches
-# and of runs on the real testbed (about 15 minutes on 2 cores; PERFKIT_DRILL_SEED=N repeats one's
+# and of runs on the real testbed (about 12 minutes on 2 cores; PERFKIT_DRILL_SEED=N repeats one's
 # moments).
 test-drills: setup
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)
