@@ -34,8 +34,6 @@ def _checkout() -> Path | None:
 CHECKOUT: Path | None = _checkout()
 #: perfkit's shipped files, laid out as in the repository: the checkout, or the wheel's package data.
 FILES_ROOT = CHECKOUT or PACKAGE_DIR / "_data"
-#: The name older code uses for ``FILES_ROOT``.
-REPO_ROOT = FILES_ROOT
 #: BPF C sources (``*.bpf.c``) and their shared headers (``include/``).
 BPF_SRC_DIR = FILES_ROOT / "bpf"
 NOTEBOOKS_DIR = FILES_ROOT / "notebooks"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfkit import benchresults
-from perfkit.paths import REPO_ROOT, bench_results_dir
+from perfkit.paths import FILES_ROOT, bench_results_dir
 
 PROBE = {"cpu": 1, "work_iterations": 400, "rounds": 15, "trial_period_us": 500.0,
          "periods": [{"period_us": 200.0, "ratio_median": 1.1, "ratio_min": 1.05, "ratio_max": 1.2, "us_per_tick": 20.0},
@@ -28,13 +28,13 @@ def results(tmp_path, monkeypatch) -> Path:
 def test_the_results_live_in_the_checkout_unless_told_otherwise(monkeypatch):
     """A report's notebooks run in reports/<run_id>/: the path must not depend on the working directory."""
     monkeypatch.delenv("PERFKIT_BENCH_RESULTS", raising=False)
-    assert bench_results_dir() == REPO_ROOT / "bench" / "results"
+    assert bench_results_dir() == FILES_ROOT / "bench" / "results"
     monkeypatch.setenv("PERFKIT_BENCH_RESULTS", "rel/dir")
     assert bench_results_dir().is_absolute() and bench_results_dir().parts[-2:] == ("rel", "dir")
 
 
 def test_a_record_carries_date_host_and_figures_and_the_history_stays(results):
-    first = benchresults.record("probe_cost", PROBE, "first", [str(REPO_ROOT / "bench" / "probe_cost.py"), "--rounds", "3"])
+    first = benchresults.record("probe_cost", PROBE, "first", [str(FILES_ROOT / "bench" / "probe_cost.py"), "--rounds", "3"])
     second = benchresults.record("probe_cost", {**PROBE, "rounds": 9}, "second", ["bench/probe_cost.py"])
     lines = (results / "probe_cost.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[0])["figures"] == PROBE
@@ -94,7 +94,7 @@ def test_the_perf_overhead_quoted_is_the_records(results):
 def test_the_benches_refuse_bad_input_before_recording_anything(results, bench):
     """A refused run records nothing (and needs no testbed, so no lock)."""
     bad = ["--rounds", "0"] if bench == "probe_cost" else ["--direction", "up"]
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / f"{bench}.py"), *bad], capture_output=True,
+    out = subprocess.run([sys.executable, str(FILES_ROOT / "bench" / f"{bench}.py"), *bad], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert not results.exists()
