@@ -1,38 +1,20 @@
 """``perfkit export --run RUN_ID --csv|--parquet [-o FILE]``: a run's trial frame, one row per trial.
 
-The columns are the stored trial fields (``docs/trial-fields.md``), in the order trials ended. CSV
-writes nested fields (notes, per-core and per-reason mappings) as JSON text; Parquet keeps their
-types. Without ``-o`` the file is ``<run_id>.csv`` or ``<run_id>.parquet`` in the current directory;
-``-o -`` writes CSV to standard output.
+The columns are the stored trial fields (``docs/trial-fields.md``), in the order trials ended, as
+the run store holds them: nested fields (notes, per-core and per-reason mappings) are already JSON
+text there, so CSV and Parquet carry the same values. Without ``-o`` the file is ``<run_id>.csv`` or
+``<run_id>.parquet`` in the current directory; ``-o -`` writes CSV to standard output.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from perfkit.cli.options import check_run
 from perfkit.durable import atomic_write
 from perfkit.errors import ConfigError
 from perfkit.store import DEFAULT_ROOT, RunStore
-
-
-def _json_cell(value: Any) -> Any:
-    """A nested value (list, dict, array) as JSON text; scalars unchanged."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, (list, dict, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return value
-
-
-def csv_frame(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trial frame with every nested cell as JSON text, as a CSV file can hold it."""
-    return trials.apply(lambda col: col.map(_json_cell) if col.dtype == object else col)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -42,10 +24,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         if fmt == "parquet":
             raise ConfigError("-o", "-", "a file name with --parquet (standard output takes CSV only)")
-        csv_frame(trials).to_csv(sys.stdout, index=False)
+        trials.to_csv(sys.stdout, index=False)
         return 0
     out = Path(args.output or f"{args.run}.{fmt}")
-    data = trials.to_parquet(index=False) if fmt == "parquet" else csv_frame(trials).to_csv(index=False).encode()
+    data = trials.to_parquet(index=False) if fmt == "parquet" else trials.to_csv(index=False).encode()
     atomic_write(out, data)
     print(f"{len(trials)} trials of run {args.run} -> {out}")
     return 0
