@@ -218,3 +218,12 @@ def test_the_installed_wheel_builds_its_programs_and_measures(installed):
     assert run["status"] == "complete"
     assert Path(run["path"]).parent == installed["top"] / "home" / "runs"
     assert not (installed["cwd"] / "data").exists()
+
+
+def test_installed_builds_use_the_makefiles_bpf_flags():
+    """An installed perfkit compiles with ``bpfbuild.CFLAGS``, a checkout with the Makefile's
+    ``BPF_CFLAGS``: the same flags, the include directories aside (each build has its own)."""
+    line = next(ln for ln in (ROOT / "Makefile").read_text().splitlines() if ln.startswith("BPF_CFLAGS"))
+    make_flags = line.split(":=", 1)[1].replace("$(ARCH)", os.uname().machine).split()
+    local = lambda flags: [f for f in flags if not (f.startswith("-I") and "/usr/include" not in f)]  # noqa: E731
+    assert local(bpfbuild.CFLAGS) == local(make_flags)
