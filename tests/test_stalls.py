@@ -396,7 +396,9 @@ def test_a_stall_longer_than_the_queue_overflows_it_and_is_explained(ul_queue):
     ring = r.dut_drops.get("rx_ring_full", 0)
     assert ring > 0 and r.lost_packets == ring + sum(r.tester_drops.values())
     assert r.dut_loss_ratio == ring / r.tx_packets  # the burst after the stall may overflow the sink's ring
-    assert r.disturbed and "2048-frame ring" in r.disturbance, (r.disturbance, r.stalls)
+    events = [e for e in ul_queue.stalls._events if e.cpu == ul_queue.dut_cores[0]][-12:]
+    assert r.disturbed and "2048-frame ring" in r.disturbance, (r.disturbance, r.dut_stall_us, r.ring_cores,
+                                                              r.dut_drops, r.stalls, events)
 
 
 @pytest.mark.parametrize("own, steal, length", [
