@@ -24,11 +24,11 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
 
-.PHONY: help setup apt venv bpf tools trex-venv test test-slow test-drills run lab bench report clean distclean cleanup-net
+.PHONY: help setup apt venv bpf tools trex-venv test test-slow test-drills run jupyter bench report clean distclean cleanup-net
 
 help:
 	@echo "make run    - set up, run the default campaign on the local testbed through notebooks/experiment.ipynb, write the HTML report"
-	@echo "make lab    - set up, start JupyterLab on notebooks/ (127.0.0.1, with a token; Ctrl-C stops it)"
+	@echo "make jupyter - set up, start JupyterLab on notebooks/ (127.0.0.1, with a token; Ctrl-C stops it)"
 	@echo "make test   - set up and run the test suite, a fast test of each behaviour (root; real kernel, real servers; <= 15 min with set-up)"
 	@echo "make test-slow - the long tests left out of make test (marker slow: variants, sweeps, live calibration; ~7 min)"
 	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs (~12 min)"
@@ -140,8 +140,8 @@ run: setup
 	$(PERFKIT) experiment $(CAMPAIGN) --report
 
 # JupyterLab on notebooks/, 127.0.0.1 only, a new token each start; prints the URL to open.
-lab: setup
-	$(PERFKIT) lab
+jupyter: setup
+	$(PERFKIT) jupyter
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,4 +1,4 @@
-"""JupyterLab on the notebooks (``make lab``, ``perfkit lab``): 127.0.0.1 only, a fresh token, a clean stop.
+"""JupyterLab on the notebooks (``make jupyter``, ``perfkit jupyter``): 127.0.0.1 only, a fresh token, a clean stop.
 
 ``Lab.start(port)`` runs ``python -m jupyterlab`` (the .venv's JupyterLab) serving ``notebooks/`` on
 127.0.0.1 with a token generated for this start (``secrets.token_urlsafe``; given to Jupyter in

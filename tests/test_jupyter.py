@@ -1,6 +1,6 @@
-"""``make lab`` / ``perfkit lab``: JupyterLab on notebooks/, 127.0.0.1 only, a token per start, a clean stop.
+"""``make jupyter`` / ``perfkit jupyter``: JupyterLab on notebooks/, 127.0.0.1 only, a token per start, a clean stop.
 
-The real JupyterLab of the .venv is started on a free port as ``make lab`` starts it (a process of
+The real JupyterLab of the .venv is started on a free port as ``make jupyter`` starts it (a process of
 its own), asked for the notebooks with and without the token, then stopped with SIGTERM or SIGINT
 (Ctrl-C): the command exits 0, the server's processes are gone and the port is free again.
 """
@@ -29,7 +29,7 @@ READY_SECONDS = 180
 def _start(tmp_path: Path):
     port = free_port("127.0.0.1")
     log = open(tmp_path / "lab.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "perfkit", "lab", "--port", str(port), "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "perfkit", "jupyter", "--port", str(port), "--json"],
                             stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
@@ -38,7 +38,7 @@ def _start(tmp_path: Path):
     except queue.Empty:
         proc.kill()
         proc.wait()
-        raise AssertionError(f"perfkit lab printed no URL: {(tmp_path / 'lab.log').read_text()[-2000:]}")
+        raise AssertionError(f"perfkit jupyter printed no URL: {(tmp_path / 'lab.log').read_text()[-2000:]}")
     return proc, info
 
 
