@@ -17,7 +17,7 @@ Every command is checked for what it is, without running it:
 
 Then the commands that are cheap run as written, in order, in a scratch view of the checkout (its
 files linked, a ``data/`` and ``reports/`` of its own): ``--help``, searches and trials on simulated
-DUTs, prog-bench. The slow test runs the others that need no lab, no placeholder and no more than a
+DUTs, prog-bench, the lab an inventory describes. The slow test runs the others that need no lab, no placeholder and no more than a
 few minutes: trials on the testbed, the host check, campaigns of simulated DUTs, comparisons and
 reports.
 """
@@ -44,13 +44,14 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 #: Fence languages that hold no commands; ``console`` holds them, anything else is refused.
 QUIET_FENCES = {"text", "yaml", "python", "json", "c", "toml", "ini"}
 #: The checkout's own directories whose files a command may name (they must exist).
-CHECKOUT_DIRS = {"bpf", "bench", "campaigns", "docs", "notebooks", "perfkit", "tests", "trex_profiles"}
+CHECKOUT_DIRS = {"bpf", "bench", "campaigns", "docs", "labs", "notebooks", "perfkit", "tests", "trex_profiles"}
 #: An argument that stands for something the reader fills in (RUN_ID, FILE, KEY=VALUE).
 PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]{2,}")
 #: Commands cheap enough for every test run (seconds), and those for the slow tests (minutes).
 FAST = (re.compile(r"(^|\s)(--help|-h)(\s|$)"),
         re.compile(r"^perfkit (search \w+|trial)\b.*--generator sim\b"),
-        re.compile(r"^perfkit prog-bench\b"))
+        re.compile(r"^perfkit prog-bench\b"),
+        re.compile(r"^perfkit lab show\b"))
 SLOW = (re.compile(r"^perfkit run campaigns/(smoke|sim)\.yaml\b"),
         re.compile(r"^perfkit (compare|report|trial|trex-profile show|host check)\b"))
 #: Never run: they need a lab, move other users' processes, or take longer than a test may.

@@ -41,8 +41,8 @@ LOCK = ROOT / "requirements.lock"
 #: The directories the wheel carries as perfkit/_data/<dir>/, and the files of each (as setup.py's DATA).
 SHIPPED = {"bpf": ("*.bpf.c", "include/*.h"), "notebooks": ("*.ipynb",), "campaigns": ("*.yaml",),
            "trex_profiles": ("*.py", "*.md")}
-#: Runtime dependencies perfkit runs without importing: the notebooks' kernel, `perfkit lab`.
-RUN_NOT_IMPORTED = {"ipykernel", "jupyterlab"}
+#: Runtime dependencies perfkit runs without importing: the notebooks' kernel, `perfkit jupyter`; `ansible-inventory`.
+RUN_NOT_IMPORTED = {"ansible-core", "ipykernel", "jupyterlab"}
 #: Dev dependencies used without an import: a pytest plugin (the suite's timeout), a command (the lock, this test).
 DEV_NOT_IMPORTED = {"pytest-timeout", "uv"}
 #: Imported only by code that runs in TRex's own environment (build/trex-venv: trexlib/worker.py, its tests).
