@@ -105,7 +105,7 @@ class Lab:
     """Its hosts with a role, by role (``ROLES``' order), then as Ansible lists a group's hosts."""
 
     def role(self, role: str) -> tuple[LabHost, ...]:
-        """The hosts with ``role``, in inventory order."""
+        """The hosts with ``role``, in ``hosts``' order."""
         if role not in ROLES:
             raise ConfigError("role", role, ROLES)
         return tuple(h for h in self.hosts if role in h.roles)
@@ -225,38 +225,42 @@ def _interfaces(where: str, raw: Any, needs_mac: bool) -> tuple[Interface, ...]:
         raise ConfigError(f"{where}: interfaces", raw, "a list of {name, mac, address, peer}, in cabling order")
     out: list[Interface] = []
     for k, item in enumerate(raw):
-        field_ = f"{where}: interfaces[{k}]"
-        if not isinstance(item, Mapping):
-            raise ConfigError(field_, item, "a mapping {name, mac, address, peer}")
-        unknown = set(item) - {"name", "mac", "address", "peer"}
-        if unknown:
-            raise ConfigError(f"{field_}: key", sorted(unknown)[0], "name, mac, address, peer")
-        name = item.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[^\s/:]{1,15}", name):
-            raise ConfigError(f"{field_}.name", name, "an interface name of 1-15 characters, no space, '/' or ':'")
-        if name in (i.name for i in out):
-            raise ConfigError(f"{field_}.name", name, "a name not used by another interface of the host")
-        mac = item.get("mac")
-        if mac is None and needs_mac:
-            raise ConfigError(f"{field_}.mac", None, "the interface's MAC address, e.g. 02:00:00:00:00:01 "
-                              "(dut and tester hosts need it)")
-        if mac is not None and (not isinstance(mac, str) or not MAC_RE.match(mac.lower())):
-            raise ConfigError(f"{field_}.mac", mac, "a MAC address, e.g. 02:00:00:00:00:01")
-        address = item.get("address")
-        if address is not None:
-            try:
-                address = str(ipaddress.ip_interface(address)) if "/" in str(address) else None
-            except ValueError:
-                address = None
-            if address is None:
-                raise ConfigError(f"{field_}.address", item.get("address"),
-                                  "an IPv4 or IPv6 address with its prefix length, e.g. 198.18.0.1/24")
-        peer = item.get("peer")
-        if peer is not None and (not isinstance(peer, str) or peer.count(":") != 1 or peer.startswith(":")
-                                 or peer.endswith(":")):
-            raise ConfigError(f"{field_}.peer", peer, "the interface at the cable's other end, HOST:INTERFACE")
-        out.append(Interface(name, mac.lower() if mac else None, address, peer))
+        i = _interface(f"{where}: interfaces[{k}]", item, needs_mac)
+        if i.name in (o.name for o in out):
+            raise ConfigError(f"{where}: interfaces[{k}].name", i.name, "a name not used by another interface of the host")
+        out.append(i)
     return tuple(out)
+
+
+def _interface(field_: str, item: Any, needs_mac: bool) -> Interface:
+    if not isinstance(item, Mapping):
+        raise ConfigError(field_, item, "a mapping {name, mac, address, peer}")
+    unknown = set(item) - {"name", "mac", "address", "peer"}
+    if unknown:
+        raise ConfigError(f"{field_}: key", sorted(unknown)[0], "name, mac, address, peer")
+    name, mac, address, peer = (item.get(k) for k in ("name", "mac", "address", "peer"))
+    if not isinstance(name, str) or not re.fullmatch(r"[^\s/:]{1,15}", name):
+        raise ConfigError(f"{field_}.name", name, "an interface name of 1-15 characters, no space, '/' or ':'")
+    if mac is None and needs_mac:
+        raise ConfigError(f"{field_}.mac", None, "the interface's MAC address, e.g. 02:00:00:00:00:01 "
+                          "(dut and tester hosts need it)")
+    if mac is not None and (not isinstance(mac, str) or not MAC_RE.match(mac.lower())):
+        raise ConfigError(f"{field_}.mac", mac, "a MAC address, e.g. 02:00:00:00:00:01")
+    if peer is not None and not (isinstance(peer, str) and re.fullmatch(r"[^:]+:[^:]+", peer)):
+        raise ConfigError(f"{field_}.peer", peer, "the interface at the cable's other end, HOST:INTERFACE")
+    return Interface(name, mac.lower() if mac else None, _address(f"{field_}.address", address), peer)
+
+
+def _address(field_: str, raw: Any) -> str | None:
+    """An address with its prefix length, normalized (None: not given)."""
+    if raw is None:
+        return None
+    try:
+        if "/" in str(raw):
+            return str(ipaddress.ip_interface(raw))
+    except ValueError:
+        pass
+    raise ConfigError(field_, raw, "an IPv4 or IPv6 address with its prefix length, e.g. 198.18.0.1/24")
 
 
 def _cores(field_: str, raw: Any) -> tuple[int, ...]:
