@@ -46,7 +46,7 @@ class Emitted:
     verdict: str
     """XDP_PASS, XDP_DROP, XDP_REDIRECT or XDP_TX."""
     stat: str
-    """The counter it goes to (``ul_fwd``, ``drop_unknown_teid`` ...)."""
+    """The counter it goes to (a forwarding counter, a drop reason ...)."""
     out: bytes | None = None
     """The emitted frame, for forwarding verdicts."""
 
@@ -310,7 +310,7 @@ class Dataplane(ABC):
     variant: str = ""
     """The parameter that is the main categorical axis of plots and tables (PGW-U: direction)."""
     variant_labels: Mapping[str, str] = {}
-    """How plots name the variant's values (``ul`` -> ``UL (GTP-U decap)``)."""
+    """How plots name the variant's values (a direction ``ul`` -> ``UL (decap)``)."""
     forward_counters: frozenset[str] = frozenset()
     """Counters of packets forwarded to the tester; every other counter that rises is a DUT drop."""
     steering: Steering = BY_DADDR

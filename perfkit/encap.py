@@ -33,9 +33,9 @@ class Encap:
     one's type in its last; type 0 ends the chain)."""
 
     name: str
-    """For people: ``IPIP``, ``GTP-U``, ``VXLAN``."""
+    """For people: the tunnel's name, e.g. ``VXLAN``."""
     ip_proto: int
-    """The outer IPv4 protocol that announces it (4: IPIP; 17: a tunnel over UDP)."""
+    """The outer IPv4 protocol that announces it (4 for IP in IP, 17 for a tunnel over UDP)."""
     udp_dport: int = 0
     """Over UDP: the destination port that announces it; else 0."""
     header_len: int = 0

@@ -4,7 +4,7 @@ How it measures (so that every run takes the intended path):
 
 1. ``bpf/bench.bpf.c`` wraps the program: before each run it moves the head back, restores the
    frame's first bytes from a template and writes the next flow's key fields (the dataplane's
-   ``BenchSpec``: PGW-U TEID / UE address, LB client address / port), then tail-calls the target. Without this, repeat runs would process their own output.
+   ``BenchSpec``: a tunnel id, a client address or port), then tail-calls the target. Without this, repeat runs would process their own output.
 2. The baseline is the same harness tail-calling ``bpf/drop.bpf.c`` (returns XDP_DROP), measured
    in the same run, alternating round by round; net cost = the median of paired differences.
 3. The path is proven: the target's forwarding counter must rise by exactly the number of measured

@@ -63,12 +63,12 @@ class Scenario:
 
     @property
     def wire_frame_size(self) -> int:
-        """Bytes per offered frame, FCS included (PGW-U uplink: the GTP-U encapsulated frame)."""
+        """Bytes per offered frame, FCS included (an encapsulating variant: the encapsulated frame)."""
         return self.traffic().wire_frame_size
 
     @property
     def key(self) -> str:
-        """A short stable name, e.g. ``pgwu-ul-64B-1flow-1core``; used to match runs when comparing."""
+        """A short stable name, e.g. ``<dataplane>-<variant>-64B-1flow-1core``; used to match runs when comparing."""
         return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params)
 
     def labels(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from campaigns) and
     method_name  str    what ran it: maxrate, ndrpdr, ndr, sweep, latency ... (before the first '/')
     phase        str    the search phase (max, short, confirm, linear, binary, 10% ...)
     flow_mode    str    ``single`` (1 flow) or ``multi``
-    scenario_key str    ``Scenario.key``, e.g. ``pgwu-ul-64B-1flow-1core`` (filled in for old records)
+    scenario_key str    ``Scenario.key``, e.g. ``<dataplane>-<variant>-64B-1flow-1core`` (filled in for old records)
     variant      str    the dataplane's main categorical parameter (PGW-U: direction; L4 LB: protocol)
     params       str    JSON {name: value} of the dataplane's scenario parameters, one column each too
     unit, label  str    the campaign unit and its method label (``<scenario>__<method>`` outside campaigns)
@@ -59,7 +59,7 @@ def load_run(run_id: str, data_root: str | Path = DEFAULT_ROOT) -> RunData:
     return RunData(run_id, store, store.metadata(), trial_frame(store.trials(), searches), searches)
 
 def variant_label(dataplane: str, variant: str) -> str:
-    """How plots and tables name a variant (``UL (GTP-U decap)``); the dataplane's title if it has none."""
+    """How plots and tables name a variant (``UL (decap)``); the dataplane's title if it has none."""
     dp = dataplanes.get(dataplane)
     return dp.variant_label(variant) if dp.variant else dp.title
 

@@ -9,7 +9,7 @@
     cpus        CPUs this process may run on; cpus_online: os.cpu_count()
     python      the interpreter version
     perfkit     {"version", "git_sha" (short), "git_sha_full", "git_dirty"}
-    bpf_objects {"build/bpf/pgwu.o": "<sha256>", ...} (paths as ``paths.shown`` gives them)
+    bpf_objects {"build/bpf/<program>.o": "<sha256>", ...} (paths as ``paths.shown`` gives them)
 """
 from __future__ import annotations
 

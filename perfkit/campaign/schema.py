@@ -4,7 +4,7 @@ A campaign is declarative data (flent's idea): the scenarios to measure and the 
 each with. Example (``campaigns/default.yaml`` is the full one)::
 
     name: default
-    dataplane: pgwu                                       # a package of perfkit.dataplanes
+    dataplane: NAME                                       # a package of perfkit.dataplanes
     params:                                               # the dataplane's scenario parameters:
       direction: [ul, dl]                                 #   a list is a grid axis,
       sessions: 1000000                                   #   a value is fixed

@@ -2,7 +2,7 @@
 
 A *unit* is one method run on one scenario: the thing a campaign completes, skips on resume, or
 restarts. Its id names it in the store (``searches/<id>.json``, the ``unit`` column of its trials),
-e.g. ``pgwu-ul-64B-1flow-1core__ndr`` (``__r2`` is added for repeats when ``repeats > 1``).
+e.g. ``<dataplane>-<variant>-64B-1flow-1core__ndr`` (``__r2`` is added for repeats when ``repeats > 1``).
 
 The duration estimate adds, per unit, the expected trials x (duration + the backend's per-trial
 overhead) and, per scenario, the generator's set-up time. Expected trial counts per method:

@@ -138,7 +138,7 @@ def add_reports_dir(parser: argparse.ArgumentParser) -> None:
 def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     """--dataplane --frame-size --flows [--dut-cores] --line-rate, and every dataplane's parameters.
 
-    A parameter option belongs to the dataplanes that define it (``--direction``: pgwu); given for a
+    A parameter option belongs to the dataplanes that define it (``--direction``: those with directions); given for a
     dataplane without it, it is refused. Its default is the dataplane's.
     """
     g = parser.add_argument_group("scenario")

@@ -34,7 +34,7 @@ class FieldWrite:
     """Write a variable plus a constant into the frame (TRex: STLVmWrFlowVar with add_value)."""
 
     name: str
-    """What it writes, for people: ``gtp.teid``, ``inner.src`` ..."""
+    """What it writes, for people: ``outer.dst``, ``inner.src`` ..."""
     offset: int
     size: int
     var: int
