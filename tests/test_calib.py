@@ -413,6 +413,13 @@ def _capacity(cores: int) -> dict:
     return _perfkit_json("maxrate", "--dut-cores", str(cores), "--rate", "1Mpps", "--duration", "1")
 
 
+def _cost_capacity(*results: dict) -> float:
+    """The DUT's capacity by its own cost at full load [pps]: 1e9 / its CPU time per packet in the
+    max-rate trials (one flow: one core carries every packet). A host stall in a max-rate trial
+    lowers what it forwards, not the DUT's cost per packet."""
+    return max([0.0] + [1e9 / t["dut_ns_per_packet"] for r in results for t in r["trials"] if t.get("dut_ns_per_packet")])
+
+
 def _ndrpdr(cores: int, *extra: str) -> dict:
     """NDR and PDR0.5% in seconds-long trials, 5 % wide (the VM moves more than that anyway)."""
     return _perfkit_json("ndrpdr", "--dut-cores", str(cores), "--goals", "0,0.005", "--relative-width", "0.05",
@@ -443,7 +450,9 @@ def test_a_dut_that_drops_1_frame_in_n_has_no_ndr_and_it_is_the_duts(cores):
     assert "drop_every" in ndr["reason"], ndr["reason"]
     assert not {g["limited_by"] for g in res["goals"]} & set(NOT_THE_DUTS), res["goals"]
     assert all(t["dut_drops"].get("drop_every", 0) > 0 for t in res["trials"] if t["tx_packets"] >= 1000)
-    assert pdr["lower_bound"] <= cap["lower_bound"] * (1 + CAPACITY_TOLERANCE)
+    # the capacity trial forwarded 132 kpps once where the PDR was 154 kpps (a stalled trial): the
+    # DUT's cost per packet in it bounds the capacity too
+    assert pdr["lower_bound"] <= max(cap["lower_bound"], _cost_capacity(cap)) * (1 + CAPACITY_TOLERANCE), cap["trials"]
 
 
 @pytest.mark.slow  # three searches and max-rate trials; make test keeps the DUT that drops 1 in N
@@ -464,8 +473,7 @@ def test_a_dut_of_known_capacity_is_the_limit_and_its_figures_are_at_most_that(c
         # core, and a search's slower trials leave it more (NDR 155 kpps over 135 forwarded at max
         # rate, once): the capacity is then that DUT core's own, 1e9 / its cost per packet at full load
         # (one flow: one core carries every packet)
-        capacity = max([capacity] + [1e9 / t["dut_ns_per_packet"] for r in (before, after) for t in r["trials"]
-                                     if t.get("dut_ns_per_packet")])
+        capacity = max(capacity, _cost_capacity(before, after))
     _report(f"calib w{SEARCH_WORK}, {cores} DUT core(s)", res, capacity)
     assert before["limited_by"] == after["limited_by"] == "dut", (before["reason"], after["reason"])
     for g in res["goals"]:
