@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_option(cl)
     add_json(cl)
     cl.set_defaults(func=_clean)
-    c = sub.add_parser("clean", help="remove the leftovers of perfkit no live process owns: testbeds and metrics "
-                                     "servers")
+    c = sub.add_parser("clean", help="remove the leftovers of perfkit no live process owns: testbeds, lab "
+                                     "sandboxes and metrics servers")
     c.add_argument("--stack-dir", default=None, help="also this metrics stack directory (default: data/stack and "
                                                      "every stack directory a run registered)")
     _run_option(c)
@@ -80,8 +80,10 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _clean_all(args: argparse.Namespace) -> int:
-    removed = clean(run_id=args.run)
+    from perfkit.lab import sandbox
+    removed = clean(run_id=args.run) + sandbox.clean(run_id=args.run)
     kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
+    kept += [] if args.run else [f"lab sandbox {rid}: owned by {who}" for rid, who in sandbox.owned_by_live().items()]
     dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stackstate.registered_dirs()]
     for d in dict.fromkeys(dirs):   # only the processes perfkit recorded starting, pid and start time checked
         stopped, why = stack.clean(d, run_id=args.run)
