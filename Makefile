@@ -18,13 +18,13 @@ PYTEST_ARGS ?=
 
 # Debian package names; on Ubuntu a missing one is reported and skipped.
 APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping procps \
-	prometheus prometheus-pushgateway prometheus-node-exporter \
+	prometheus prometheus-pushgateway prometheus-node-exporter openssh-server \
 	tshark linux-perf python3-venv python3-pip chromium
 
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
 
-.PHONY: help setup apt venv bpf tools trex-venv test test-slow test-drills run jupyter bench report clean distclean cleanup-net
+.PHONY: help setup apt venv bpf tools trex-venv test test-slow test-drills test-lab run jupyter bench report clean distclean cleanup-net
 
 help:
 	@echo "make run    - set up, run the default campaign on the local testbed through notebooks/experiment.ipynb, write the HTML report"
@@ -32,6 +32,7 @@ help:
 	@echo "make test   - set up and run the test suite, a fast test of each behaviour (root; real kernel, real servers; <= 15 min with set-up)"
 	@echo "make test-slow - the long tests left out of make test (marker slow: variants, sweeps, live calibration; ~7 min)"
 	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs (~12 min)"
+	@echo "make test-lab - the lab tests: a lab of namespace hosts with sshd, provisioned by ansible-playbook (~3 min)"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make lock   - resolve pyproject.toml's dependencies again into requirements.lock (exact versions, hashes)"
 	@echo "make bench  - the benchmarks in bench/"
@@ -121,18 +122,23 @@ build/vmlinux.h:
 # set-up (.ci/run); the 15 slowest are listed so that a test that grows shows. A test that needs
 # more than ~10 s goes in make test-slow (marker `slow`) if make test keeps a fast one of its kind.
 test: setup
-	$(PY) -m pytest -m "not slow and not drill" --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not drill and not lab" --durations=15 $(PYTEST_ARGS)
 
 # The long tests (pytest marker `slow`): variants of a behaviour make test checks once, sweeps
 # (a SIGKILL at every dangerous moment), the live calibration and the drill-like runs.
 test-slow: setup
-	$(PY) -m pytest -m "slow and not drill" --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "slow and not drill and not lab" --durations=15 $(PYTEST_ARGS)
 
 # The reliability drills (pytest marker `drill`): SIGTERM and SIGINT at random moments of searches
 # and of runs on the real testbed (about 12 minutes on 2 cores; PERFKIT_DRILL_SEED=N repeats one's
 # moments).
 test-drills: setup
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)
+
+# The lab tests (pytest marker `lab`): a lab of hosts that are network namespaces of this machine,
+# each with its own sshd (perfkit.lab.sandbox), provisioned by the real ansible-playbook over SSH.
+test-lab: setup
+	$(PY) -m pytest -m lab --durations=15 $(PYTEST_ARGS)
 
 # The default campaign's values as the parameters of notebooks/experiment.ipynb, executed by papermill
 # (the campaign runner of `perfkit run`); the report set as `perfkit run $(CAMPAIGN) --report` writes it.

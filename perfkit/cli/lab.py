@@ -1,4 +1,11 @@
-"""``perfkit lab show -i INVENTORY``: the lab an Ansible inventory describes, as perfkit reads it.
+"""``perfkit lab``: labs across hosts, described by an Ansible inventory.
+
+``perfkit lab show -i INVENTORY``: the lab an Ansible inventory describes, as perfkit reads it.
+``perfkit lab provision -i INVENTORY [--check]``: set its hosts up with ``ansible-playbook``
+(``perfkit.lab.provision``): packages, bpffs, perfkit at this checkout's commit, BPF objects built
+on the DUT and testers, their NICs, node-exporter, and Prometheus with the Pushgateway on the
+metrics host. Idempotent: a second run reports ``changed=0``. ``--check`` changes nothing and shows
+what would change.
 
 The inventory is read by Ansible's own ``ansible-inventory`` (``perfkit.lab.inventory``): hosts by
 role (``dut``, ``tester``, ``trex``, ``metrics``), their management address, SSH port and user,
@@ -9,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from perfkit.cli.options import add_json
+from perfkit.errors import PerfkitError
 from perfkit.lab import inventory
 
 
@@ -30,6 +39,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_provision(args: argparse.Namespace) -> int:
+    from perfkit.lab import provision   # imports yaml and the metrics configuration: only when used
+    echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    result = provision.provision(args.inventory, check=args.check, echo=echo)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    else:
+        what = "would change" if args.check else "changed"
+        print(f"perfkit {result.source_id} on {len(result.recap)} hosts: {result.changed} tasks {what}")
+    if result.unreachable:
+        raise PerfkitError(result.unreachable[0] + (f" (and {len(result.unreachable) - 1} more)"
+                                                    if len(result.unreachable) > 1 else ""))
+    if result.returncode:
+        failed = [r.host for r in result.recap if r.failed]
+        raise PerfkitError(f"provisioning failed on {', '.join(failed) or 'the lab'} (ansible-playbook exit "
+                           f"{result.returncode}; its output above says which task)")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lab", help="labs across hosts: an Ansible inventory", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,3 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="an Ansible inventory (file, directory or plugin source)")
     add_json(show)
     show.set_defaults(func=cmd_show)
+    prov = lab.add_parser("provision", help="set the lab's hosts up with ansible-playbook (idempotent)",
+                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    prov.add_argument("-i", "--inventory", required=True, metavar="INVENTORY",
+                      help="an Ansible inventory (file, directory or plugin source)")
+    prov.add_argument("--check", action="store_true", help="change nothing: show what would change (Ansible's check mode)")
+    add_json(prov)
+    prov.set_defaults(func=cmd_provision)

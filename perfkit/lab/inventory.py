@@ -26,6 +26,7 @@ interfaces        the data-plane interfaces in cabling order, each ``{name, mac,
                   they must name each other)
 dut_cores         the CPUs that run the dataplane (``dut`` hosts: required), e.g. ``[2, 3]``
 tester_cores      the CPUs that run the generator and sink (``tester`` hosts: optional)
+perfkit_root      where perfkit lives on the host (default ``/opt/perfkit``; ``perfkit lab provision``)
 ================  =====================================================================================
 """
 from __future__ import annotations
@@ -85,6 +86,8 @@ class LabHost:
     """CPUs that run the dataplane (the ``dut`` host)."""
     tester_cores: tuple[int, ...] = ()
     """CPUs that run the generator and sink (``tester`` hosts; empty: not given)."""
+    root: str = "/opt/perfkit"
+    """Where perfkit lives on the host (``perfkit_root``): its source, virtualenv and servers."""
 
     def interface(self, name: str) -> Interface:
         """The interface ``name``; an interface the inventory does not name is refused."""
@@ -216,8 +219,11 @@ def _host(name: str, roles: tuple[str, ...], v: Mapping[str, Any]) -> LabHost:
                           "the DUT's data-plane interfaces in cabling order, at least 2")
     if "tester" in roles and not interfaces:
         raise ConfigError(f"{where}: interfaces", [], "the tester's data-plane interfaces in cabling order, at least 1")
+    root = v.get("perfkit_root", LabHost.root)
+    if not isinstance(root, str) or not root.startswith("/") or "\n" in root:
+        raise ConfigError(f"{where}: perfkit_root", root, "an absolute path")
     return LabHost(name, roles, address, port, user, interfaces, dut_cores,
-                   _cores(f"{where}: tester_cores", v.get("tester_cores", [])))
+                   _cores(f"{where}: tester_cores", v.get("tester_cores", [])), root)
 
 
 def _interfaces(where: str, raw: Any, needs_mac: bool) -> tuple[Interface, ...]:
