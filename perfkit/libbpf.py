@@ -482,6 +482,20 @@ def xdp_attach(ifindex: int, prog_fd: int, mode: str = "native") -> None:
     _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, None), f"bpf_xdp_attach(ifindex {ifindex}, {mode})")
 
 
+def xdp_prog_id(ifindex: int, mode: str = "native") -> int:
+    """The id of the XDP program attached to ``ifindex`` in ``mode`` (0: none)."""
+    flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE}[mode]
+    prog_id = ctypes.c_uint32(0)
+    _check(lib().bpf_xdp_query_id(ifindex, flags, ctypes.byref(prog_id)), f"bpf_xdp_query_id(ifindex {ifindex})")
+    return prog_id.value
+
+
+def xdp_detach(ifindex: int, mode: str = "native") -> None:
+    """Detach the XDP program of ``ifindex`` (in ``mode``) in the calling thread's network namespace."""
+    flags = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE}[mode]
+    _check(lib().bpf_xdp_detach(ifindex, flags, None), f"bpf_xdp_detach(ifindex {ifindex}, {mode})")
+
+
 #: ``ring_buffer_sample_fn``. The only callback from C into Python in perfkit (libbpf's print callback
 #: is left at its default, which writes to stderr in C).
 _RINGBUF_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)

@@ -87,7 +87,8 @@ def test_each_host_gets_what_its_roles_need(lab: Sandbox) -> None:
         exporter = plan["daemons"][0]
         assert exporter["argv"][1] == f"--web.listen-address={lab.address(name)}:9100"
         assert exporter["pidfile"].startswith(str(lab.root(name)))
-    config = plans["metrics1"]["files"][0]["content"]
+    assert json.loads(plans["dut1"]["files"][0]["content"])["interfaces"] == ["a0", "b0", "a1", "b1"]
+    config = plans["metrics1"]["files"][1]["content"]
     for name in ("dut1", "tester1", "tester2", "metrics1"):
         assert f"{lab.address(name)}:9100" in config and f"host: {name}" in config
 

@@ -80,8 +80,8 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _clean_all(args: argparse.Namespace) -> int:
-    from perfkit.lab import sandbox
-    removed = clean(run_id=args.run) + sandbox.clean(run_id=args.run)
+    from perfkit.lab import agent, sandbox
+    removed = clean(run_id=args.run) + sandbox.clean(run_id=args.run) + ([] if args.run else agent.clean())
     kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
     kept += [] if args.run else [f"lab sandbox {rid}: owned by {who}" for rid, who in sandbox.owned_by_live().items()]
     dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stackstate.registered_dirs()]

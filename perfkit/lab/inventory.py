@@ -35,6 +35,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,9 @@ class LabHost:
     """CPUs that run the generator and sink (``tester`` hosts; empty: not given)."""
     root: str = "/opt/perfkit"
     """Where perfkit lives on the host (``perfkit_root``): its source, virtualenv and servers."""
+    ssh_options: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """``ssh`` options as Ansible would pass them (``ansible_ssh_private_key_file``,
+    ``ansible_ssh_common_args``, ``ansible_ssh_extra_args``); never written to a run or a report."""
 
     def interface(self, name: str) -> Interface:
         """The interface ``name``; an interface the inventory does not name is refused."""
@@ -119,7 +123,8 @@ class Lab:
 
     def to_dict(self) -> dict[str, Any]:
         """What perfkit knows of the lab (no secret: only the fields above), for ``--json`` and a run's metadata."""
-        return {"source": self.source, "hosts": [asdict(h) for h in self.hosts]}
+        return {"source": self.source, "hosts": [{k: v for k, v in asdict(h).items() if k != "ssh_options"}
+                                                 for h in self.hosts]}
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -223,7 +228,24 @@ def _host(name: str, roles: tuple[str, ...], v: Mapping[str, Any]) -> LabHost:
     if not isinstance(root, str) or not root.startswith("/") or "\n" in root:
         raise ConfigError(f"{where}: perfkit_root", root, "an absolute path")
     return LabHost(name, roles, address, port, user, interfaces, dut_cores,
-                   _cores(f"{where}: tester_cores", v.get("tester_cores", [])), root)
+                   _cores(f"{where}: tester_cores", v.get("tester_cores", [])), root, _ssh_options(where, v))
+
+
+def _ssh_options(where: str, v: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``ssh`` options of Ansible's connection variables, for perfkit's own SSH sessions."""
+    out: list[str] = []
+    key = v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file")
+    if key is not None:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: ansible_ssh_private_key_file", "(not shown)", "a file name")
+        out += ["-i", os.path.expanduser(key)]
+    for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if v.get(name):
+            try:
+                out += shlex.split(str(v[name]))
+            except ValueError:
+                raise ConfigError(f"{where}: {name}", "(not shown)", "ssh options as a shell would split them") from None
+    return tuple(out)
 
 
 def _interfaces(where: str, raw: Any, needs_mac: bool) -> tuple[Interface, ...]:

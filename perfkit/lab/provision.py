@@ -96,7 +96,7 @@ class ProvisionResult:
 
 
 # -- the plan --------------------------------------------------------------------------------------
-def host_plan(lab: Lab, host: LabHost) -> dict[str, Any]:
+def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
     """The variables of ``host`` the playbook acts on."""
     root = Path(host.root)
     packages = list(dict.fromkeys(p for role in ("all", *host.roles) for p in PACKAGES[role]))
@@ -106,6 +106,11 @@ def host_plan(lab: Lab, host: LabHost) -> dict[str, Any]:
     if plan["bpf"] and host.interfaces and cores:
         plan["nic"] = {"interfaces": [i.name for i in host.interfaces], "cores": cores}
     run = root / "run"
+    # what the agent on the host may touch (perfkit.lab.agent): the interfaces the inventory names
+    plan["files"].append({"path": str(root / "etc" / "lab.json"), "content": json.dumps(
+        {"host": host.name, "roles": list(host.roles), "interfaces": [i.name for i in host.interfaces],
+         "dut_cores": list(host.dut_cores), "tester_cores": list(host.tester_cores), "source_id": source_id},
+        indent=1, sort_keys=True) + "\n"})
     plan["daemons"].append({"name": "node-exporter", "pidfile": str(run / "node-exporter.pid"), "config": None,
                             "argv": ["/usr/bin/prometheus-node-exporter",
                                      f"--web.listen-address={host.address}:{PORTS['node-exporter']}"]})
@@ -267,7 +272,7 @@ def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Pa
     for old in facts_dir.glob("*.json") if not check else ():
         old.unlink()
     extra = {"perfkit_source": {"id": source_id, "tarball": str(tarball)}, "perfkit_wheelhouse": {"id": wheels_id, "tarball": str(wheels)},
-             "perfkit_facts_dir": str(facts_dir), "perfkit_plan": {h.name: host_plan(lab, h) for h in lab.hosts}}
+             "perfkit_facts_dir": str(facts_dir), "perfkit_plan": {h.name: host_plan(lab, h, source_id) for h in lab.hosts}}
     vars_file = work / "provision-vars.json"
     vars_file.write_text(json.dumps(extra))
     argv = [ansible_playbook(), "-i", os.fspath(source), str(PLAYBOOK), "-e", f"@{vars_file}",

@@ -1,0 +1,173 @@
+"""``perfkit agent`` on a lab host, reached over SSH (``perfkit.lab.agent``, ``perfkit.lab.remote``).
+
+The fast tests speak the protocol to an agent in this process. The ``lab`` tests (``make
+test-lab``) provision the four-host sandbox once and reach its DUT's agent over real SSH: the
+dataplane loaded on the inventory's interfaces forwards frames a tester host sends (exact counts,
+0 mismatches); an interface the inventory does not name and an unreachable host are refused in one
+line; and whatever ends the session (the controller killed, the SSH session cut, the agent killed
+and ``perfkit clean`` run on the host) leaves no XDP program on the DUT within 10 s.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from perfkit import owners
+from perfkit.errors import PerfkitError
+from perfkit.lab import agent as agent_mod
+from perfkit.lab import provision
+from perfkit.lab.agent import Agent
+from perfkit.lab.inventory import Lab, load
+from perfkit.lab.remote import AgentSession
+from perfkit.lab.sandbox import Sandbox
+from perfkit.scenario import Scenario
+from perfkit.testbed import netns
+from perfkit.testbed.sink import Sink
+
+
+# -- the protocol ----------------------------------------------------------------------------------
+def _ask(agent: Agent, *requests: object) -> list[dict]:
+    out = io.StringIO()
+    agent_mod.serve(agent, io.StringIO("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in requests)), out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
+    agent = Agent({"host": "dut1", "interfaces": ["a0", "b0"], "source_id": "abc"})
+    answers = _ask(agent, "not json", {"id": 1, "op": "exec", "args": {"cmd": "rm -rf /"}},
+                   {"id": 2, "op": "counters"}, {"id": 3, "op": "load", "args": {"dataplane": "pgwu", "frame_size": 64,
+                                                                                 "flows": 1, "interfaces": ["a0", "eth9"]}},
+                   {"id": 4, "op": "load", "args": {"bogus": 1}}, {"id": 5, "op": "bye"}, {"id": 6, "op": "hello"})
+    assert [a["ok"] for a in answers] == [False, False, False, False, False, True]   # nothing after bye
+    assert answers[0]["error"].startswith("request: not a JSON object")
+    assert answers[1]["error"] == "op: 'exec' is not one of hello, load, counters, unload, bye"
+    assert answers[2]["error"] == "host dut1: no dataplane is loaded"
+    assert answers[3]["error"] == ("interface of host dut1: 'eth9' is not allowed; allowed: an interface the "
+                                   "inventory names for it: a0, b0")
+    assert answers[4]["error"].startswith("args of load: ")
+
+
+# -- over SSH --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, Lab]]:
+    with Sandbox(tmp_path_factory.mktemp("lab")) as sb:
+        result = provision.provision(sb.inventory)
+        assert result.returncode == 0, result.recap
+        yield sb, load(sb.inventory)
+
+
+def _xdp_left(sb: Sandbox, host: str) -> int:
+    """Interfaces of ``host`` with an XDP program attached."""
+    out = subprocess.run(["ip", "netns", "exec", sb.ns(host), "ip", "-o", "link", "show"], capture_output=True,
+                         text=True).stdout
+    return sum("prog/xdp" in line for line in out.splitlines())
+
+
+def _gone_within(sb: Sandbox, seconds: float) -> float:
+    """Seconds until the DUT host has no XDP program; fails after ``seconds``."""
+    start = time.monotonic()
+    while _xdp_left(sb, "dut1"):
+        assert time.monotonic() - start < seconds, "an XDP program is left on the DUT"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _send_and_receive(sb: Sandbox, scenario: Scenario, count: int) -> tuple[int, list[bytes]]:
+    """``count`` frames of the scenario sent from tester1's p0 (a raw socket); the frames perfkit's
+    sink counted at its p1, and those it captured."""
+    traffic = scenario.traffic()
+    ns = sb.ns("tester1")
+    sink = Sink(capture_max=64)
+    try:
+        sink.attach(ns, netns.ifindex(ns, "p1"))
+        sink.reset(64)
+        with netns.inside(ns):
+            tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            tx.bind(("p0", 0))
+        with tx:
+            for i in range(count):
+                tx.send(traffic.packet(flow=i % scenario.flows, seq=i))
+        last, quiet = -1, time.monotonic()
+        while time.monotonic() - quiet < 0.3:
+            if sink.totals()[0] != last:
+                last, quiet = sink.totals()[0], time.monotonic()
+            time.sleep(0.02)
+        return sink.read().packets, [c.data for c in sink.captures()]
+    finally:
+        sink.close()
+
+
+@pytest.mark.lab
+def test_the_dut_agent_forwards_exactly_what_a_tester_host_sends(lab: tuple[Sandbox, Lab]) -> None:
+    sb, hosts = lab
+    scenario = Scenario(dataplane="pgwu", frame_size=128, flows=4)
+    with AgentSession(hosts.dut) as dut:
+        assert dut.hello["host"] == "dut1" and dut.hello["facts"]["interfaces"]["a0"]["driver"] == "veth"
+        loaded = dut.call("load", dataplane="pgwu", frame_size=128, flows=4, interfaces=["a0", "b0"], cores=[1])
+        assert loaded["mode"] == "native" and loaded["packet_threads"]
+        before = dut.call("counters")
+        received, frames = _send_and_receive(sb, scenario, 500)
+        after = dut.call("counters")
+    assert received == 500 and len(frames) == 64
+    assert [why for f in frames if (why := scenario.dp.check_output(scenario.traffic(), f))] == []
+    fwd = {k: after["counters"][k] - before["counters"][k] for k in after["counters"]}
+    assert fwd["ul_fwd"] == 500 and sum(fwd.values()) == 500
+    assert _gone_within(sb, 10) < 1   # bye unloaded it
+
+
+@pytest.mark.lab
+def test_an_interface_the_inventory_does_not_name_is_refused(lab: tuple[Sandbox, Lab]) -> None:
+    sb, hosts = lab
+    with AgentSession(hosts.dut) as dut:
+        with pytest.raises(PerfkitError) as err:
+            dut.call("load", dataplane="pgwu", frame_size=128, flows=1, interfaces=["a0", "mgmt0"])
+    assert str(err.value) == ("interface of host dut1: 'mgmt0' is not allowed; allowed: an interface the inventory "
+                              "names for it: a0, b0, a1, b1")
+    assert not _xdp_left(sb, "dut1")
+
+
+@pytest.mark.lab
+def test_an_unreachable_host_is_refused_with_sshs_reason(lab: tuple[Sandbox, Lab]) -> None:
+    _, hosts = lab
+    gone = replace(hosts.dut, address="198.19.253.99")
+    with pytest.raises(PerfkitError) as err:
+        AgentSession(gone)
+    assert str(err.value).startswith("host dut1 (198.19.253.99:22) is unreachable: ssh: connect to host 198.19.253.99 port 22: ")
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("how", ["controller killed", "session cut", "agent killed, then perfkit clean"])
+def test_whatever_ends_the_session_leaves_no_xdp_program_on_the_dut(lab: tuple[Sandbox, Lab], how: str) -> None:
+    sb, hosts = lab
+    session = AgentSession(hosts.dut)
+    session.call("load", dataplane="l4lb", frame_size=128, flows=4, interfaces=["a1", "b1"], cores=[1])
+    assert _xdp_left(sb, "dut1") == 2
+    agent_pid = session.hello["pid"]
+    if how == "controller killed":
+        session.kill()     # the ssh client dies with its controller: the session ends
+    elif how == "session cut":
+        # the SSH server's process of this session (the agent's parent) dies: the connection is cut
+        os.kill(int(Path(f"/proc/{agent_pid}/stat").read_text().rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
+    else:
+        os.kill(agent_pid, signal.SIGKILL)
+        time.sleep(0.5)
+        assert _xdp_left(sb, "dut1") == 2    # a killed agent cleans nothing: perfkit clean on the host does
+        # perfkit clean elsewhere (the controller's namespace) leaves the DUT host's record alone
+        assert agent_mod.clean() == [] and (owners.STATE_DIR / "agents" / f"{agent_pid}.json").exists()
+        out = subprocess.run(["ip", "netns", "exec", sb.ns("dut1"), f"{hosts.dut.root}/venv/bin/python", "-m",
+                              "perfkit.lab.agent", "--clean"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert sum("XDP program" in r for r in json.loads(out.stdout)) == 2
+    assert _gone_within(sb, 10) < 10
+    session.kill()
+    assert not list((owners.STATE_DIR / "agents").glob(f"{agent_pid}.json"))
