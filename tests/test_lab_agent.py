@@ -50,7 +50,7 @@ def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
                    {"id": 4, "op": "load", "args": {"bogus": 1}}, {"id": 5, "op": "bye"}, {"id": 6, "op": "hello"})
     assert [a["ok"] for a in answers] == [False, False, False, False, False, True]   # nothing after bye
     assert answers[0]["error"].startswith("request: not a JSON object")
-    assert answers[1]["error"] == "op: 'exec' is not one of hello, load, counters, unload, bye"
+    assert answers[1]["error"] == "op: 'exec' is not one of hello, load, counters, begin, end, tester, send, unload, bye"
     assert answers[2]["error"] == "host dut1: no dataplane is loaded"
     assert answers[3]["error"] == ("interface of host dut1: 'eth9' is not allowed; allowed: an interface the "
                                    "inventory names for it: a0, b0")
@@ -171,3 +171,26 @@ def test_whatever_ends_the_session_leaves_no_xdp_program_on_the_dut(lab: tuple[S
     assert _gone_within(sb, 10) < 10
     session.kill()
     assert not list((owners.STATE_DIR / "agents").glob(f"{agent_pid}.json"))
+
+
+# -- trials in the lab: LabGenerator ---------------------------------------------------------------
+@pytest.mark.lab
+@pytest.mark.parametrize("dataplane, testers", [("pgwu", ["tester1"]), ("l4lb", ["tester1", "tester2"])])
+def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: tuple[Sandbox, Lab], dataplane: str,
+                                                                            testers: list[str]) -> None:
+    from perfkit.generators import create
+    sb, _ = lab
+    with create("lab", Scenario(dataplane=dataplane, frame_size=128, flows=16), inventory=str(sb.inventory),
+                testers=testers) as gen:
+        r = gen.measure(20_000, 0.5)
+        assert _xdp_left(sb, "dut1") == 2 * len(testers)
+    assert r.generator == "lab" and r.tx_packets == r.intended_packets == 10_000
+    assert r.rx_packets == 10_000 and r.mismatched_packets == 0 and r.dut_drops == {} and r.tester_drops == {}
+    assert not any("unaccounted" in n for n in r.notes)
+    # the DUT's cost, from its own host: the program's run time and its packet threads' CPU time
+    assert r.bpf_ns_per_packet and 0 < r.bpf_ns_per_packet < r.dut_ns_per_packet
+    assert 0 < r.dut_busy < 1 and r.dut_busy_per_core and r.dut_wakeups > 0
+    assert r.latency_ns["min"] > 0 and r.latency_ns["p50"] >= r.latency_ns["min"]
+    assert [n for n in r.notes if n.startswith(tuple(f"{t}: offered" for t in testers))] == \
+        [f"{t}: offered {10_000 // len(testers)}, received {10_000 // len(testers)}" for t in testers]
+    assert _gone_within(sb, 10) < 1

@@ -5,7 +5,8 @@ and then answers ``measure(rate_pps, duration)`` as often as a search wants. Bac
 
 - ``xdp``: perfkit's own XDP live-frames generator on the local veth testbed (the embedded default);
 - ``trex``: a TRex STL client (lab);
-- ``sim``: simulated DUTs with known behaviour, for tests and benchmarks.
+- ``sim``: simulated DUTs with known behaviour, for tests and benchmarks;
+- ``lab``: the agents of a lab's DUT and tester hosts, over SSH (``perfkit.lab``).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ BACKENDS = {
     "xdp": "perfkit.generators.xdp:XdpGenerator",
     "trex": "perfkit.generators.trex:TRexGenerator",
     "sim": "perfkit.generators.sim:SimGenerator",
+    "lab": "perfkit.generators.lab:LabGenerator",
 }
 
 

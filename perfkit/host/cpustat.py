@@ -51,11 +51,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-import pandas as pd
 
 from perfkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The modes of a ``cpuN`` line of /proc/stat, in file order (guest, guest_nice are left out: they
 #: are already included in user and nice).
@@ -156,6 +158,7 @@ class CpuDelta:
         return {str(c): v for c, v in self.busy(cpus).items()}
 
     def frame(self, cpus: Iterable[int] | None = None) -> pd.DataFrame:
+        import pandas as pd   # here: a lab host's agent accounts CPU time without pandas
         """Tidy frame: one row per cpu x mode (columns in the module docstring)."""
         rows = []
         for cpu in (self.cpus if cpus is None else sorted(int(c) for c in cpus)):
@@ -180,6 +183,7 @@ class CpuDelta:
         return out
 
     def kthread_frame(self) -> pd.DataFrame:
+        import pandas as pd
         """One row per thread (columns in the module docstring)."""
         rows = [{"pid": pid, "name": t.name, "cpu": t.cpu, "seconds": ut + st, "utime_s": ut,
                  "stime_s": st, "fraction": (ut + st) / self.wall if self.wall > 0 else math.nan}

@@ -9,10 +9,17 @@ stdout, so the agent opens no port on the host. One request per line, one answer
     <- {"id": 1, "ok": true, "result": {"mode": "native", "programs": [...], "packet_threads": [...]}}
     <- {"id": 2, "ok": false, "error": "interface of host dut1: 'eth9' is not ..."}
 
-Operations (``OPS``): ``hello`` (the host's name, perfkit's source id and the host's facts),
-``load`` (the dataplane on two of the host's interfaces, native XDP preferred: a fall-back to
-generic XDP is in the answer's ``mode``), ``counters`` (the dataplane's counters and its programs'
-run counts and times), ``unload`` and ``bye``. Nothing else runs: an unknown ``op`` is refused.
+Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
+
+- ``hello``: the host's name, perfkit's source id and the host's facts;
+- DUT: ``load`` (the dataplane on a pair of the host's interfaces, or one instance per pair; native
+  XDP preferred, a fall-back to generic XDP is in the answer's ``mode``), ``counters``, ``begin``
+  and ``end`` of a trial (drops, the program's run time and the packet threads' CPU time per packet);
+- tester: ``tester`` (perfkit's XDP generator and sink on a pair of interfaces) and ``send`` (one
+  trial's frames, from a common start time, and what came back);
+- ``unload`` and ``bye``.
+
+Nothing else runs: an unknown ``op`` is refused.
 
 The agent refuses an interface the inventory does not name for its host (``--config``, written by
 ``perfkit lab provision``). What it attaches it takes down on ``unload``, on ``bye``, at the end of
@@ -29,16 +36,20 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from perfkit import owners
 from perfkit.errors import BpfError, ConfigError, PerfkitError
-from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
+from perfkit.lab.hostroles import DutSide, TesterSide
+from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
+from perfkit.scenario import Scenario
 
 #: The operations the protocol defines.
-OPS = ("hello", "load", "counters", "unload", "bye")
+OPS = ("hello", "load", "counters", "begin", "end", "tester", "send", "unload", "bye")
 
 
 def record_dir() -> Path:
@@ -46,14 +57,14 @@ def record_dir() -> Path:
 
 
 class Agent:
-    """The state of one agent: the host's configuration and what it loaded."""
+    """The state of one agent: the host's configuration and what it set up."""
 
     def __init__(self, config: dict[str, Any]):
         self.host = str(config.get("host", socket.gethostname()))
         self.interfaces = [str(i) for i in config.get("interfaces", [])]
         self.source_id = str(config.get("source_id", ""))
-        self.nf: Any = None
-        self.attached: dict[str, tuple[int, str, int]] = {}   # interface -> (ifindex, mode, prog id)
+        self.dut: DutSide | None = None
+        self.tester: TesterSide | None = None
         self.record = record_dir() / f"{os.getpid()}.json"
 
     # -- operations --------------------------------------------------------------------------------
@@ -68,49 +79,76 @@ class Agent:
                               f"an interface the inventory names for it: {', '.join(self.interfaces) or 'none'}")
         return str(name)
 
-    def load(self, dataplane: str, frame_size: int, flows: int, interfaces: list[str], params: dict | None = None,
+    def _pair(self, pair: Any) -> list[str]:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ConfigError("interfaces", pair, "two interfaces, [a, b] in cabling order")
+        return [self.check_interface(i) for i in pair]
+
+    @staticmethod
+    def _scenario(dataplane: str, frame_size: int, flows: int, params: dict | None) -> Scenario:
+        return Scenario(dataplane=dataplane, frame_size=frame_size, flows=flows, params=params or {})
+
+    def _write_record(self, attached: dict[str, tuple[int, str, int]] | None = None) -> None:
+        owners.write_json(self.record, {"owner": owners.me(), "netns": _netns(),
+                                        "anchor": self.tester.anchor if self.tester else None,
+                                        "attached": {k: {"ifindex": v[0], "mode": v[1], "prog_id": v[2]}
+                                                     for k, v in (attached or {}).items()}})
+
+    def load(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
              cores: list[int] | None = None) -> dict[str, Any]:
-        from perfkit.scenario import Scenario
-        if self.nf is not None:
+        """The dataplane on ``interfaces``: a pair ``[a, b]``, or a list of pairs (one instance each)."""
+        if self.dut is not None:
             raise PerfkitError(f"host {self.host}: a dataplane is loaded already (unload it first)")
-        if not isinstance(interfaces, list) or len(interfaces) != 2:
-            raise ConfigError("interfaces", interfaces, "the DUT's two interfaces, [a, b]")
-        a, b = (self.check_interface(i) for i in interfaces)
-        scenario = Scenario(dataplane=dataplane, frame_size=frame_size, flows=flows, params=params or {})
-        ifindex = {i: socket.if_nametoindex(i) for i in (a, b)}
-        owners.write_json(self.record, {"owner": owners.me(), "netns": _netns(), "attached": {}})
-        self.nf = scenario.dp.load(scenario.traffic(), ifindex[a], ifindex[b])
-        modes = []
-        for name in (a, b):
-            mode = _attach(ifindex[name], self.nf.program.fd)
-            self.attached[name] = (ifindex[name], mode, prog_info(self.nf.program.fd).id)
-            owners.write_json(self.record, {"owner": owners.me(), "netns": _netns(), "attached": {
-                k: {"ifindex": v[0], "mode": v[1], "prog_id": v[2]} for k, v in self.attached.items()}})
-            modes.append(mode)
-        threads = _threaded_napi([a, b], cores or [])
-        return {"mode": "native" if all(m == "native" for m in modes) else "generic", "modes": dict(zip((a, b), modes)),
-                "program": self.nf.program.name, "packet_threads": threads}
+        pairs = interfaces if interfaces and isinstance(interfaces[0], list) else [interfaces]
+        pairs = [self._pair(p) for p in pairs]
+        scenario = self._scenario(dataplane, frame_size, flows, params)
+        self._write_record()
+        self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record)
+        modes = self.dut.modes
+        return {"mode": "native" if all(m == "native" for m in modes.values()) else "generic", "modes": modes,
+                "program": self.dut.instances[0].program.name, "packet_threads": self.dut.packet_threads}
+
+    def _need_dut(self) -> DutSide:
+        if self.dut is None:
+            raise PerfkitError(f"host {self.host}: no dataplane is loaded")
+        return self.dut
 
     def counters(self) -> dict[str, Any]:
-        if self.nf is None:
-            raise PerfkitError(f"host {self.host}: no dataplane is loaded")
-        info = prog_info(self.nf.program.fd)
-        return {"counters": self.nf.counters(), "run_cnt": info.run_cnt, "run_time_ns": info.run_time_ns}
+        dut = self._need_dut()
+        runs, ns = dut._runtime()
+        return {"counters": dut.counters(), "run_cnt": runs, "run_time_ns": ns}
+
+    def begin(self, start_at: float | None = None) -> None:
+        self._need_dut().begin(start_at)
+
+    def end(self) -> dict[str, Any]:
+        return self._need_dut().end()
+
+    def tester_setup(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
+                     cores: list[int] | None = None, capture_count: int = 64) -> dict[str, Any]:
+        """perfkit's generator and sink on the pair ``interfaces`` (cabled to the DUT's a and b)."""
+        if self.tester is not None:
+            raise PerfkitError(f"host {self.host}: a generator is set up already (unload it first)")
+        pair = self._pair(interfaces)
+        scenario = self._scenario(dataplane, frame_size, flows, params)
+        self._write_record()
+        self.tester = TesterSide(scenario, pair, cores or [], capture_count)
+        self._write_record()
+        return {"tx": self.tester.tx, "rx": self.tester.rx, "wire_frame_size": self.tester.gen.wire_frame_size}
+
+    def send(self, rate_pps: float | None, duration: float, packets: int | None = None,
+             start_at: float | None = None) -> dict[str, Any]:
+        if self.tester is None:
+            raise PerfkitError(f"host {self.host}: no generator is set up")
+        return self.tester.send(rate_pps, duration, packets, start_at)
 
     def unload(self) -> dict[str, Any]:
-        """Detach what this agent attached (only its own programs) and close the dataplane. Idempotent."""
-        detached = []
-        for name, (ifindex, mode, prog_id) in list(self.attached.items()):
-            try:
-                if xdp_prog_id(ifindex, mode) == prog_id:
-                    xdp_detach(ifindex, mode)
-                    detached.append(name)
-            except BpfError:
-                pass   # the interface is gone: so is its program
-            del self.attached[name]
-        if self.nf is not None:
-            self.nf.close()
-            self.nf = None
+        """Take down what this agent set up (only its own programs). Idempotent."""
+        detached = self.dut.close() if self.dut else []
+        self.dut = None
+        if self.tester:
+            self.tester.close()
+            self.tester = None
         self.record.unlink(missing_ok=True)
         return {"detached": detached}
 
@@ -129,57 +167,16 @@ class Agent:
         if not isinstance(args, dict):
             return {"id": rid, "ok": False, "error": "args: not an object"}, False
         fn: Callable[..., Any] = {"hello": self.hello, "load": self.load, "counters": self.counters,
-                                  "unload": self.unload, "bye": self.unload}[op]
+                                  "begin": self.begin, "end": self.end, "tester": self.tester_setup,
+                                  "send": self.send, "unload": self.unload, "bye": self.unload}[op]
         try:
-            with BpfStats() if op == "counters" else _nothing():
+            with BpfStats() if op == "counters" else nullcontext():
                 result = fn(**args)
         except TypeError as err:
             return {"id": rid, "ok": False, "error": f"args of {op}: {err}"}, False
         except (PerfkitError, OSError) as err:
             return {"id": rid, "ok": False, "error": " ".join(str(err).split())}, False
         return {"id": rid, "ok": True, "result": result}, op == "bye"
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _attach(ifindex: int, fd: int) -> str:
-    """Attach natively, else generically; returns the mode."""
-    try:
-        xdp_attach(ifindex, fd, "native")
-        return "native"
-    except BpfError:
-        xdp_attach(ifindex, fd, "generic")
-        return "generic"
-
-
-def _threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:
-    """Threaded NAPI on ``ifaces``, their threads pinned to ``cores`` with SCHED_FIFO as on the
-    local testbed; returns the threads' pids (none where the driver has no threaded NAPI)."""
-    pids = []
-    for iface in ifaces:
-        path = Path(f"/sys/class/net/{iface}/threaded")
-        try:
-            path.write_text("1")
-        except OSError:
-            continue
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                except OSError:
-                    continue
-                if comm.startswith(f"napi/{iface}-"):
-                    if cores:
-                        os.sched_setaffinity(int(pid), set(cores))
-                    os.sched_setscheduler(int(pid), os.SCHED_FIFO, os.sched_param(50))
-                    pids.append(int(pid))
-    return pids
 
 
 def serve(agent: Agent, inp: TextIO, out: TextIO) -> None:
@@ -211,6 +208,9 @@ def clean() -> list[str]:
         rec = owners.read_json(f) or {}
         if owners.alive(rec.get("owner")) or rec.get("netns", _netns()) != _netns():
             continue
+        if rec.get("anchor"):
+            if subprocess.run(["ip", "link", "del", str(rec["anchor"])], capture_output=True).returncode == 0:
+                removed.append(f"link {rec['anchor']}")
         for name, a in (rec.get("attached") or {}).items():
             try:
                 if xdp_prog_id(int(a["ifindex"]), a["mode"]) == a["prog_id"]:

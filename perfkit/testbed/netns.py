@@ -38,8 +38,12 @@ def _setns(fd: int, what: str) -> None:
 
 
 @contextmanager
-def inside(name: str) -> Iterator[None]:
-    """Run the body with the calling thread in network namespace ``name``."""
+def inside(name: str | None) -> Iterator[None]:
+    """Run the body with the calling thread in network namespace ``name`` (None: where it is, as on
+    a lab host, whose interfaces are in the namespace perfkit runs in)."""
+    if not name:
+        yield
+        return
     try:
         target = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
     except FileNotFoundError:
@@ -56,8 +60,8 @@ def inside(name: str) -> Iterator[None]:
         os.close(home)
 
 
-def ifindex(ns: str, dev: str) -> int:
-    """Interface index of ``dev`` in namespace ``ns``."""
+def ifindex(ns: str | None, dev: str) -> int:
+    """Interface index of ``dev`` in namespace ``ns`` (None: this thread's)."""
     with inside(ns):
         try:
             return socket.if_nametoindex(dev)

@@ -1,0 +1,200 @@
+"""``LabGenerator``: trials in a lab of hosts (``perfkit.lab``), over SSH.
+
+The DUT host's agent loads the dataplane on the DUT's interfaces cabled to the testers (one
+instance per tester's pair of cables) and measures what each trial cost it (drops, the program's
+run time, its packet threads' CPU time per packet). Each tester host's agent runs perfkit's XDP
+generator and sink on its pair of interfaces; with several testers, each offers an equal share of
+the rate from a common start time, and their counts, sequence checks and latency histograms are
+merged. A trial's notes say which hosts measured it and what each tester offered and received, and
+which tester fell short of its share when generation limited it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.generators.base import Generator
+from perfkit.lab import inventory as lab_inventory
+from perfkit.lab.inventory import Lab, LabHost
+from perfkit.lab.remote import AgentSession
+from perfkit.scenario import Scenario
+from perfkit.trial import RING_DROP, TrialResult
+
+#: Seconds between telling the testers to send and the common start (SSH round trips on the way).
+START_DELAY = 0.3
+#: Below this share of its rate a tester is said to have limited the trial.
+SHORT = 0.95
+
+
+def cabling(lab: Lab, tester: LabHost) -> tuple[list[str], list[str]]:
+    """The tester's two interfaces cabled to the DUT, and the DUT's at their other ends (in the
+    tester's cabling order: its first faces the DUT's ``a`` side)."""
+    dut = lab.dut
+    pairs = [(i.name, i.peer.split(":", 1)[1]) for i in tester.interfaces
+             if i.peer and i.peer.split(":", 1)[0] == dut.name]
+    if len(pairs) < 2:
+        raise ConfigError(f"host {tester.name}: interfaces", [i.name for i in tester.interfaces],
+                          f"two interfaces whose peer is an interface of the DUT {dut.name} (HOST:INTERFACE)")
+    return [pairs[0][0], pairs[1][0]], [pairs[0][1], pairs[1][1]]
+
+
+def merged_percentiles(reports: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """Percentiles of the testers' summed histogram ``key`` (``latency_hist``: with exact min and max)."""
+    import numpy as np
+    from perfkit.testbed.sink import percentiles
+    hists = [np.asarray(r[key], dtype=np.int64) for r in reports if r.get(key)]
+    if not hists:
+        return {}
+    if key == "latency_hist":
+        lows = [r["latency_min_ns"] for r in reports if r.get("latency_min_ns") is not None]
+        highs = [r["latency_max_ns"] for r in reports if r.get("latency_max_ns") is not None]
+        return percentiles(sum(hists), min(lows) if lows else None, max(highs) if highs else None)
+    return percentiles(sum(hists))
+
+
+class LabGenerator(Generator):
+    """The DUT host's and the testers' agents, prepared for one scenario."""
+
+    name = "lab"
+
+    def __init__(self, scenario: Scenario, *, inventory: str | Path, testers: list[str] | None = None,
+                 capture_count: int = 64):
+        """``testers``: the tester hosts to use, by inventory name (default: every one)."""
+        super().__init__(scenario)
+        self.lab = lab_inventory.load(inventory)
+        chosen = self.lab.role("tester")
+        if testers is not None:
+            names = [h.name for h in chosen]
+            for t in testers:
+                if t not in names:
+                    raise ConfigError("testers", t, f"a tester host of the inventory: {', '.join(names) or 'none'}")
+            chosen = tuple(h for h in chosen if h.name in testers)
+        if not chosen:
+            raise ConfigError("inventory group tester", [], "at least one host that runs perfkit's generator")
+        dut = self.lab.dut
+        if scenario.dut_cores > len(dut.dut_cores):
+            raise ConfigError("dut_cores", scenario.dut_cores, f"<= {len(dut.dut_cores)}: the DUT host's dut_cores "
+                              f"{list(dut.dut_cores)}")
+        if scenario.dut_cores > 1:
+            raise ConfigError("dut_cores", scenario.dut_cores, "1 in a lab for now (the agent steers to one core)")
+        self.testers = chosen
+        self.cabling = {t.name: cabling(self.lab, t) for t in chosen}
+        self.dut_cores = list(dut.dut_cores[:scenario.dut_cores])
+        self.traffic = scenario.traffic()
+        self.sessions: dict[str, AgentSession] = {}
+        what = {"dataplane": scenario.dataplane, "frame_size": scenario.frame_size, "flows": scenario.flows,
+                "params": dict(scenario.params)}
+        try:
+            self.sessions[dut.name] = AgentSession(dut)
+            self.loaded = self.sessions[dut.name].call(
+                "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores, **what)
+            for t in chosen:
+                self.sessions[t.name] = AgentSession(t)
+                self.sessions[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
+                                           capture_count=capture_count, **what)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def dut(self) -> AgentSession:
+        return self.sessions[self.lab.dut.name]
+
+    def measure(self, rate_pps: float | None, duration: float, packets: int | None = None) -> TrialResult:
+        if rate_pps is not None and not rate_pps > 0:
+            raise ConfigError("rate", rate_pps, "a positive number of packets/s, or None (as fast as possible)")
+        if not duration > 0:
+            raise ConfigError("duration", duration, "a positive number of seconds")
+        n = len(self.testers)
+        shares = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [None] * n
+        reports: dict[str, dict[str, Any]] = {}
+        errors: list[BaseException] = []
+        start_at = time.time() + START_DELAY
+
+        def begin() -> None:
+            try:
+                self.dut.call("begin", start_at=start_at, timeout=START_DELAY + 30)
+            except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread
+                errors.append(err)
+
+        def send(t: LabHost, share: int | None) -> None:
+            try:
+                reports[t.name] = self.sessions[t.name].call(
+                    "send", rate_pps=rate_pps / n if rate_pps else None, duration=duration, packets=share,
+                    start_at=start_at, timeout=START_DELAY + 2 * duration + 30)
+            except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread
+                errors.append(err)
+
+        threads = [threading.Thread(target=begin, daemon=True)]
+        threads += [threading.Thread(target=send, args=(t, s), daemon=True) for t, s in zip(self.testers, shares)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        dut = self.dut.call("end")
+        if errors:
+            raise errors[0]
+        return self._result(rate_pps, duration, packets, [reports[t.name] for t in self.testers], dut)
+
+    def _result(self, rate_pps: float | None, duration: float, packets: int | None, reps: list[dict[str, Any]],
+                dut: dict[str, Any]) -> TrialResult:
+        tx = sum(r["tx_packets"] for r in reps)
+        captures = [bytes.fromhex(c) for r in reps for c in r["captures"]]
+        mismatches = [why for c in captures if (why := self.scenario.dp.check_output(self.traffic, c))]
+        dut_drops = dict(dut["dut_drops"])
+        ring_in = sum(r["dut_ring"] for r in reps)
+        if ring_in:
+            dut_drops[RING_DROP] = ring_in
+        elapsed = max(r["elapsed"] for r in reps)
+        result = TrialResult.for_scenario(
+            self.scenario, wire_frame_size=reps[0]["wire_frame_size"], dut_cores=len(self.dut_cores), generator=self.name,
+            duration=duration, intended_pps=float(rate_pps or 0.0),
+            intended_packets=sum(r["intended"] for r in reps) if rate_pps or packets else tx,
+            tx_packets=tx, rx_packets=sum(r["rx_packets"] for r in reps), tx_bytes=sum(r["tx_bytes"] for r in reps),
+            rx_bytes=sum(r["rx_bytes"] for r in reps), elapsed=elapsed, start_time=min(r["start_time"] for r in reps),
+            end_time=max(r["end_time"] for r in reps), latency_ns=merged_percentiles(reps, "latency_hist"),
+            ipdv_ns=merged_percentiles(reps, "ipdv_hist"), reordered=sum(r["reordered"] for r in reps),
+            duplicates=sum(r["duplicates"] for r in reps), mismatched_packets=len(mismatches), dut_drops=dut_drops,
+            tester_drops={RING_DROP: dut["tester_ring"]} if dut["tester_ring"] else {},
+            bpf_ns_per_packet=dut["bpf_ns_per_packet"], dut_ns_per_packet=dut.get("dut_ns_per_packet"),
+            kernel_ns_per_packet=dut.get("kernel_ns_per_packet"), dut_busy=dut.get("dut_busy"),
+            dut_capacity_pps=dut.get("dut_capacity_pps"), dut_busy_per_core=dut["dut_busy_per_core"],
+            dut_wakeups=dut["dut_wakeups"], ring_cores=self.dut_cores[:1] if ring_in else [],
+            sink_gap_us=max(r["max_gap_ns"] for r in reps) / 1e3,
+            gen_slip_us=max(0.0, elapsed - duration) * 1e6 if rate_pps else None)
+        result.notes.extend(self._notes(result, reps, mismatches, len(captures)))
+        return result
+
+    def _notes(self, r: TrialResult, reps: list[dict[str, Any]], mismatches: list[str], captured: int) -> list[str]:
+        modes = sorted(set(self.loaded["modes"].values()))
+        notes = [f"lab {self.lab.source}: DUT {self.lab.dut.name} ({'/'.join(modes)} XDP, cores {self.dut_cores}), "
+                 f"testers {', '.join(t.name for t in self.testers)}"]
+        for t, rep in zip(self.testers, reps):
+            notes.append(f"{t.name}: offered {rep['tx_packets']}, received {rep['rx_packets']}")
+        if "generic" in modes:
+            notes.append("the DUT's driver took no native XDP: the dataplane ran as generic XDP (slower)")
+        unaccounted = r.tx_packets - r.rx_packets - sum(r.dut_drops.values()) - sum(r.tester_drops.values())
+        if unaccounted:
+            notes.append(f"{unaccounted} packets unaccounted for (offered - received - counted drops)")
+        if mismatches:
+            notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} "
+                         f"should emit; first: {mismatches[0]}")
+        if r.intended_pps and r.elapsed > 0:
+            share = r.intended_pps / len(reps)
+            short = [f"{t.name} ({rep['tx_packets'] / rep['elapsed']:.0f} pps)" for t, rep in zip(self.testers, reps)
+                     if rep["elapsed"] > 0 and rep["tx_packets"] / rep["elapsed"] < SHORT * share]
+            if short:
+                notes.append(f"generation limited the trial: {', '.join(short)} offered less than its share of "
+                             f"{share:.0f} pps (its ceiling)")
+        return notes
+
+    def close(self) -> None:
+        for name, s in list(self.sessions.items()):
+            try:
+                s.close()
+            except (PerfkitError, OSError):
+                s.kill()
+            del self.sessions[name]

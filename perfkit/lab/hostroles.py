@@ -1,0 +1,241 @@
+"""What the agent runs on a lab host for each role: the DUT's dataplane and its measurements
+(``DutSide``), and a tester's XDP generator and sink (``TesterSide``).
+
+They are the local testbed's parts (``perfkit.testbed``: the dataplane's loader, ``LiveGenerator``,
+``Sink``, the DUT's CPU accounting) on the host's own interfaces, in the network namespace the
+agent runs in. Answers are plain JSON-ready dicts; ``perfkit.generators.lab`` turns them into a
+``TrialResult``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any
+
+from perfkit.errors import BpfError, ConfigError, PerfkitError
+from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
+from perfkit.host import cpustat
+from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
+from perfkit.scenario import Scenario
+from perfkit.testbed import netns
+
+#: How long the sink must see nothing new before a trial counts as drained [s] (as the local testbed).
+DRAIN_QUIET = 0.05
+DRAIN_MAX = 2.0
+
+
+def link_stats(dev: str) -> dict[str, int]:
+    """``ethtool -S`` counters of ``dev`` (veth: per-queue XDP counters)."""
+    out = netns.run(None, "ethtool", "-S", dev, check=False)
+    stats = {}
+    for line in out.splitlines()[1:]:
+        key, _, value = line.strip().partition(":")
+        if value.strip().lstrip("-").isdigit():
+            stats[key.strip()] = int(value)
+    return stats
+
+
+def xmit_errors(dev: str) -> int:
+    """Frames XDP redirected to ``dev`` that its peer's ring refused (veth), or 0."""
+    return sum(v for k, v in link_stats(dev).items() if k.endswith("xdp_xmit_errors"))
+
+
+def threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:
+    """Threaded NAPI on ``ifaces``, their threads pinned to ``cores`` with SCHED_FIFO as on the local
+    testbed; returns the threads' pids (none where the driver has no threaded NAPI)."""
+    pids = []
+    for iface in ifaces:
+        try:
+            with open(f"/sys/class/net/{iface}/threaded", "w") as f:
+                f.write("1")
+        except OSError:
+            continue
+        for t in cpustat.find_kthreads(f"napi/{iface}-*"):
+            if cores:
+                os.sched_setaffinity(t.pid, set(cores))
+            os.sched_setscheduler(t.pid, os.SCHED_FIFO, os.sched_param(50))
+            pids.append(t.pid)
+    return pids
+
+
+def attach(ifindex: int, fd: int) -> str:
+    """Attach natively, else generically; returns the mode."""
+    try:
+        xdp_attach(ifindex, fd, "native")
+        return "native"
+    except BpfError:
+        xdp_attach(ifindex, fd, "generic")
+        return "generic"
+
+
+class DutSide:
+    """The dataplane on the DUT host: one instance per pair of interfaces ``[a, b]`` (a tester's
+    cables), and what one trial cost it."""
+
+    def __init__(self, scenario: Scenario, pairs: list[list[str]], cores: list[int], on_attach: Any = None):
+        """``on_attach(name, ifindex, mode, prog_id)`` records each attachment before anything else."""
+        self.scenario, self.cores = scenario, list(cores)
+        self.instances: list[Any] = []
+        self.attached: dict[str, tuple[int, str, int]] = {}
+        self.modes: dict[str, str] = {}
+        traffic = scenario.traffic()
+        try:
+            for a, b in pairs:
+                ia, ib = netns.ifindex(None, a), netns.ifindex(None, b)
+                nf = scenario.dp.load(traffic, ia, ib)
+                self.instances.append(nf)
+                for name, idx in ((a, ia), (b, ib)):
+                    mode = attach(idx, nf.program.fd)
+                    self.attached[name] = (idx, mode, prog_info(nf.program.fd).id)
+                    self.modes[name] = mode
+                    if on_attach:
+                        on_attach(self.attached)
+            self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
+        except BaseException:
+            self.close()
+            raise
+        self.ingress = [p[0] if traffic.ingress == "a" else p[1] for p in pairs]
+        self.egress = [p[1] if traffic.ingress == "a" else p[0] for p in pairs]
+        self.thread_cores = thread_cores(self.packet_threads)
+        self._stats: BpfStats | None = None
+        self._begin: dict[str, Any] = {}
+
+    def counters(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for nf in self.instances:
+            for k, v in nf.counters().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def _runtime(self) -> tuple[int, int]:
+        infos = [prog_info(nf.program.fd) for nf in self.instances]
+        return sum(i.run_cnt for i in infos), sum(i.run_time_ns for i in infos)
+
+    def begin(self, start_at: float | None = None) -> None:
+        """Mark the start of a trial at ``start_at`` (a Unix time: the testers' common start; the
+        busy shares are over the window from then to ``end``); kernel BPF statistics are on until ``end``."""
+        if start_at is not None:
+            time.sleep(max(0.0, start_at - time.time()))
+        self._stats = BpfStats()
+        self._stats.__enter__()
+        self._begin = {"counters": self.counters(), "runtime": self._runtime(),
+                       "threads": cpustat.runtime_ns(self.packet_threads), "slices": cpustat.timeslices(self.packet_threads),
+                       "out_errors": sum(xmit_errors(d) for d in self.egress), "window": time.monotonic_ns()}
+
+    def end(self) -> dict[str, Any]:
+        """What the DUT did since ``begin``: drops by reason, program run time, its packet threads'
+        CPU time per packet, busy shares, wake-ups; frames it could not hand to a tester's ring."""
+        if not self._begin:
+            raise PerfkitError("end without begin")
+        threads1, window1 = cpustat.runtime_ns(self.packet_threads), time.monotonic_ns()
+        slices1 = cpustat.timeslices(self.packet_threads)
+        runs1, ns1 = self._runtime()
+        if self._stats:
+            self._stats.__exit__(None, None, None)
+            self._stats = None
+        b = self._begin
+        counters1 = self.counters()
+        forwarding = self.scenario.dp.forward_counters
+        drops = {k: counters1[k] - b["counters"].get(k, 0) for k in counters1
+                 if k not in forwarding and counters1[k] != b["counters"].get(k, 0)}
+        runs, ns = runs1 - b["runtime"][0], ns1 - b["runtime"][1]
+        thread_ns = {p: threads1[p] - b["threads"][p] for p in threads1 if p in b["threads"]}
+        window = window1 - b["window"]
+        self._begin = {}
+        return {"dut_drops": drops, "runs": runs, "bpf_ns_per_packet": ns / runs if runs else None,
+                **dut_cost(sum(thread_ns.values()), runs, ns, window, len(self.cores)),
+                "dut_busy_per_core": busy_per_core(thread_ns, self.thread_cores, window, self.cores),
+                "dut_wakeups": sum(slices1[p] - b["slices"][p] for p in slices1 if p in b["slices"]),
+                "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
+                "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding}}
+
+    def close(self) -> list[str]:
+        """Detach this side's programs (only if still its own) and close them; returns the interfaces."""
+        if self._stats:
+            self._stats.__exit__(None, None, None)
+            self._stats = None
+        detached = []
+        for name, (ifindex, mode, prog_id) in list(self.attached.items()):
+            try:
+                if xdp_prog_id(ifindex, mode) == prog_id:
+                    xdp_detach(ifindex, mode)
+                    detached.append(name)
+            except BpfError:
+                pass   # the interface is gone, and its program with it
+            del self.attached[name]
+        for nf in self.instances:
+            nf.close()
+        self.instances = []
+        return detached
+
+
+class TesterSide:
+    """perfkit's XDP generator and sink on a tester host's pair of interfaces ``[first, second]``
+    (cabled to the DUT's ``a`` and ``b``), sending into the DUT's ingress side."""
+
+    def __init__(self, scenario: Scenario, pair: list[str], cores: list[int], capture_count: int = 64):
+        from perfkit.testbed.livegen import LiveGenerator
+        from perfkit.testbed.sink import Sink
+        from perfkit.testbed.topology import Port
+        if not cores:
+            raise ConfigError("tester_cores", cores, "the tester host's CPUs for the generator, e.g. [2]")
+        self.scenario, self.capture_count = scenario, capture_count
+        profile = scenario.traffic()
+        self.tx, self.rx = pair if profile.ingress == "a" else pair[::-1]
+        # the generator's anchor: a veth pair of its own on the host (perfkit.testbed.livegen)
+        self.anchor = f"pkg{os.getpid() % 0xfffff:05x}g"
+        self.sink: Any = None
+        self.gen: Any = None
+        try:
+            netns.run(None, "ip", "link", "add", self.anchor, "type", "veth", "peer", "name", self.anchor[:-1] + "h")
+            for dev in (self.anchor, self.anchor[:-1] + "h"):
+                netns.run(None, "ip", "link", "set", dev, "up")
+            self.sink = Sink(capture_count)
+            for dev in pair:
+                self.sink.attach(None, netns.ifindex(None, dev))
+            self.sink_threads = threaded_napi(list(pair), cores)
+            self.gen = LiveGenerator(profile, Port(None, self.tx, "", ""), Port(None, self.anchor, "", ""), cores)
+        except BaseException:
+            self.close()
+            raise
+
+    def send(self, rate_pps: float | None, duration: float, packets: int | None = None,
+             start_at: float | None = None) -> dict[str, Any]:
+        """One trial's sending (from ``start_at``, a Unix time, when given) and what came back."""
+        assert self.gen and self.sink
+        self.sink.reset(self.capture_count)
+        self.gen.reset()
+        in_errors = xmit_errors(self.tx)
+        if start_at is not None:
+            time.sleep(max(0.0, start_at - time.time()))
+        sent = self.gen.send(rate_pps, duration, packets)
+        deadline, last, quiet = time.monotonic() + DRAIN_MAX, -1, time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet < DRAIN_QUIET:
+            frames = self.sink.totals()[0]
+            if frames != last:
+                last, quiet = frames, time.monotonic()
+            time.sleep(0.005)
+        end = time.time()
+        rep = self.sink.read()
+        tx_packets, tx_bytes = self.gen.counters()
+        live = [s for s in rep.streams if s.packets]
+        return {"tx_packets": tx_packets, "tx_bytes": tx_bytes, "intended": sent.intended, "elapsed": sent.elapsed,
+                "start_time": sent.start, "end_time": end, "rx_packets": rep.packets, "rx_bytes": rep.bytes,
+                "unsigned": rep.unsigned, "reordered": rep.reordered, "duplicates": rep.duplicates,
+                "latency_hist": rep.latency_hist.tolist(), "ipdv_hist": rep.ipdv_hist.tolist(),
+                "latency_min_ns": min((s.lat_min_ns for s in live), default=None),
+                "latency_max_ns": max((s.lat_max_ns for s in live), default=None),
+                "max_gap_ns": rep.max_gap_ns, "wire_frame_size": self.gen.wire_frame_size,
+                "dut_ring": xmit_errors(self.tx) - in_errors,
+                "captures": [c.data.hex() for c in self.sink.captures()]}
+
+    def close(self) -> None:
+        for part in (self.gen, self.sink):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # noqa: BLE001 - the anchor must go regardless
+                    pass
+        self.gen = self.sink = None
+        subprocess.run(["ip", "link", "del", self.anchor], capture_output=True)
