@@ -194,3 +194,49 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert [n for n in r.notes if n.startswith(tuple(f"{t}: offered" for t in testers))] == \
         [f"{t}: offered {10_000 // len(testers)}, received {10_000 // len(testers)}" for t in testers]
     assert _gone_within(sb, 10) < 1
+
+
+# -- the same campaign, in the lab -----------------------------------------------------------------
+LAB_CAMPAIGN = """\
+name: lab-smoke
+dataplane: {dataplane}
+frame_sizes: [128]
+flows: [16]
+generator: {{backend: xdp, options: {{testers: [tester1]}}}}
+methods:
+  - method: maxrate
+    params: {{duration: 0.5}}
+  - method: ndrpdr
+    params: {{goals: [0.0], initial_duration: 0.25, final_duration: 0.5, relative_width: 0.1, max_trials: 6}}
+metrics: {{enabled: false}}
+"""
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("dataplane", ["pgwu", "l4lb"])
+def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple[Sandbox, Lab], dataplane: str,
+                                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+    from perfkit.cli import main
+    from perfkit.store import RunStore
+    sb, _ = lab
+    campaign = tmp_path / "lab-smoke.yaml"
+    campaign.write_text(LAB_CAMPAIGN.format(dataplane=dataplane))
+    assert main(["run", str(campaign), "--lab", str(sb.inventory), "--root", str(tmp_path / "runs"), "--no-progress",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "complete"
+    store = RunStore.open(out["run_id"], tmp_path / "runs")
+    trials = store.trials()
+    assert isinstance(trials, pd.DataFrame) and len(trials) >= 3
+    assert set(trials["generator"]) == {"lab"} and (trials["mismatched_packets"] == 0).all()
+    assert trials["dut_ns_per_packet"].notna().all() and trials["bpf_ns_per_packet"].notna().all()
+    zero = trials[(trials["method"] != "maxrate") & (trials["rx_packets"] == trials["tx_packets"])]
+    assert len(zero) >= 1     # the NDR search's zero-loss trials: every frame back, counted exactly
+    meta = store.metadata()
+    assert meta["generator"] == "lab" and "lab: " in meta["campaign"]["text"]
+    assert [h["name"] for h in meta["lab"]["hosts"]] == ["dut1", "tester1", "tester2", "metrics1"]
+    assert meta["lab"]["facts"]["dut1"]["interfaces"]["a0"]["driver"] == "veth"
+    assert not any("ssh_options" in h or "ansible_ssh_private_key_file" in json.dumps(h) for h in meta["lab"]["hosts"])
+    assert all(any(n.startswith("lab ") and "DUT dut1" in n for n in json.loads(notes)) for notes in trials["notes"])
+    assert _gone_within(sb, 10) < 1

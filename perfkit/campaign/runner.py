@@ -101,6 +101,9 @@ def run_campaign(campaign: Campaign | str | Path, *, run_id: str | None = None, 
     facts = host_facts()
     if campaign.generator.backend == "xdp":  # the host's stalls decide what zero loss can mean here
         facts["host_check"] = _host_check(campaign.generator.host_check_seconds, say)
+    if campaign.generator.backend == "lab":   # the lab's hosts, roles and facts (no secret: perfkit.lab)
+        from perfkit.lab.provision import lab_metadata
+        facts["lab"] = lab_metadata(campaign.generator.options["inventory"])
     with stop.deferred():   # a stop waits for the directory and its metadata: half made, no resume takes it
         store = RunStore.create(run_id, root, new_metadata(campaign, facts))
         store.lock()

@@ -27,6 +27,12 @@ each with. Example (``campaigns/default.yaml`` is the full one)::
     metrics:
       enabled: true          # push every trial (after it is on disk)
       start_local: true      # start the local Prometheus stack unless endpoints are configured
+    lab: null                # an Ansible inventory: run in that lab (perfkit.lab), generator lab
+
+``lab: INVENTORY`` (``perfkit run CAMPAIGN --lab INVENTORY``) runs the same campaign in a lab: the
+generator becomes ``lab`` (``perfkit.generators.lab``: the DUT host's and the testers' agents over
+SSH) with the inventory as its option, keeping the options that generator takes (``testers``,
+``capture_count``); ``dut_cores: auto`` is 1 there.
 
 Trial durations are method parameters (``duration``, ``initial_duration``, ``final_duration``);
 ``params`` are the fields of the method's parameter dataclass (``perfkit.search``), checked here.
@@ -67,7 +73,7 @@ from perfkit.yamlload import load_yaml
 
 #: The keys a campaign file may have at the top level.
 TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
-            "repeats", "generator", "methods", "metrics", "perf")
+            "repeats", "generator", "methods", "metrics", "perf", "lab")
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds", "host_check_seconds")
 METHOD_KEYS = ("method", "label", "params")
 METRICS_KEYS = ("enabled", "start_local", "stack_dir", "config", "prometheus_url", "pushgateway_url")
@@ -76,13 +82,15 @@ REQUIRED = ("frame_sizes", "methods")
 #: What a top-level key left out means. Not here: ``name`` (the file's stem), ``dataplane``
 #: (``perfkit.dataplanes.DEFAULT``); each dataplane parameter left out of ``params`` takes its own default.
 DEFAULTS: dict[str, Any] = {"description": "", "params": {}, "flows": [1], "dut_cores": "auto", "line_rate": "10GbE",
-                            "repeats": 1, "generator": {}, "metrics": {}, "perf": False}
+                            "repeats": 1, "generator": {}, "metrics": {}, "perf": False, "lab": None}
 #: What a ``generator`` key left out means; ``setup_seconds`` and ``trial_overhead_seconds`` depend
 #: on the backend (``SETUP_SECONDS``, ``TRIAL_OVERHEAD_SECONDS``).
 GENERATOR_DEFAULTS: dict[str, Any] = {"backend": "xdp", "options": {}, "jumbo_mtu": "auto", "host_check_seconds": 5.0}
 #: Per-backend defaults for the duration estimate: generator set-up per scenario, overhead per trial [s].
-SETUP_SECONDS = {"xdp": 5.0, "trex": 10.0, "sim": 0.0}
-TRIAL_OVERHEAD_SECONDS = {"xdp": 0.5, "trex": 1.0, "sim": 0.0}
+SETUP_SECONDS = {"xdp": 5.0, "trex": 10.0, "sim": 0.0, "lab": 10.0}
+TRIAL_OVERHEAD_SECONDS = {"xdp": 0.5, "trex": 1.0, "sim": 0.0, "lab": 1.0}
+#: The ``lab`` generator's options a campaign's generator options may carry into a lab.
+LAB_OPTIONS = ("testers", "capture_count")
 #: What a ``metrics`` key left out means.
 METRICS_DEFAULTS: dict[str, Any] = {"enabled": True, "start_local": True, "stack_dir": None, "config": None,
                                     "prometheus_url": None, "pushgateway_url": None}
@@ -178,7 +186,7 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
         raise ConfigError("campaign", type(raw).__name__, "a mapping of keys: " + ", ".join(TOP_KEYS))
     check_keys("campaign", raw, TOP_KEYS)
     cpus = cpus or machine_cpus()
-    generator = _generator(_default(raw, "generator", DEFAULTS))
+    generator = _in_lab(_generator(_default(raw, "generator", DEFAULTS)), _default(raw, "lab", DEFAULTS))
     dut_cores = _default(raw, "dut_cores", DEFAULTS)
     cores, shared = _dut_cores(dut_cores, generator.backend, cpus)
     dataplane = _choice("campaign.dataplane", raw.get("dataplane", dataplanes.DEFAULT), dataplanes.names())
@@ -316,8 +324,21 @@ def _flows(value: Any) -> tuple[int, ...]:
     return out
 
 
+def _in_lab(generator: GeneratorSpec, lab: Any) -> GeneratorSpec:
+    """The generator of a campaign run in the lab of inventory ``lab`` (None: as it is)."""
+    if lab is None:
+        return generator
+    if not isinstance(lab, str) or not lab:
+        raise ConfigError("campaign.lab", lab, "the path of an Ansible inventory (perfkit lab show -i it), or null")
+    options = {"inventory": lab, **{k: v for k, v in generator.options.items() if k in LAB_OPTIONS}}
+    return dataclasses.replace(generator, backend="lab", options=options, setup_seconds=SETUP_SECONDS["lab"],
+                               trial_overhead_seconds=TRIAL_OVERHEAD_SECONDS["lab"])
+
+
 def _dut_cores(value: Any, backend: str, cpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     local = backend in LOCAL_BACKENDS
+    if value in ("auto", "auto+shared") and backend == "lab":
+        return (1,), ()   # the lab generator's DUT agent runs the dataplane on one core for now
     if value in ("auto", "auto+shared"):
         if not local:
             raise ConfigError("campaign.dut_cores", value,

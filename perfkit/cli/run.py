@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from perfkit.campaign import resume_campaign, run_campaign
+from perfkit.campaign.schema import from_mapping, load_mapping, read_text
 from perfkit.cli._signals import sigpipe_ignored
 from perfkit.cli.options import add_json, add_run_store, check_run_args, emit
 from perfkit.errors import ConfigError, PerfkitError
@@ -55,11 +56,17 @@ def _run(args: argparse.Namespace):
     if args.resume:
         if args.run:
             raise ConfigError("--run", args.run, "nothing with --resume (the run keeps its id)")
+        if args.lab:
+            raise ConfigError("--lab", args.lab, "nothing with --resume (the run keeps its campaign, lab included)")
         outcome = resume_campaign(args.resume, campaign_path=args.campaign, **common)
     else:
         if not args.campaign:
             raise ConfigError("CAMPAIGN", None, "a campaign file, e.g. campaigns/default.yaml (or --resume RUN_ID)")
-        outcome = run_campaign(args.campaign, run_id=args.run, **common)
+        campaign = args.campaign
+        if args.lab:   # the same campaign, in the lab of an inventory (its text records the lab)
+            raw = {**load_mapping(read_text(campaign), str(campaign)), "lab": str(args.lab)}
+            campaign = from_mapping(raw, source=str(campaign))
+        outcome = run_campaign(campaign, run_id=args.run, **common)
     rep = None
     if args.report:
         rep = build_report(outcome.run_id, baseline_run_id=args.baseline, data_root=args.root,
@@ -76,5 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-metrics", action="store_true",
                    help="do not start the metrics stack nor push (trials are on disk; perfkit push --run later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--lab", metavar="INVENTORY", default=None,
+                   help="run the campaign in the lab of this Ansible inventory (the campaign key lab; docs/lab.md)")
     add_json(p)
     p.set_defaults(func=cmd_run)

@@ -259,6 +259,20 @@ def unreachable(output: str, lab: Lab) -> list[str]:
     return list(out.values())
 
 
+def facts_dir_of(source: str | os.PathLike[str]) -> Path:
+    """Where provisioning keeps the facts of the lab of inventory ``source`` (one file per host)."""
+    return BUILD_ROOT / "lab" / "facts" / hashlib.sha256(os.fspath(Path(source).absolute()).encode()).hexdigest()[:12]
+
+
+def lab_metadata(source: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a run records of its lab: the hosts perfkit reads from the inventory (no secret) and the
+    facts of the last provisioning (``facts``: host -> facts; empty when it was never provisioned)."""
+    lab = inventory.load(source)
+    d = facts_dir_of(source)
+    facts = {f.stem: json.loads(f.read_text()) for f in sorted(d.glob("*.json"))} if d.is_dir() else {}
+    return {**lab.to_dict(), "facts": facts}
+
+
 def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Path | None = None,
               echo: Any = None) -> ProvisionResult:
     """Provision the lab of inventory ``source``; ``echo(line)`` sees ansible-playbook's output as it
@@ -267,7 +281,7 @@ def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Pa
     work = BUILD_ROOT / "lab"
     source_id, tarball = source_tarball(work / "src")
     wheels_id, wheels = wheelhouse(work / "wheels")
-    facts_dir = Path(facts_dir or work / "facts" / hashlib.sha256(os.fspath(Path(source).absolute()).encode()).hexdigest()[:12])
+    facts_dir = Path(facts_dir or facts_dir_of(source))
     facts_dir.mkdir(parents=True, exist_ok=True)
     for old in facts_dir.glob("*.json") if not check else ():
         old.unlink()
