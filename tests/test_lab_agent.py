@@ -208,20 +208,23 @@ methods:
     params: {{duration: 0.5}}
   - method: ndrpdr
     params: {{goals: [0.0], initial_duration: 0.25, final_duration: 0.5, relative_width: 0.1, max_trials: 6}}
-metrics: {{enabled: false}}
+metrics: {{enabled: {metrics}}}
 """
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("dataplane", ["pgwu", "l4lb"])
+@pytest.mark.parametrize("dataplane, metrics", [("pgwu", True), ("l4lb", False)])
 def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple[Sandbox, Lab], dataplane: str,
-                                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+                                                                     metrics: bool, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
     from perfkit.cli import main
     from perfkit.store import RunStore
     sb, _ = lab
     campaign = tmp_path / "lab-smoke.yaml"
-    campaign.write_text(LAB_CAMPAIGN.format(dataplane=dataplane))
+    text = LAB_CAMPAIGN.format(dataplane=dataplane, metrics=str(metrics).lower())
+    # with metrics, a maxrate trial long enough for Prometheus' CPU figures (3 scrape intervals)
+    campaign.write_text(text.replace("{duration: 0.5}", "{duration: 3.5}") if metrics else text)
     assert main(["run", str(campaign), "--lab", str(sb.inventory), "--root", str(tmp_path / "runs"), "--no-progress",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -239,4 +242,39 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
     assert meta["lab"]["facts"]["dut1"]["interfaces"]["a0"]["driver"] == "veth"
     assert not any("ssh_options" in h or "ansible_ssh_private_key_file" in json.dumps(h) for h in meta["lab"]["hosts"])
     assert all(any(n.startswith("lab ") and "DUT dut1" in n for n in json.loads(notes)) for notes in trials["notes"])
+    if metrics:   # the DUT host's CPU, from the lab's metrics host: its Prometheus scraped dut1's node-exporter
+        assert out["metrics"]["note"].startswith(f"metrics: pushing to http://{sb.address('metrics1')}:9091")
+        cpu = store.prometheus_cpu()
+        assert cpu is not None and set(cpu["instance"]) == {f"{sb.address('dut1')}:9100"}
+        assert set(cpu["trial_id"]) >= set(trials.loc[trials["method"] == "maxrate", "trial_id"])
+    assert _gone_within(sb, 10) < 1
+
+
+@pytest.mark.lab
+def test_a_lab_run_killed_mid_trial_leaves_the_dut_clean_and_resumes(lab: tuple[Sandbox, Lab], tmp_path: Path) -> None:
+    sb, _ = lab
+    perfkit = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "perfkit")
+    campaign = tmp_path / "lab-kill.yaml"
+    campaign.write_text(LAB_CAMPAIGN.format(dataplane="pgwu", metrics="false").replace("{duration: 0.5}", "{duration: 3}"))
+    root = tmp_path / "runs"
+    proc = subprocess.Popen([perfkit, "run", str(campaign), "--lab", str(sb.inventory), "--root", str(root),
+                             "--no-progress", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _xdp_left(sb, "dut1") < 2:      # the DUT is loaded: the first trial (3 s) is about to run
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+        time.sleep(1.5)                        # mid-trial
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _gone_within(sb, 10) < 10
+    runs = [d.name for d in root.iterdir() if d.is_dir()]
+    assert len(runs) == 1
+    done = subprocess.run([perfkit, "run", "--resume", runs[0], "--root", str(root), "--no-progress", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "complete"
     assert _gone_within(sb, 10) < 1

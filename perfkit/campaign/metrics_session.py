@@ -133,7 +133,8 @@ class MetricsSession:
                      f"Pushgateway {self.endpoints.pushgateway_url})")
 
     def _use_configured(self, spec: MetricsSpec) -> None:
-        ep = load_endpoints(spec.config, prometheus_url=spec.prometheus_url, pushgateway_url=spec.pushgateway_url)
+        ep = load_endpoints(spec.config, prometheus_url=spec.prometheus_url, pushgateway_url=spec.pushgateway_url,
+                            node_selector=spec.node_selector)
         checks = {c.name: c for c in check_endpoints(ep)}
         self.prometheus_ok = checks["prometheus"].ok
         if not checks["pushgateway"].ok:

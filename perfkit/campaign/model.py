@@ -82,6 +82,9 @@ class MetricsSpec:
     """A metrics endpoints file (``perfkit.metrics.config``)."""
     prometheus_url: str | None
     pushgateway_url: str | None
+    node_selector: str | None = None
+    """PromQL label matchers of the DUT's node-exporter series (not a campaign key: a lab run sets it
+    to its DUT host's, ``perfkit.lab.provision.lab_metrics``); None: the endpoints' own."""
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,11 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
     ms: MetricsSession | None = None
     bar: tqdm | None = None
     try:
-        ms = MetricsSession.open(campaign.metrics, metrics and bool(todo), say=say, run_id=store.run_id)
+        spec = campaign.metrics
+        if campaign.generator.backend == "lab":   # the lab's metrics host, the DUT host's node-exporter
+            from perfkit.lab.provision import lab_metrics
+            spec = lab_metrics(spec, campaign.generator.options["inventory"])
+        ms = MetricsSession.open(spec, metrics and bool(todo), say=say, run_id=store.run_id)
         if todo:
             say(ms.note)
         bar = tqdm(total=len(units), initial=out.units_done_before, desc=campaign.name, unit="unit",

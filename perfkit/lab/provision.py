@@ -273,6 +273,22 @@ def lab_metadata(source: str | os.PathLike[str]) -> dict[str, Any]:
     return {**lab.to_dict(), "facts": facts}
 
 
+def lab_metrics(spec: Any, source: str | os.PathLike[str]) -> Any:
+    """A campaign's metrics (``MetricsSpec``) in the lab of inventory ``source``: unless the campaign or
+    the environment names endpoints, the lab's metrics host (provisioned: Prometheus, Pushgateway)
+    and the DUT host's node-exporter series (``host`` label) as the DUT's CPU."""
+    import dataclasses
+    explicit = spec.config or spec.prometheus_url or spec.pushgateway_url or any(
+        os.environ.get(e) for e in ("PERFKIT_METRICS_CONFIG", "PERFKIT_PUSHGATEWAY_URL", "PERFKIT_PROMETHEUS_URL"))
+    lab = inventory.load(source)
+    if explicit or not lab.role("metrics"):
+        return spec
+    m = lab.role("metrics")[0]
+    return dataclasses.replace(spec, prometheus_url=f"http://{m.address}:{PORTS['prometheus']}",
+                               pushgateway_url=f"http://{m.address}:{PORTS['pushgateway']}",
+                               node_selector=f'job="node",host="{lab.dut.name}"')
+
+
 def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Path | None = None,
               echo: Any = None) -> ProvisionResult:
     """Provision the lab of inventory ``source``; ``echo(line)`` sees ansible-playbook's output as it
