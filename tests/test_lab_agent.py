@@ -50,7 +50,8 @@ def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
                    {"id": 4, "op": "load", "args": {"bogus": 1}}, {"id": 5, "op": "bye"}, {"id": 6, "op": "hello"})
     assert [a["ok"] for a in answers] == [False, False, False, False, False, True]   # nothing after bye
     assert answers[0]["error"].startswith("request: not a JSON object")
-    assert answers[1]["error"] == "op: 'exec' is not one of hello, load, counters, begin, end, tester, send, unload, bye"
+    assert answers[1]["error"] == ("op: 'exec' is not one of hello, load, counters, begin, end, perf_start, perf_stop, "
+                                   "tester, send, unload, bye")
     assert answers[2]["error"] == "host dut1: no dataplane is loaded"
     assert answers[3]["error"] == ("interface of host dut1: 'eth9' is not allowed; allowed: an interface the "
                                    "inventory names for it: a0, b0")
@@ -223,8 +224,9 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
     sb, _ = lab
     campaign = tmp_path / "lab-smoke.yaml"
     text = LAB_CAMPAIGN.format(dataplane=dataplane, metrics=str(metrics).lower())
-    # with metrics, a maxrate trial long enough for Prometheus' CPU figures (3 scrape intervals)
-    campaign.write_text(text.replace("{duration: 0.5}", "{duration: 3.5}") if metrics else text)
+    # with metrics, a maxrate trial long enough for Prometheus' CPU figures (3 scrape intervals),
+    # perf recorded on the DUT host during it
+    campaign.write_text(text.replace("{duration: 0.5}", "{duration: 3.5}") + "perf: [maxrate]\n" if metrics else text)
     assert main(["run", str(campaign), "--lab", str(sb.inventory), "--root", str(tmp_path / "runs"), "--no-progress",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -234,7 +236,9 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
     assert isinstance(trials, pd.DataFrame) and len(trials) >= 3
     assert set(trials["generator"]) == {"lab"} and (trials["mismatched_packets"] == 0).all()
     assert trials["dut_ns_per_packet"].notna().all() and trials["bpf_ns_per_packet"].notna().all()
-    zero = trials[(trials["method"] != "maxrate") & (trials["rx_packets"] == trials["tx_packets"])]
+    maxrate = trials.loc[trials["method"].str.startswith("maxrate"), "trial_id"]
+    assert len(maxrate) == 1
+    zero = trials[~trials["method"].str.startswith("maxrate") & (trials["rx_packets"] == trials["tx_packets"])]
     assert len(zero) >= 1     # the NDR search's zero-loss trials: every frame back, counted exactly
     meta = store.metadata()
     assert meta["generator"] == "lab" and "lab: " in meta["campaign"]["text"]
@@ -246,7 +250,10 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
         assert out["metrics"]["note"].startswith(f"metrics: pushing to http://{sb.address('metrics1')}:9091")
         cpu = store.prometheus_cpu()
         assert cpu is not None and set(cpu["instance"]) == {f"{sb.address('dut1')}:9100"}
-        assert set(cpu["trial_id"]) >= set(trials.loc[trials["method"] == "maxrate", "trial_id"])
+        assert set(maxrate) <= set(cpu["trial_id"])
+        from perfkit.perf.store import read_folded
+        folded = read_folded(store.path, maxrate.iloc[0])
+        assert "bpf_prog_" in folded and "_xdp_pgwu" in folded and "napi/a0" in folded   # the DUT host's stacks
     assert _gone_within(sb, 10) < 1
 
 

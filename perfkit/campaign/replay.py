@@ -15,7 +15,6 @@ from typing import Callable
 
 from perfkit.campaign.backend import LazyGenerator
 from perfkit.generators.base import Generator
-from perfkit.perf.record import PerfRecorder
 from perfkit.perf.store import write_folded
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
@@ -51,7 +50,7 @@ class ReplayMeasurer:
             self.finish()
         if self.perf_dir is None:
             return self.live.measure(rate_pps, duration, packets)
-        with PerfRecorder(self.live._live().dut_cores) as rec:
+        with self.live._live().perf_recorder() as rec:
             trial = self.live.measure(rate_pps, duration, packets)
         assert rec.profile is not None
         write_folded(self.perf_dir, trial.trial_id, rec.profile.folded)

@@ -215,8 +215,9 @@ def _perf(raw: Any, campaign: Campaign) -> tuple[str, ...]:
     labels = [m.label for m in campaign.methods]
     if raw is False:
         return ()
-    if campaign.generator.backend != "xdp":
-        raise ConfigError("campaign.perf", raw, "false: perf records the DUT cores of the local testbed (generator xdp)")
+    if campaign.generator.backend not in ("xdp", "lab"):
+        raise ConfigError("campaign.perf", raw, "false: perf records the DUT cores of the local testbed (generator xdp) "
+                          "or of a lab's DUT host (lab)")
     if raw is True:
         return tuple(labels)
     if isinstance(raw, list) and raw and all(isinstance(x, str) and x in labels for x in raw):

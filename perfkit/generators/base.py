@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario
@@ -56,6 +57,12 @@ class Generator(ABC):
     def measure_speed(self) -> float:
         """The DUT cores' speed now [ns per step of the speed probe] (generators that can measure it)."""
         raise ConfigError("speed_reference", "auto", f"a number: the {self.name} generator cannot measure the DUT's CPU speed")
+
+    def perf_recorder(self, frequency: int | None = None) -> Any:
+        """A context manager that ``perf record``s the DUT cores around a trial, its ``profile`` (a
+        ``perfkit.perf.record.PerfProfile``) after a clean exit; generators whose DUT perfkit can
+        profile provide it."""
+        raise ConfigError("perf", True, f"false: the {self.name} generator cannot profile its DUT")
 
     def close(self) -> None:
         """Release everything the generator set up (idempotent)."""

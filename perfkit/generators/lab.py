@@ -55,6 +55,33 @@ def merged_percentiles(reports: list[dict[str, Any]], key: str) -> dict[str, flo
     return percentiles(sum(hists))
 
 
+class RemotePerf:
+    """``perf record`` on the DUT host around a block, as ``perfkit.perf.record.PerfRecorder`` locally:
+    the agent records and sends ``perf script``'s output, folded here with inferno."""
+
+    def __init__(self, session: AgentSession, frequency: int):
+        self.session, self.frequency = session, frequency
+        self.profile: Any = None
+
+    def __enter__(self) -> RemotePerf:
+        self.session.call("perf_start", frequency=self.frequency)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            rec = self.session.call("perf_stop", timeout=120)
+        except PerfkitError:
+            if exc_type is None:
+                raise
+            return
+        if exc_type is None:
+            from perfkit.perf.folded import parse_folded, top_symbols
+            from perfkit.perf.record import PerfProfile, fold_script
+            folded = fold_script(rec.pop("script").encode())
+            self.profile = PerfProfile(folded=folded, samples=sum(c for _, c in parse_folded(folded)),
+                                       top=top_symbols(folded), **rec)
+
+
 class LabGenerator(Generator):
     """The DUT host's and the testers' agents, prepared for one scenario."""
 
@@ -190,6 +217,11 @@ class LabGenerator(Generator):
                 notes.append(f"generation limited the trial: {', '.join(short)} offered less than its share of "
                              f"{share:.0f} pps (its ceiling)")
         return notes
+
+    def perf_recorder(self, frequency: int | None = None) -> RemotePerf:
+        """``perf record`` of the DUT host's DUT cores by its agent, folded here."""
+        from perfkit.perf.record import DEFAULT_FREQUENCY
+        return RemotePerf(self.dut, frequency or DEFAULT_FREQUENCY)
 
     def close(self) -> None:
         for name, s in list(self.sessions.items()):

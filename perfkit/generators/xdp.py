@@ -20,6 +20,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfkit import stop
 from perfkit.dataplane import Traffic
@@ -44,6 +45,9 @@ from perfkit.testbed.topology import Testbed, xdp_max_mtu
 from perfkit.search.params import line_rate_pps
 from perfkit.trial import BUSY_MIN, RING_DROP, TrialResult
 from perfkit.units import FCS_LEN
+
+if TYPE_CHECKING:
+    from perfkit.perf.record import PerfRecorder
 
 #: How long the sink must see nothing new before a trial counts as drained [s].
 DRAIN_QUIET = 0.05
@@ -187,6 +191,11 @@ class XdpGenerator(Generator):
         """The DUT cores' speed [ns per probe step], measured for ``SPEED_REFERENCE_S`` without traffic."""
         assert self.stalls
         return stallprobe.reference_speed(self.stalls, self.dut_cores, SPEED_REFERENCE_S)
+
+    def perf_recorder(self, frequency: int | None = None) -> PerfRecorder:
+        """``perf record`` of the DUT cores (``perfkit.perf.record``)."""
+        from perfkit.perf.record import DEFAULT_FREQUENCY, PerfRecorder
+        return PerfRecorder(self.dut_cores, frequency or DEFAULT_FREQUENCY)
 
     @staticmethod
     def check_scenario(scenario: Scenario) -> None:

@@ -14,7 +14,8 @@ Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
 - ``hello``: the host's name, perfkit's source id and the host's facts;
 - DUT: ``load`` (the dataplane on a pair of the host's interfaces, or one instance per pair; native
   XDP preferred, a fall-back to generic XDP is in the answer's ``mode``), ``counters``, ``begin``
-  and ``end`` of a trial (drops, the program's run time and the packet threads' CPU time per packet);
+  and ``end`` of a trial (drops, the program's run time and the packet threads' CPU time per packet),
+  ``perf_start`` and ``perf_stop`` (``perf record`` of the DUT cores; ``perf script``'s output back);
 - tester: ``tester`` (perfkit's XDP generator and sink on a pair of interfaces) and ``send`` (one
   trial's frames, from a common start time, and what came back);
 - ``unload`` and ``bye``.
@@ -49,7 +50,7 @@ from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
 
 #: The operations the protocol defines.
-OPS = ("hello", "load", "counters", "begin", "end", "tester", "send", "unload", "bye")
+OPS = ("hello", "load", "counters", "begin", "end", "perf_start", "perf_stop", "tester", "send", "unload", "bye")
 
 
 def record_dir() -> Path:
@@ -124,6 +125,12 @@ class Agent:
     def end(self) -> dict[str, Any]:
         return self._need_dut().end()
 
+    def perf_start(self, frequency: int) -> None:
+        self._need_dut().perf_start(frequency)
+
+    def perf_stop(self) -> dict[str, Any]:
+        return self._need_dut().perf_stop()
+
     def tester_setup(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
                      cores: list[int] | None = None, capture_count: int = 64) -> dict[str, Any]:
         """perfkit's generator and sink on the pair ``interfaces`` (cabled to the DUT's a and b)."""
@@ -167,7 +174,8 @@ class Agent:
         if not isinstance(args, dict):
             return {"id": rid, "ok": False, "error": "args: not an object"}, False
         fn: Callable[..., Any] = {"hello": self.hello, "load": self.load, "counters": self.counters,
-                                  "begin": self.begin, "end": self.end, "tester": self.tester_setup,
+                                  "begin": self.begin, "end": self.end, "perf_start": self.perf_start,
+                                  "perf_stop": self.perf_stop, "tester": self.tester_setup,
                                   "send": self.send, "unload": self.unload, "bye": self.unload}[op]
         try:
             with BpfStats() if op == "counters" else nullcontext():

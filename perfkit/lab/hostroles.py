@@ -79,6 +79,8 @@ class DutSide:
         self.instances: list[Any] = []
         self.attached: dict[str, tuple[int, str, int]] = {}
         self.modes: dict[str, str] = {}
+        self.perf: Any = None
+        self._stats: BpfStats | None = None
         traffic = scenario.traffic()
         try:
             for a, b in pairs:
@@ -150,8 +152,31 @@ class DutSide:
                 "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
                 "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding}}
 
+    def perf_start(self, frequency: int) -> None:
+        """``perf record`` the DUT cores (folded by the controller: a DUT host has no inferno)."""
+        from perfkit.perf.record import PerfRecorder
+        if self.perf is not None:
+            raise PerfkitError("perf is recording already")
+        rec = PerfRecorder(self.cores, frequency, fold=False)
+        rec.start()
+        self.perf = rec
+
+    def perf_stop(self) -> dict[str, Any]:
+        """Stop recording: the profile's fields, ``perf script``'s output as ``script`` (text)."""
+        if self.perf is None:
+            raise PerfkitError("perf is not recording")
+        rec, self.perf = self.perf, None
+        profile = rec.stop()
+        return {"script": rec.script.decode(errors="replace"), "cpus": profile.cpus, "frequency": profile.frequency,
+                "call_graph": profile.call_graph, "event": profile.event, "seconds": profile.seconds,
+                "perf_cpu_seconds": profile.perf_cpu_seconds, "perf_process_cpus": profile.perf_process_cpus,
+                "lost_events": profile.lost_events}
+
     def close(self) -> list[str]:
         """Detach this side's programs (only if still its own) and close them; returns the interfaces."""
+        if self.perf is not None:
+            self.perf.abort()
+            self.perf = None
         if self._stats:
             self._stats.__exit__(None, None, None)
             self._stats = None

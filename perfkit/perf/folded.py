@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Process names (prefixes) of packet-processing kernel threads: threaded NAPI and cpumap.
 PACKET_THREADS = ("napi/", "cpumap/")
@@ -90,6 +91,7 @@ def is_idle(comm: str) -> bool:
 
 
 def symbol_table(folded: str) -> pd.DataFrame:
+    import pandas as pd   # here: a lab host's agent records perf without pandas
     """Every function of the stacks but the idle task's, most inclusive samples first.
 
     Columns: symbol, kind (``bpf``/``kernel``/``other``), self_samples, inclusive_samples,
@@ -118,6 +120,7 @@ def symbol_table(folded: str) -> pd.DataFrame:
 
 
 def process_table(folded: str) -> pd.DataFrame:
+    import pandas as pd
     """Samples per process name (the first frame), most first: who used the recorded CPUs.
 
     Columns: process, samples, share (of all samples [0..1]), packet_thread (a NAPI or cpumap

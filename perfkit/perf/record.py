@@ -164,7 +164,9 @@ class PerfRecorder:
     """``perf record`` of ``cpus`` around a block (see the module doc); ``profile`` after a clean exit."""
 
     def __init__(self, cpus: Iterable[int], frequency: int = DEFAULT_FREQUENCY, call_graph: str = "kernel", *,
-                 top: int = 20, event: str | None = None):
+                 top: int = 20, event: str | None = None, fold: bool = True):
+        """``fold=False``: ``profile.folded`` is left empty and ``script`` holds ``perf script``'s
+        output, for a host without inferno (a lab's DUT: the controller folds it, ``fold_script``)."""
         given = list(cpus)
         self.cpus = sorted({int(c) for c in given})
         ncpu = os.cpu_count() or 1
@@ -174,8 +176,10 @@ class PerfRecorder:
             raise ConfigError("frequency", frequency, "an integer number of samples per second, 1 .. 100000")
         if call_graph not in CALL_GRAPHS:
             raise ConfigError("call_graph", call_graph, CALL_GRAPHS)
-        self.frequency, self.call_graph, self.top, self.event = frequency, call_graph, top, event
+        self.frequency, self.call_graph, self.top, self.event, self.fold = frequency, call_graph, top, event, fold
         self.profile: PerfProfile | None = None
+        #: ``perf script``'s output of the last recording, when not folded here (``fold=False``).
+        self.script: bytes = b""
         self.pid: int | None = None
         """The perf process's PID while it records (and after, for the record)."""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -201,7 +205,7 @@ class PerfRecorder:
         """Start perf with its events disabled, then enable them; returns when perf acknowledged."""
         if self._proc is not None:
             raise PerfError("this PerfRecorder is already recording")
-        self._tools = check_available()
+        self._tools = check_available(fold=self.fold)
         remove_stale_dirs()
         self._dir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         (self._dir / OWNER_FILE).write_text(json.dumps(owners.me()))
@@ -254,11 +258,12 @@ class PerfRecorder:
             if rc not in (0, -signal.SIGINT, 128 + signal.SIGINT):
                 raise PerfError(f"perf record failed (exit {rc}): {self._stderr()}")
             data = self._dir / "perf.data"
-            folded = self._collapse(data)
+            self.script = self._script(data)
+            folded = fold_script(self.script, self._tools["inferno-collapse-perf"]) if self.fold else ""
             profile = PerfProfile(folded=folded, samples=sum(c for _, c in parse_folded(folded)), cpus=self.cpus,
                                   frequency=self.frequency, call_graph=self.call_graph, event=self._event(data),
                                   seconds=seconds, perf_cpu_seconds=perf_cpu, perf_process_cpus=affinity,
-                                  lost_events=self._lost(data), top=top_symbols(folded, self.top))
+                                  lost_events=self._lost(data), top=top_symbols(folded, self.top) if self.fold else [])
         except BaseException:
             self.abort()
             raise
@@ -310,17 +315,14 @@ class PerfRecorder:
             raise PerfError(f"perf record could not {what} CPUs {self.cpus} (exit {self._proc.returncode}): "
                             f"{self._stderr()}")
 
-    def _collapse(self, data: Path) -> str:
+    def _script(self, data: Path) -> bytes:
+        """``perf script`` of ``data``, with a frame for user-space samples without a stack."""
         script = subprocess.run([self._tools["perf"], "script", "-i", str(data), "--no-inline",
                                  "-F", "comm,pid,tid,cpu,time,event,ip,sym,dso"],
                                 capture_output=True, stdin=subprocess.DEVNULL, check=False)
         if script.returncode != 0:
             raise PerfError(f"perf script failed (exit {script.returncode}) on {data}: {_first_line(script.stderr)}")
-        out = subprocess.run([self._tools["inferno-collapse-perf"], "--all", "--quiet"],
-                             input=with_user_frames(script.stdout), capture_output=True, check=False)
-        if out.returncode != 0:
-            raise PerfError(f"inferno-collapse-perf failed: {last_line(out.stderr)}")
-        return out.stdout.decode(errors="replace")
+        return with_user_frames(script.stdout)
 
     def _event(self, data: Path) -> str:
         out = subprocess.run([self._tools["perf"], "evlist", "-i", str(data)], capture_output=True, check=False)
@@ -350,6 +352,15 @@ class PerfRecorder:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def fold_script(script: bytes, collapse: str | None = None) -> str:
+    """Folded stacks of ``perf script``'s output (``inferno-collapse-perf --all``)."""
+    tool = collapse or check_available()["inferno-collapse-perf"]
+    out = subprocess.run([tool, "--all", "--quiet"], input=script, capture_output=True, check=False)
+    if out.returncode != 0:
+        raise PerfError(f"inferno-collapse-perf failed: {last_line(out.stderr)}")
+    return out.stdout.decode(errors="replace")
 
 
 def with_user_frames(script: bytes) -> bytes:

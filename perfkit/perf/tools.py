@@ -27,14 +27,15 @@ def find_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
-def check_available() -> dict[str, str]:
-    """The tools perf attribution needs, ``{name: path}``; a one-line ``PerfError`` naming the first
-    one missing (and how to install it) otherwise."""
+def check_available(fold: bool = True) -> dict[str, str]:
+    """The tools perf attribution needs, ``{name: path}`` (``fold=False``: recording only, no
+    inferno); a one-line ``PerfError`` naming the first one missing (and how to install it) otherwise."""
     found: dict[str, str] = {}
-    for name, install in (("perf", "apt-get install linux-perf (Debian) or linux-tools-$(uname -r) (Ubuntu)"),
-                          ("setpriv", "apt-get install util-linux"),
-                          ("inferno-collapse-perf", INSTALL_INFERNO),
-                          ("inferno-flamegraph", INSTALL_INFERNO)):
+    tools = [("perf", "apt-get install linux-perf (Debian) or linux-tools-$(uname -r) (Ubuntu)"),
+             ("setpriv", "apt-get install util-linux")]
+    if fold:
+        tools += [("inferno-collapse-perf", INSTALL_INFERNO), ("inferno-flamegraph", INSTALL_INFERNO)]
+    for name, install in tools:
         path = find_tool(name)
         if not path:
             raise PerfError(f"perf attribution needs {name}, not found in {TOOLS_DIR}, ~/.cargo/bin or PATH; "
