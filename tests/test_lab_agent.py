@@ -192,6 +192,8 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert r.bpf_ns_per_packet and 0 < r.bpf_ns_per_packet < r.dut_ns_per_packet
     assert 0 < r.dut_busy < 1 and r.dut_busy_per_core and r.dut_wakeups > 0
     assert r.latency_ns["min"] > 0 and r.latency_ns["p50"] >= r.latency_ns["min"]
+    # the stall probe ran on the DUT host's DUT core, as on the local testbed
+    assert list(r.stalls) == ["1"] and r.dut_stall_us is not None and r.dut_speed_ns_per_step > 0
     assert [n for n in r.notes if n.startswith(tuple(f"{t}: offered" for t in testers))] == \
         [f"{t}: offered {10_000 // len(testers)}, received {10_000 // len(testers)}" for t in testers]
     assert _gone_within(sb, 10) < 1
@@ -237,7 +239,7 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
     assert set(trials["generator"]) == {"lab"} and (trials["mismatched_packets"] == 0).all()
     assert trials["dut_ns_per_packet"].notna().all() and trials["bpf_ns_per_packet"].notna().all()
     maxrate = trials.loc[trials["method"].str.startswith("maxrate"), "trial_id"]
-    assert len(maxrate) == 1
+    assert len(maxrate) >= 1   # more when a host stall made one stalled (searches repeat those)
     zero = trials[~trials["method"].str.startswith("maxrate") & (trials["rx_packets"] == trials["tx_packets"])]
     assert len(zero) >= 1     # the NDR search's zero-loss trials: every frame back, counted exactly
     meta = store.metadata()

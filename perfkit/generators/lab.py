@@ -17,6 +17,8 @@ from typing import Any
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
+from perfkit.generators.xdpcores import dut_queues
+from perfkit.host import disturbance
 from perfkit.lab import inventory as lab_inventory
 from perfkit.lab.inventory import Lab, LabHost
 from perfkit.lab.remote import AgentSession
@@ -191,7 +193,16 @@ class LabGenerator(Generator):
             dut_capacity_pps=dut.get("dut_capacity_pps"), dut_busy_per_core=dut["dut_busy_per_core"],
             dut_wakeups=dut["dut_wakeups"], ring_cores=self.dut_cores[:1] if ring_in else [],
             sink_gap_us=max(r["max_gap_ns"] for r in reps) / 1e3,
-            gen_slip_us=max(0.0, elapsed - duration) * 1e6 if rate_pps else None)
+            gen_slip_us=max(0.0, elapsed - duration) * 1e6 if rate_pps else None, stalls=dut.get("stalls", {}),
+            dut_stall_us=dut.get("dut_stall_us"), dut_speed_ns_per_step=dut.get("dut_speed_ns_per_step"))
+        # the DUT host's stalls judged as the local testbed's: its veth rings, or a NIC's, on one core
+        queues = dut_queues(self.dut_cores, 0)
+        stall = disturbance.stalled(result, queues)
+        result.stalled = bool(stall)
+        result.disturbance = disturbance.disturbance(result, queues)
+        result.disturbed = bool(result.disturbance)
+        if stall:
+            result.notes.append(f"stalled: {stall}: host stalls may have cost it frames")
         result.notes.extend(self._notes(result, reps, mismatches, len(captures)))
         return result
 

@@ -59,6 +59,18 @@ def threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:
     return pids
 
 
+def _stall_probe(cores: list[int], threads: list[int]) -> Any:
+    """The stall probe on the DUT cores, watching the packet threads (``perfkit.host.stallprobe``), as
+    the local testbed arms it; None where it cannot run (the host's kernel has no BTF for it)."""
+    from perfkit.host.stallprobe import StallProbe
+    try:
+        probe = StallProbe(set(cores))
+    except (PerfkitError, OSError):
+        return None
+    probe.watch(threads)
+    return probe
+
+
 def attach(ifindex: int, fd: int) -> str:
     """Attach natively, else generically; returns the mode."""
     try:
@@ -80,6 +92,7 @@ class DutSide:
         self.attached: dict[str, tuple[int, str, int]] = {}
         self.modes: dict[str, str] = {}
         self.perf: Any = None
+        self.stalls: Any = None
         self._stats: BpfStats | None = None
         traffic = scenario.traffic()
         try:
@@ -94,6 +107,7 @@ class DutSide:
                     if on_attach:
                         on_attach(self.attached)
             self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
+            self.stalls = _stall_probe(self.cores, self.packet_threads)
         except BaseException:
             self.close()
             raise
@@ -122,6 +136,7 @@ class DutSide:
         self._stats = BpfStats()
         self._stats.__enter__()
         self._begin = {"counters": self.counters(), "runtime": self._runtime(),
+                       "stalls": self.stalls.mark() if self.stalls else None,
                        "threads": cpustat.runtime_ns(self.packet_threads), "slices": cpustat.timeslices(self.packet_threads),
                        "out_errors": sum(xmit_errors(d) for d in self.egress), "window": time.monotonic_ns()}
 
@@ -138,6 +153,8 @@ class DutSide:
             self._stats = None
         b = self._begin
         counters1 = self.counters()
+        from perfkit.host.stallprobe import evidence
+        stalls = evidence(self.stalls.since(b["stalls"]), self.cores, []) if self.stalls and b["stalls"] else {}
         forwarding = self.scenario.dp.forward_counters
         drops = {k: counters1[k] - b["counters"].get(k, 0) for k in counters1
                  if k not in forwarding and counters1[k] != b["counters"].get(k, 0)}
@@ -150,7 +167,8 @@ class DutSide:
                 "dut_busy_per_core": busy_per_core(thread_ns, self.thread_cores, window, self.cores),
                 "dut_wakeups": sum(slices1[p] - b["slices"][p] for p in slices1 if p in b["slices"]),
                 "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
-                "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding}}
+                "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding},
+                **{k: v for k, v in stalls.items() if k != "tester_stall_us"}}
 
     def perf_start(self, frequency: int) -> None:
         """``perf record`` the DUT cores (folded by the controller: a DUT host has no inferno)."""
@@ -177,6 +195,9 @@ class DutSide:
         if self.perf is not None:
             self.perf.abort()
             self.perf = None
+        if self.stalls is not None:
+            self.stalls.close()
+            self.stalls = None
         if self._stats:
             self._stats.__exit__(None, None, None)
             self._stats = None
