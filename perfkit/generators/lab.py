@@ -113,16 +113,16 @@ class LabGenerator(Generator):
         self.cabling = {t.name: cabling(self.lab, t) for t in chosen}
         self.dut_cores = list(dut.dut_cores[:scenario.dut_cores])
         self.traffic = scenario.traffic()
-        self.sessions: dict[str, AgentSession] = {}
+        self.agents: dict[str, AgentSession] = {}
         what = {"dataplane": scenario.dataplane, "frame_size": scenario.frame_size, "flows": scenario.flows,
                 "params": dict(scenario.params)}
         try:
-            self.sessions[dut.name] = AgentSession(dut)
-            self.loaded = self.sessions[dut.name].call(
+            self.agents[dut.name] = AgentSession(dut)
+            self.loaded = self.agents[dut.name].call(
                 "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores, **what)
             for t in chosen:
-                self.sessions[t.name] = AgentSession(t)
-                self.sessions[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
+                self.agents[t.name] = AgentSession(t)
+                self.agents[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
                                            capture_count=capture_count, **what)
         except BaseException:
             self.close()
@@ -130,7 +130,7 @@ class LabGenerator(Generator):
 
     @property
     def dut(self) -> AgentSession:
-        return self.sessions[self.lab.dut.name]
+        return self.agents[self.lab.dut.name]
 
     def measure(self, rate_pps: float | None, duration: float, packets: int | None = None) -> TrialResult:
         if rate_pps is not None and not rate_pps > 0:
@@ -151,7 +151,7 @@ class LabGenerator(Generator):
 
         def send(t: LabHost, share: int | None) -> None:
             try:
-                reports[t.name] = self.sessions[t.name].call(
+                reports[t.name] = self.agents[t.name].call(
                     "send", rate_pps=rate_pps / n if rate_pps else None, duration=duration, packets=share,
                     start_at=start_at, timeout=START_DELAY + 2 * duration + 30)
             except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread
@@ -235,9 +235,9 @@ class LabGenerator(Generator):
         return RemotePerf(self.dut, frequency or DEFAULT_FREQUENCY)
 
     def close(self) -> None:
-        for name, s in list(self.sessions.items()):
+        for name, s in list(self.agents.items()):
             try:
                 s.close()
             except (PerfkitError, OSError):
                 s.kill()
-            del self.sessions[name]
+            del self.agents[name]
