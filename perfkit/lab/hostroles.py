@@ -25,20 +25,9 @@ DRAIN_QUIET = 0.05
 DRAIN_MAX = 2.0
 
 
-def link_stats(dev: str) -> dict[str, int]:
-    """``ethtool -S`` counters of ``dev`` (veth: per-queue XDP counters)."""
-    out = netns.run(None, "ethtool", "-S", dev, check=False)
-    stats = {}
-    for line in out.splitlines()[1:]:
-        key, _, value = line.strip().partition(":")
-        if value.strip().lstrip("-").isdigit():
-            stats[key.strip()] = int(value)
-    return stats
-
-
 def xmit_errors(dev: str) -> int:
     """Frames XDP redirected to ``dev`` that its peer's ring refused (veth), or 0."""
-    return sum(v for k, v in link_stats(dev).items() if k.endswith("xdp_xmit_errors"))
+    return sum(v for k, v in netns.link_stats(None, dev).items() if k.endswith("xdp_xmit_errors"))
 
 
 def threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:

@@ -76,3 +76,14 @@ def run(ns: str | None, *argv: str, check: bool = True) -> str:
     if check and proc.returncode != 0:
         raise TestbedError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
+
+
+def link_stats(ns: str | None, dev: str) -> dict[str, int]:
+    """``ethtool -S`` counters of ``dev`` in ``ns`` (veth: per-queue XDP counters); {} without any."""
+    out = run(ns, "ethtool", "-S", dev, check=False)
+    stats = {}
+    for line in out.splitlines()[1:]:
+        key, _, value = line.strip().partition(":")
+        if value.strip().lstrip("-").isdigit():
+            stats[key.strip()] = int(value)
+    return stats

@@ -201,13 +201,7 @@ class Testbed:
 
     def link_stats(self, port: Port) -> dict[str, int]:
         """``ethtool -S`` counters of a port (veth: per-queue XDP counters)."""
-        out = netns.run(port.ns, "ethtool", "-S", port.dev)
-        stats = {}
-        for line in out.splitlines()[1:]:
-            key, _, value = line.strip().partition(":")
-            if value.strip().lstrip("-").isdigit():
-                stats[key.strip()] = int(value)
-        return stats
+        return netns.link_stats(port.ns, port.dev)
 
     def status(self) -> dict:
         return {"testbed_id": self.rid, "up": netns.exists(self.tester_ns) and netns.exists(self.dut_ns),
