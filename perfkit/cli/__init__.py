@@ -92,6 +92,9 @@ def _main(argv: list[str] | None) -> int:
         print("perfkit: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
+        if _caused_by_interrupt(err):   # Ctrl-C inside a class's creation: Python wraps it in a RuntimeError
+            print("perfkit: interrupted", file=sys.stderr)
+            return 130
         if debug:
             traceback.print_exc()
             return 2
@@ -100,6 +103,19 @@ def _main(argv: list[str] | None) -> int:
               f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); run with {DEBUG_FLAG} for the traceback",
               file=sys.stderr)
         return 2
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` wraps a ``KeyboardInterrupt`` (Python turns one raised in ``__set_name__``,
+    while an imported module creates a dataclass, into ``RuntimeError`` from it)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 if __name__ == "__main__":
