@@ -4,9 +4,10 @@ The controller starts it in an SSH session (``<perfkit_root>/venv/bin/python -m 
 --config <perfkit_root>/etc/lab.json``) and speaks JSON lines with it on the session's stdin and
 stdout, so the agent opens no port on the host. One request per line, one answer per request::
 
-    -> {"id": 1, "op": "load", "args": {"dataplane": "pgwu", "frame_size": 64, "flows": 4,
+    -> {"id": 1, "op": "load", "args": {"dataplane": NAME, "frame_size": 64, "flows": 4,
                                         "params": {}, "interfaces": ["a0", "b0"], "cores": [1]}}
-    <- {"id": 1, "ok": true, "result": {"mode": "native", "programs": [...], "packet_threads": [...]}}
+    <- {"id": 1, "ok": true, "result": {"mode": "native", "modes": {...}, "program": "xdp_NAME",
+                                        "packet_threads": [...]}}
     <- {"id": 2, "ok": false, "error": "interface of host dut1: 'eth9' is not ..."}
 
 Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):

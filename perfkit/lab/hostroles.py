@@ -103,7 +103,6 @@ class DutSide:
         self.ingress = [p[0] if traffic.ingress == "a" else p[1] for p in pairs]
         self.egress = [p[1] if traffic.ingress == "a" else p[0] for p in pairs]
         self.thread_cores = thread_cores(self.packet_threads)
-        self._stats: BpfStats | None = None
         self._begin: dict[str, Any] = {}
 
     def counters(self) -> dict[str, int]:
