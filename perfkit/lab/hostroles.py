@@ -100,7 +100,6 @@ class DutSide:
         except BaseException:
             self.close()
             raise
-        self.ingress = [p[0] if traffic.ingress == "a" else p[1] for p in pairs]
         self.egress = [p[1] if traffic.ingress == "a" else p[0] for p in pairs]
         self.thread_cores = thread_cores(self.packet_threads)
         self._begin: dict[str, Any] = {}
