@@ -18,6 +18,7 @@ from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
 from perfkit.host import cpustat
 from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
+from perfkit.stl.fieldengine import FlowSlice
 from perfkit.testbed import netns
 
 #: How long the sink must see nothing new before a trial counts as drained [s] (as the local testbed).
@@ -118,14 +119,16 @@ class DutSide:
     def begin(self, start_at: float | None = None) -> None:
         """Mark the start of a trial at ``start_at`` (a Unix time: the testers' common start; the
         busy shares are over the window from then to ``end``); kernel BPF statistics are on until ``end``."""
-        if start_at is not None:
-            time.sleep(max(0.0, start_at - time.time()))
+        # every counter is read before the start: read after it, the first frames (and the drops
+        # at a full ring) would fall outside the trial
         self._stats = BpfStats()
         self._stats.__enter__()
         self._begin = {"counters": self.counters(), "runtime": self._runtime(),
-                       "stalls": self.stalls.mark() if self.stalls else None,
                        "threads": cpustat.runtime_ns(self.packet_threads), "slices": cpustat.timeslices(self.packet_threads),
-                       "out_errors": sum(xmit_errors(d) for d in self.egress), "window": time.monotonic_ns()}
+                       "out_errors": sum(xmit_errors(d) for d in self.egress)}
+        if start_at is not None:
+            time.sleep(max(0.0, start_at - time.time()))
+        self._begin.update(stalls=self.stalls.mark() if self.stalls else None, window=time.monotonic_ns())
 
     def end(self) -> dict[str, Any]:
         """What the DUT did since ``begin``: drops by reason, program run time, its packet threads'
@@ -205,9 +208,10 @@ class DutSide:
 
 class TesterSide:
     """perfkit's XDP generator and sink on a tester host's pair of interfaces ``[first, second]``
-    (cabled to the DUT's ``a`` and ``b``), sending into the DUT's ingress side."""
+    (cabled to the DUT's ``a`` and ``b``), sending its slice of the flows into the DUT's ingress side."""
 
-    def __init__(self, scenario: Scenario, pair: list[str], cores: list[int], capture_count: int = 64):
+    def __init__(self, scenario: Scenario, pair: list[str], cores: list[int], capture_count: int = 64,
+                 flow_slice: FlowSlice = FlowSlice()):
         from perfkit.testbed.livegen import LiveGenerator
         from perfkit.testbed.sink import Sink
         from perfkit.testbed.topology import Port
@@ -228,7 +232,8 @@ class TesterSide:
             for dev in pair:
                 self.sink.attach(None, netns.ifindex(None, dev))
             self.sink_threads = threaded_napi(list(pair), cores)
-            self.gen = LiveGenerator(profile, Port(None, self.tx, "", ""), Port(None, self.anchor, "", ""), cores)
+            self.gen = LiveGenerator(profile, Port(None, self.tx, "", ""), Port(None, self.anchor, "", ""), cores,
+                                     flow_slice=flow_slice)
         except BaseException:
             self.close()
             raise
