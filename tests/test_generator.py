@@ -161,3 +161,50 @@ def test_specialised_objects_are_cached_by_configuration(tmp_path, monkeypatch):
     assert compile_generator(PgwuTraffic(direction="ul", frame_size=128)) == a and a.stat().st_mtime_ns == mtime
     b = compile_generator(PgwuTraffic(direction="ul", frame_size=130))
     assert b != a and b.parent == tmp_path
+
+
+def sliced(profile, part: int, parts: int) -> BpfObject:
+    """The generator for slice ``part`` of ``parts`` of ``profile``'s flows, as a tester host runs it."""
+    from perfkit.stl.fieldengine import FlowSlice, slice_engine
+    engine, starts = slice_engine(profile.field_engine(), FlowSlice(part, parts))
+    obj = load_generator(bpfbuild.specialised("gen", "GEN_CONFIG", build_config(profile.packet(0), engine)), 1)
+    state = gen_state(stream_mask=0)
+    state.var_pos[:len(starts)] = starts
+    obj.map("gen_state").update(struct.pack("=I", 0), bytes(state) * num_possible_cpus())
+    return obj
+
+
+def flows_sent(profile, obj: BpfObject, frames: int, keep: int = 0) -> list[int]:
+    """Which of ``profile``'s flows each of ``frames`` frames is (its bytes past ``keep``)."""
+    bodies = {profile.packet(i)[keep:]: i for i in range(profile.flows)}
+    return [bodies[unsign(profile, run(obj, profile.packet(0)))[0][keep:]] for _ in range(frames)]
+
+
+@pytest.mark.parametrize("profile", [
+    PgwuTraffic(direction="dl", frame_size=128, flows=12, plan=SessionPlan(12, tenants=4, tagged=True)),
+    PgwuTraffic(direction="ul", frame_size=128, flows=6, plan=SessionPlan(6)),
+], ids=["pgwu-dl-4-tenants", "pgwu-ul"])
+def test_slices_of_the_flows_are_disjoint_and_cover_them(profile):
+    """Several tester hosts share a scenario's flows: each walks its own slice, every variable
+    stepping together, so every frame is one of the profile's flows and no two slices share one."""
+    parts = 3
+    keep = profile.offsets()["gtp"] if profile.direction == "ul" else 0
+    seen = []
+    for part in range(parts):
+        with sliced(profile, part, parts) as obj:
+            walk = flows_sent(profile, obj, 2 * profile.flows // parts, keep)
+        assert walk[:profile.flows // parts] == walk[profile.flows // parts:], f"slice {part} repeats its flows"
+        seen.append(set(walk))
+    assert all(len(s) == profile.flows // parts for s in seen)
+    assert set().union(*seen) == set(range(profile.flows))
+
+
+def test_slices_refuse_what_cannot_be_split():
+    from perfkit.stl.fieldengine import FlowSlice, slice_engine
+    prof = PgwuTraffic(direction="ul", frame_size=128, flows=5, plan=SessionPlan(5))
+    with pytest.raises(ConfigError, match="flows: 5 is not allowed.*multiple of the 2"):
+        slice_engine(prof.field_engine(), FlowSlice(1, 2))
+    with pytest.raises(ConfigError, match="flow_op"):
+        slice_engine(prof.field_engine("random"), FlowSlice(0, 2))
+    with pytest.raises(ConfigError, match="flow slice"):
+        FlowSlice(2, 2)

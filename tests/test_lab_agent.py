@@ -199,6 +199,34 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert _gone_within(sb, 10) < 1
 
 
+
+@pytest.mark.lab
+def test_two_testers_offer_more_than_one_tester_can_with_exact_merged_counts(lab: tuple[Sandbox, Lab],
+                                                                            tmp_path: Path) -> None:
+    """Multi-node generation: tester2 on the other CPU (here the DUT's: the VM has two), each tester
+    sending its slice of the flows as fast as it can; every frame offered is received or counted as
+    dropped, the two hosts' counts merged."""
+    import yaml
+    from perfkit.generators import create
+    sb, _ = lab
+    inv = yaml.safe_load(sb.inventory.read_text())
+    inv["all"]["children"]["tester"]["hosts"]["tester2"]["tester_cores"] = [1]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(inv))
+    scenario = Scenario(dataplane="pgwu", frame_size=128, flows=16)
+    trials = {}
+    for testers in (["tester1"], ["tester1", "tester2"]):
+        with create("lab", scenario, inventory=str(inventory), testers=testers) as gen:
+            trials[len(testers)] = r = gen.measure(None, 1.0)
+        assert r.tx_packets == r.rx_packets + sum(r.dut_drops.values()) + sum(r.tester_drops.values()), r.notes
+        assert not any("unaccounted" in n for n in r.notes) and r.mismatched_packets == 0
+        assert r.reordered == 0 and r.duplicates == 0
+        offered = [int(n.split("offered ")[1].split(",")[0]) for n in r.notes if ": offered " in n]
+        assert len(offered) == len(testers) and sum(offered) == r.tx_packets
+    one, two = trials[1], trials[2]
+    assert two.tx_pps > 1.2 * one.tx_pps, (one.tx_pps, two.tx_pps)
+    assert _gone_within(sb, 10) < 1
+
 # -- the same campaign, in the lab -----------------------------------------------------------------
 LAB_CAMPAIGN = """\
 name: lab-smoke

@@ -3,8 +3,9 @@
 The DUT host's agent loads the dataplane on the DUT's interfaces cabled to the testers (one
 instance per tester's pair of cables) and measures what each trial cost it (drops, the program's
 run time, its packet threads' CPU time per packet). Each tester host's agent runs perfkit's XDP
-generator and sink on its pair of interfaces; with several testers, each offers an equal share of
-the rate from a common start time, and their counts, sequence checks and latency histograms are
+generator and sink on its pair of interfaces; with several testers, each sends a disjoint slice of
+the scenario's flows (``perfkit.stl.fieldengine.FlowSlice``) at an equal share of the rate from a
+common start time, and their counts, sequence checks and latency histograms are
 merged. A trial's notes say which hosts measured it and what each tester offered and received, and
 which tester fell short of its share when generation limited it.
 """
@@ -23,6 +24,7 @@ from perfkit.lab import inventory as lab_inventory
 from perfkit.lab.inventory import Lab, LabHost
 from perfkit.lab.remote import AgentSession
 from perfkit.scenario import Scenario
+from perfkit.stl.fieldengine import FlowSlice, slice_engine
 from perfkit.trial import RING_DROP, TrialResult
 
 #: Seconds between telling the testers to send and the common start (SSH round trips on the way).
@@ -113,6 +115,7 @@ class LabGenerator(Generator):
         self.cabling = {t.name: cabling(self.lab, t) for t in chosen}
         self.dut_cores = list(dut.dut_cores[:scenario.dut_cores])
         self.traffic = scenario.traffic()
+        slice_engine(self.traffic.field_engine(), FlowSlice(0, len(chosen)))  # refused here, before any host
         self.agents: dict[str, AgentSession] = {}
         what = {"dataplane": scenario.dataplane, "frame_size": scenario.frame_size, "flows": scenario.flows,
                 "params": dict(scenario.params)}
@@ -120,10 +123,10 @@ class LabGenerator(Generator):
             self.agents[dut.name] = AgentSession(dut)
             self.loaded = self.agents[dut.name].call(
                 "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores, **what)
-            for t in chosen:
+            for part, t in enumerate(chosen):
                 self.agents[t.name] = AgentSession(t)
                 self.agents[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
-                                           capture_count=capture_count, **what)
+                                           capture_count=capture_count, part=part, parts=len(chosen), **what)
         except BaseException:
             self.close()
             raise

@@ -17,7 +17,8 @@ Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
   XDP preferred, a fall-back to generic XDP is in the answer's ``mode``), ``counters``, ``begin``
   and ``end`` of a trial (drops, the program's run time and the packet threads' CPU time per packet),
   ``perf_start`` and ``perf_stop`` (``perf record`` of the DUT cores; ``perf script``'s output back);
-- tester: ``tester`` (perfkit's XDP generator and sink on a pair of interfaces) and ``send`` (one
+- tester: ``tester`` (perfkit's XDP generator and sink on a pair of interfaces, sending the slice
+  ``part`` of ``parts`` of the flows: several testers share them disjointly) and ``send`` (one
   trial's frames, from a common start time, and what came back);
 - ``unload`` and ``bye``.
 
@@ -49,6 +50,7 @@ from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.lab.hostroles import DutSide, TesterSide
 from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
+from perfkit.stl.fieldengine import FlowSlice
 
 #: The operations the protocol defines.
 OPS = ("hello", "load", "counters", "begin", "end", "perf_start", "perf_stop", "tester", "send", "unload", "bye")
@@ -133,14 +135,16 @@ class Agent:
         return self._need_dut().perf_stop()
 
     def tester_setup(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
-                     cores: list[int] | None = None, capture_count: int = 64) -> dict[str, Any]:
-        """perfkit's generator and sink on the pair ``interfaces`` (cabled to the DUT's a and b)."""
+                     cores: list[int] | None = None, capture_count: int = 64, part: int = 0,
+                     parts: int = 1) -> dict[str, Any]:
+        """perfkit's generator and sink on the pair ``interfaces`` (cabled to the DUT's a and b),
+        sending the slice ``part`` of ``parts`` of the scenario's flows."""
         if self.tester is not None:
             raise PerfkitError(f"host {self.host}: a generator is set up already (unload it first)")
         pair = self._pair(interfaces)
         scenario = self._scenario(dataplane, frame_size, flows, params)
         self._write_record()
-        self.tester = TesterSide(scenario, pair, cores or [], capture_count)
+        self.tester = TesterSide(scenario, pair, cores or [], capture_count, FlowSlice(part, parts))
         self._write_record()
         return {"tx": self.tester.tx, "rx": self.tester.rx, "wire_frame_size": self.tester.gen.wire_frame_size}
 

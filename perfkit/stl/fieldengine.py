@@ -8,12 +8,14 @@ instructions (``perfkit.trex.streams``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from perfkit.errors import ConfigError
 from perfkit.stl.signature import SIGNATURE
 
-__all__ = ["FLOW_OPS", "FlowVar", "FieldWrite", "FieldEngine", "csum_mask", "flow_engine"]
+__all__ = ["FLOW_OPS", "FlowVar", "FieldWrite", "FieldEngine", "FlowSlice", "csum_mask", "flow_engine", "slice_engine",
+           "walk_period"]
 FLOW_OPS = ("inc", "dec", "random")
 
 
@@ -81,3 +83,43 @@ def flow_engine(writes: list[tuple[str, int, int, int]], flows: int, csum_offset
     variables = (FlowVar(flow_op, 0, flows - 1),) if writes else ()
     return FieldEngine(variables, fws, tuple(csum_offsets), sig_offset, csum_mask(covers, sig_offset, SIGNATURE.size),
                        l3_offset, l4_offset)
+
+
+@dataclass(frozen=True)
+class FlowSlice:
+    """Part ``part`` of ``parts`` disjoint slices of an engine's flows (one per generator host):
+    the slice takes every ``parts``-th step of the variables' common walk, from step ``part``."""
+
+    part: int = 0
+    parts: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.part < self.parts:
+            raise ConfigError("flow slice", f"{self.part}/{self.parts}", "0 <= part < parts")
+
+
+def walk_period(engine: FieldEngine) -> int:
+    """Frames before the variables (stepping together) repeat their values: the flows walked."""
+    period = 1
+    for v in engine.vars:
+        period = math.lcm(period, (v.max - v.min + 1) // math.gcd(v.step, v.max - v.min + 1))
+    return period
+
+
+def slice_engine(engine: FieldEngine, cut: FlowSlice) -> tuple[FieldEngine, tuple[int, ...]]:
+    """``engine`` restricted to the slice ``cut``, and each variable's starting position (an offset
+    from its ``min``, ``max`` for ``dec``): every variable steps ``parts`` of its steps at once, so
+    the variables stay in step and the slices never share a flow."""
+    if cut.parts == 1:
+        return engine, tuple(0 for _ in engine.vars)
+    if any(v.op == "random" for v in engine.vars):
+        raise ConfigError("flow_op", "random", "inc or dec when several generators share the flows: "
+                          "random values would not keep their slices disjoint")
+    period = walk_period(engine)
+    if period % cut.parts:
+        raise ConfigError("flows", period, f"a multiple of the {cut.parts} generators sharing them, "
+                          "so each gets a disjoint slice")
+    ranges = [v.max - v.min + 1 for v in engine.vars]
+    variables = tuple(replace(v, step=v.step * cut.parts % r) for v, r in zip(engine.vars, ranges))
+    starts = tuple(v.step * cut.part % r for v, r in zip(engine.vars, ranges))
+    return replace(engine, vars=variables), starts

@@ -38,7 +38,7 @@ from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
                              gen_config, gen_state)
 from perfkit.libbpf import XdpMd, num_possible_cpus, xdp_attach
-from perfkit.stl.fieldengine import FieldEngine
+from perfkit.stl.fieldengine import FieldEngine, FlowSlice, slice_engine
 from perfkit.stl.signature import SIGNATURE
 from perfkit.testbed import netns
 from perfkit.testbed.bpfbuild import load_generator, object_path, specialised
@@ -103,9 +103,11 @@ def build_config(frame: bytes, engine: FieldEngine | None) -> gen_config:
     return cfg
 
 
-def compile_generator(profile: Traffic, flow_op: str = "inc") -> Path:
-    """The generator object for ``profile``'s first packet and field engine (compiled once, cached)."""
-    return specialised("gen", "GEN_CONFIG", build_config(profile.packet(0), profile.field_engine(flow_op)))
+def compile_generator(profile: Traffic, flow_op: str = "inc", flow_slice: FlowSlice = FlowSlice()) -> Path:
+    """The generator object for ``profile``'s first packet and field engine, restricted to the slice
+    ``flow_slice`` of its flows (compiled once, cached)."""
+    engine, _ = slice_engine(profile.field_engine(flow_op), flow_slice)
+    return specialised("gen", "GEN_CONFIG", build_config(profile.packet(0), engine))
 
 
 def _neg_words(head: bytes, offset: int, size: int) -> int:
@@ -203,8 +205,10 @@ class LiveGenerator:
     """The generator program for one traffic profile, sending from ``tx`` on ``cores``."""
 
     def __init__(self, profile: Traffic, tx: Port, anchor: Port, cores: list[int], batch_size: int | None = None,
-                 flow_op: str = "inc", trivial: bool = False, stl: Compiled | None = None):
-        """``stl``: send a TRex STL stream (``perfkit.testbed.stlgen``) instead of ``profile``'s frames."""
+                 flow_op: str = "inc", trivial: bool = False, stl: Compiled | None = None,
+                 flow_slice: FlowSlice = FlowSlice()):
+        """``stl``: send a TRex STL stream (``perfkit.testbed.stlgen``) instead of ``profile``'s frames;
+        ``flow_slice``: send only that slice of its flows (one of several generator hosts')."""
         if not cores:
             raise ConfigError("tester_cores", cores, "at least one CPU")
         if batch_size is not None and not 1 <= batch_size <= UNPACED_BATCH:
@@ -219,7 +223,10 @@ class LiveGenerator:
         if trivial:
             path = object_path("gen_trivial")
         else:
-            path = specialised("gen", "GEN_CONFIG", stl.config, stl.extra()) if stl else compile_generator(profile, flow_op)
+            path = specialised("gen", "GEN_CONFIG", stl.config, stl.extra()) if stl else \
+                compile_generator(profile, flow_op, flow_slice)
+        # each variable's first position in the slice (unused by a TRex profile's engine)
+        self.var_starts = slice_engine(profile.field_engine(flow_op), flow_slice)[1] if not (stl or trivial) else ()
         self.obj = load_generator(path, self.tx_ifindex)
         self.program = self.obj.program(f"xdp_{name}")
         with netns.inside(anchor.ns):
@@ -241,11 +248,12 @@ class LiveGenerator:
         if self.trivial:
             return quotas
         interval = round(1e9 * n / rate_pps * FP_ONE) if rate_pps else 0
-        vals = b""
+        vals, starts = b"", (ctypes.c_uint32 * GEN_MAX_VARS)(*self.var_starts)
         for cpu in range(num_possible_cpus()):
             base, mask = stream_plan(self.cores, cpu, self.flows)
             mine = cpu in self.cores
-            vals += bytes(gen_state(stream_base=base, stream_mask=mask, rng=int.from_bytes(os.urandom(8), "little") | 1,
+            vals += bytes(gen_state(stream_base=base, stream_mask=mask, var_pos=starts,
+                                    rng=int.from_bytes(os.urandom(8), "little") | 1,
                                     interval=interval if mine else 0, stop_after=stop_after if mine else 0,
                                     quota=quotas[self.cores.index(cpu)] if mine else 0))
         self.obj.map("gen_state").update(struct.pack("=I", 0), vals)
