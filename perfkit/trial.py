@@ -43,7 +43,7 @@ class TrialResult:
     flows: int
     dut_cores: int
     generator: str
-    """Backend that produced it: ``xdp`` (local), ``trex``, ``sim`` ..."""
+    """Backend that produced it: ``xdp`` (local), ``lab``, ``trex``, ``sim`` ..."""
     duration: float
     """Intended duration [s]."""
     intended_pps: float
@@ -178,6 +178,12 @@ class TrialResult:
     kept, never hidden."""
     disturbance: str = ""
     """Why it is disturbed: the evidence, in words (empty when not)."""
+    hosts: dict[str, list[str]] = field(default_factory=dict)
+    """The lab hosts that measured the trial, by role (``{"dut": ["dut1"], "tester": ["tester1",
+    "tester2"]}``); empty when this machine measured it."""
+    ceiling_hosts: list[str] = field(default_factory=list)
+    """The generator hosts that reached their ceiling: offered less than their share of the intended
+    rate (``perfkit.generators.lab.SHORT``). Empty when none did, or off a lab."""
     notes: list[str] = field(default_factory=list)
     """Anything the reader must know about this trial (warnings, degraded measurements)."""
 
@@ -280,8 +286,7 @@ class TrialResult:
         for name, prefix in (("latency_ns", "latency_"), ("ipdv_ns", "ipdv_")):
             for k, v in d.pop(name).items():
                 d[f"{prefix}{k.replace('.', '')}_ns"] = float(v)
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "dut_busy_per_core",
-                     "ring_cores", "stalls", "notes"):
+        for name in JSON_FIELDS:
             d[name] = json.dumps(d[name], sort_keys=True)
         params = d.pop("params")
         d["params"] = json.dumps(params, sort_keys=True)
@@ -294,8 +299,7 @@ class TrialResult:
         """The inverse of ``to_record`` (derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
-        for name in ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time", "dut_busy_per_core",
-                     "ring_cores", "stalls", "notes"):
+        for name in JSON_FIELDS:
             if isinstance(kw.get(name), str):
                 kw[name] = json.loads(kw[name])
         kw["latency_ns"] = {_unflat(k, "latency_"): float(v) for k, v in rec.items()
@@ -334,6 +338,9 @@ BUSY_MIN = 0.8
 OFFER_EPS = 1e-3
 #: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
 RING_DROP = "rx_ring_full"
+#: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
+JSON_FIELDS = ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
+               "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After
 #: the drain (the sink quiet for 50 ms), frames still queued for the DUT are counted as its ring
@@ -441,5 +448,7 @@ RECORD_COLUMNS = {
     "stalled": "a DUT core stalled as long as its receive queue lasts at the trial's rate (searches ran it again)",
     "disturbed": "the loss is explained by measured host stalls (a stalled trial; a figure it sets is 'host stalls')",
     "disturbance": "the evidence that made the trial disturbed",
+    "hosts": "JSON {role: [host, ...]}: the lab hosts that measured the trial ({} on this machine)",
+    "ceiling_hosts": "JSON list of the generator hosts that offered less than their share of the rate (lab)",
     "notes": "JSON list of warnings",
 }

@@ -48,6 +48,13 @@ def test_throughput_table_one_row_per_unit_and_goal(run):
             assert trial["loss_ratio"] <= goal["loss_tolerance"]                # the bound rests on a good trial
             assert trial["offered_pps"] == pytest.approx(goal["lower_bound"])
         assert row["throughput_gbps"] == pytest.approx(row["throughput_pps"] * (row["frame_size"] + 20) * 8 / 1e9)
+    assert set(tp["hosts"]) == {"local"}   # this machine measured every trial
+
+
+def test_hosts_text_names_the_lab_hosts_of_a_trial():
+    from perfkit.analysis.throughput import hosts_text
+    assert hosts_text('{"dut": ["dut1"], "tester": ["tester1", "tester2"]}') == "DUT dut1, tester tester1 tester2"
+    assert hosts_text("{}") == hosts_text("") == hosts_text(None) == "local"
 
 
 def test_throughput_matches_the_simulated_dut(run):

@@ -125,6 +125,14 @@ def frame_sizes(run: RunData) -> list[int]:
     """The run's frame sizes, ascending."""
     return sorted(int(x) for x in run.trials["frame_size"].unique()) if not run.trials.empty else []
 
+def lab_text(lab: dict[str, Any]) -> str:
+    """A lab run's hosts for people: each host's roles, management address and kernel (its facts)."""
+    facts = lab.get("facts") or {}
+    return "; ".join(f"{h['name']} ({'/'.join(h.get('roles', []))}, {h.get('address', '?')}"
+                     + (f", kernel {facts[h['name']]['kernel']}" if facts.get(h["name"], {}).get("kernel") else "") + ")"
+                     for h in lab.get("hosts", []))
+
+
 def run_summary(run: RunData) -> pd.DataFrame:
     """Metadata worth a table: one row per fact (fact, value)."""
     m = run.metadata
@@ -142,6 +150,8 @@ def run_summary(run: RunData) -> pd.DataFrame:
              ("metrics", m.get("metrics", {}).get("note", "")), ("resumed", len(m.get("resumes", []))),
              ("host check", (m.get("host_check") or {}).get("summary")
               or (m.get("host_check") or {}).get("error", "not run"))]
+    if m.get("lab"):
+        facts.append(("lab", lab_text(m["lab"])))
     for name, digest in m.get("bpf_objects", {}).items():
         facts.append((f"sha256 {name}", digest[:16] + "..."))
     return pd.DataFrame(facts, columns=["fact", "value"]).astype({"value": str})

@@ -9,6 +9,10 @@
     trial_id              the trial behind the figure (maxrate: it; searches: the good one at the bound)
     offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
     latency_p50_us, latency_p90_us, latency_p99_us  of that trial [us] (NaN if not measured)
+    hosts                 the hosts that measured that trial, else the unit's first (``hosts_text``:
+                          ``local``, or a lab's ``DUT dut1, tester tester1 tester2``)
+    ceiling_hosts         the generator hosts of that trial that reached their ceiling (a lab), space-
+                          separated; with ``limited_by`` generator: whose ceiling set the figure
     trials, trial_seconds, notes
     limited_by            what set the figure: dut, generator, host stalls, testbed or max rate
                           (``search.LIMITS``)
@@ -82,10 +86,24 @@ def _goal_limit(res: dict[str, Any], lower: float | None, upper: float | None, t
     return stored_goal_limit(bool(res.get("generator_limited")), lower, upper, best)
 
 
+def hosts_text(hosts: str | dict[str, list[str]] | None) -> str:
+    """Which hosts measured a trial, for people: ``DUT dut1, tester tester1 tester2``; ``local``
+    when this machine did (``TrialResult.hosts``, or its JSON column)."""
+    if isinstance(hosts, str):
+        hosts = json.loads(hosts) if hosts.strip() else {}
+    if not hosts:
+        return "local"
+    return ", ".join(f"{'DUT' if role == 'dut' else role} {' '.join(names)}" for role, names in hosts.items())
+
+
 def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:
     keys = ("trial_id", "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio")
     for k in keys:
         row[k] = t[k] if t is not None else (None if k == "trial_id" else math.nan)
+    if t is not None:   # else the unit's (``base``)
+        row["hosts"] = hosts_text(t.get("hosts"))
+    ceiling = t.get("ceiling_hosts") if t is not None else None
+    row["ceiling_hosts"] = " ".join(json.loads(ceiling) if isinstance(ceiling, str) else ceiling or [])
     for suffix in ("p50", "p90", "p99"):
         col = f"latency_{suffix}_ns"
         row[f"latency_{suffix}_us"] = float(t[col]) / 1e3 if t is not None and col in t and pd.notna(t[col]) else math.nan
@@ -132,7 +150,7 @@ def throughput_table(run: RunData) -> pd.DataFrame:
                 "trial_seconds": float(res.get("trial_seconds", 0.0)),
                 "disturbed_trials": int(ut["disturbed"].sum()),
                 "disturbed_seconds": float(ut.loc[ut["disturbed"], "duration"].sum()),
-                "notes": "; ".join(res.get("notes", []))}
+                "hosts": hosts_text(ut.iloc[0].get("hosts")), "notes": "; ".join(res.get("notes", []))}
         if s["method"] == "maxrate" or not res.get("goals"):
             t = ut.iloc[-1] if not ut.empty else None
             row = {**base, "goal": "max", "loss_tolerance": math.nan, "throughput_pps": res.get("lower_bound"),
@@ -152,7 +170,7 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     columns = ["unit", *SCENARIO_COLUMNS, "shared_cores", "label", "method", "repeat", "goal", "loss_tolerance",
                "throughput_pps", "throughput_mpps", "throughput_gbps", "upper_pps", "upper_mpps", "relative_width", "trial_id",
                "offered_mpps", "rx_mpps", "rx_gbps", "loss_ratio", "latency_p50_us", "latency_p90_us",
-               "latency_p99_us", "trials", "trial_seconds", "limited_by", "at_least", "generator_limited",
+               "latency_p99_us", "hosts", "ceiling_hosts", "trials", "trial_seconds", "limited_by", "at_least", "generator_limited",
                "disturbed_trials", "disturbed_seconds", "notes"]
     df = pd.DataFrame(rows)
     if df.empty:
