@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -93,6 +94,29 @@ def test_each_host_gets_what_its_roles_need(lab: Sandbox) -> None:
         assert f"{lab.address(name)}:9100" in config and f"host: {name}" in config
 
 
+def test_the_metrics_stack_asks_for_basic_auth_and_its_password_stays_secret(lab: Sandbox) -> None:
+    import bcrypt
+    import yaml
+    hosts = load(lab.inventory)
+    password = lab.metrics_password
+    assert hosts.metrics_auth == ("perfkit", password)
+    assert password not in repr(hosts) and password not in json.dumps(hosts.to_dict())
+    plans = {h.name: provision.host_plan(hosts, h) for h in hosts.hosts}
+    for name, plan in plans.items():
+        web = next(s for s in plan["secrets"] if s["path"].endswith("web-config.yml"))
+        digest = yaml.safe_load(web["content"])["basic_auth_users"]["perfkit"]
+        assert bcrypt.checkpw(password.encode(), digest.encode()) and not bcrypt.checkpw(b"guess", digest.encode())
+        assert all(f"--web.config.file={web['path']}" in d["argv"] for d in plan["daemons"])
+        assert password not in json.dumps(plan["files"]) and password not in json.dumps(plan["daemons"])
+    # the same hash on every provisioning, so a second run changes no file
+    assert provision.host_plan(hosts, hosts.dut) == plans["dut1"]
+    scrape = yaml.safe_load(plans["metrics1"]["files"][1]["content"])
+    assert {j["job_name"]: j["basic_auth"]["username"] for j in scrape["scrape_configs"]} == {"node": "perfkit",
+                                                                                          "pushgateway": "perfkit"}
+    assert [s["content"] for s in plans["metrics1"]["secrets"] if s["path"] == scrape["scrape_configs"][0]["basic_auth"]
+            ["password_file"]] == [password]
+
+
 def test_the_recap_and_unreachable_hosts_are_read_from_ansible_output(lab: Sandbox) -> None:
     out = ("fatal: [tester2]: UNREACHABLE! => {\"changed\": false, \"msg\": \"Failed to connect to the host via ssh: "
            "ssh: connect to host 198.19.253.99 port 22: No route to host\", \"unreachable\": true}\n"
@@ -152,9 +176,11 @@ def test_the_nic_step_on_a_veth_changes_nothing_it_should_not(lab: Sandbox) -> N
 
 
 # -- the lab tests: the real ansible-playbook over SSH ---------------------------------------------
-def _prometheus_up(address: str) -> dict[str, str]:
-    with urllib.request.urlopen(f"http://{address}:9090/api/v1/query?query=up", timeout=5) as r:
-        data = json.load(r)
+def _prometheus_up(address: str, password: str) -> dict[str, str]:
+    import requests
+    r = requests.get(f"http://{address}:9090/api/v1/query?query=up", auth=("perfkit", password), timeout=5)
+    r.raise_for_status()
+    data = r.json()
     return {res["metric"].get("host", res["metric"]["job"]): res["value"][1] for res in data["data"]["result"]}
 
 
@@ -170,10 +196,15 @@ def test_provisioning_sets_the_lab_up_and_a_second_run_changes_nothing(lab: Sand
     assert first.facts["dut1"]["interfaces"]["a0"]["driver"] == "veth"
     assert first.facts["dut1"]["kernel"] == os.uname().release
     deadline = time.monotonic() + 15
-    while (up := _prometheus_up(lab.address("metrics1"))) != {"dut1": "1", "tester1": "1", "tester2": "1", "metrics1": "1",
+    while (up := _prometheus_up(lab.address("metrics1"), lab.metrics_password)) != {"dut1": "1", "tester1": "1", "tester2": "1", "metrics1": "1",
                                                                "pushgateway": "1"} and time.monotonic() < deadline:
         time.sleep(0.5)
     assert up == {"dut1": "1", "tester1": "1", "tester2": "1", "metrics1": "1", "pushgateway": "1"}
+    # every server of the stack asks for the password (Prometheus scraped with it: all up above)
+    for name, port in (("metrics1", 9090), ("metrics1", 9091), ("dut1", 9100)):
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(f"http://{lab.address(name)}:{port}/metrics", timeout=5)
+    assert not (provision.BUILD_ROOT / "lab" / "provision-vars.json").exists()   # the password is not left behind
 
     assert main(["lab", "provision", "-i", str(lab.inventory), "--json"]) == 0
     second = json.loads(capsys.readouterr().out)

@@ -28,6 +28,12 @@ dut_cores         the CPUs that run the dataplane (``dut`` hosts: required), e.g
 tester_cores      the CPUs that run the generator and sink (``tester`` hosts: optional)
 perfkit_root      where perfkit lives on the host (default ``/opt/perfkit``; ``perfkit lab provision``)
 ================  =====================================================================================
+
+On the ``metrics`` host (or in ``all: vars``), ``perfkit_metrics_password`` turns on basic auth for
+the lab's metrics stack (Prometheus, the Pushgateway and every host's node-exporter), with the user
+``perfkit_metrics_user`` (default ``perfkit``). The password is a secret: it is kept off ``repr``,
+``to_dict``, runs and reports, and reaches the hosts only as a bcrypt hash (and as Prometheus's scrape
+password on the metrics host, a file of mode 0600).
 """
 from __future__ import annotations
 
@@ -110,6 +116,9 @@ class Lab:
     """The inventory as given (a path or an inventory plugin's source)."""
     hosts: tuple[LabHost, ...] = field(default_factory=tuple)
     """Its hosts with a role, by role (``ROLES``' order), then as Ansible lists a group's hosts."""
+    metrics_auth: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    """``(user, password)`` of the metrics stack's basic auth (``perfkit_metrics_user`` and
+    ``perfkit_metrics_password`` of the metrics host); None: no auth. A secret: never written."""
 
     def role(self, role: str) -> tuple[LabHost, ...]:
         """The hosts with ``role``, in ``hosts``' order."""
@@ -185,9 +194,25 @@ def lab_from_json(source: str, data: Mapping[str, Any]) -> Lab:
     order = dict.fromkeys(name for role in ROLES for name in members[role])
     hosts = tuple(_host(name, tuple(r for r in ROLES if name in members[r]), hostvars.get(name, {}))
                   for name in order)
-    lab = Lab(source, hosts)
+    metrics = [name for name in order if name in members["metrics"]]
+    lab = Lab(source, hosts, _metrics_auth(hostvars.get(metrics[0], {})) if metrics else None)
     _check_lab(lab)
     return lab
+
+
+def _metrics_auth(v: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The metrics stack's basic-auth user and password from the metrics host's variables."""
+    password = v.get("perfkit_metrics_password")
+    if password is None:
+        return None
+    if not isinstance(password, str) or not password or "\n" in password:
+        # never the value: it is a secret (a vaulted one reaches perfkit as a mapping)
+        raise ConfigError("perfkit_metrics_password", "(not shown)",
+                          "a non-empty one-line string (perfkit reads the inventory without a vault password)")
+    user = v.get("perfkit_metrics_user", "perfkit")
+    if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", user):
+        raise ConfigError("perfkit_metrics_user", user, "a user name of letters, digits, '_', '.' and '-'")
+    return user, password
 
 
 def _members(data: Mapping[str, Any], group: str, seen: frozenset[str] = frozenset()) -> list[str]:

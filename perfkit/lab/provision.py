@@ -14,6 +14,11 @@ variables, so that the playbook holds no logic of its own:
 - the ``metrics`` host: Prometheus scraping every host's node-exporter (labels ``host`` and
   ``role``) and the Pushgateway, both on its management address.
 
+With ``perfkit_metrics_password`` in the inventory, every server of the stack asks for basic auth
+(``web-config.yml``: the user and a bcrypt hash, the exporters' own ``--web.config.file``), Prometheus
+scrapes with the password (a file of mode 0600 on the metrics host), and the controller pushes and
+queries with it (``lab_metrics``: an endpoints file of mode 0600 beside the facts).
+
 A second provisioning changes nothing (``changed=0`` in every host's recap). ``--check`` runs the
 playbook in Ansible's check mode: what would change, nothing changed. Each host's facts (kernel,
 CPU, SMT, governor, NIC drivers and firmware: ``perfkit.lab.hostsetup.facts``) are written to the
@@ -40,7 +45,7 @@ from perfkit.errors import PerfkitError
 from perfkit.lab import inventory
 from perfkit.lab.inventory import Lab, LabHost
 from perfkit.paths import BUILD_ROOT, CHECKOUT, PACKAGE_DIR
-from perfkit.metrics.promconfig import SCRAPE_INTERVAL
+from perfkit.metrics.promconfig import PASSWORD_FILE, SCRAPE_INTERVAL, WEB_CONFIG_FILE
 
 PLAYBOOK = PACKAGE_DIR / "lab" / "playbooks" / "provision.yml"
 #: Debian packages by role ("all": every host).
@@ -101,7 +106,7 @@ def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
     root = Path(host.root)
     packages = list(dict.fromkeys(p for role in ("all", *host.roles) for p in PACKAGES[role]))
     plan: dict[str, Any] = {"packages": packages, "bpf": any(r in BPF_ROLES for r in host.roles),
-                            "nic": None, "files": [], "daemons": []}
+                            "nic": None, "files": [], "secrets": [], "daemons": []}
     cores = list(host.dut_cores or host.tester_cores)
     if plan["bpf"] and host.interfaces and cores:
         plan["nic"] = {"interfaces": [i.name for i in host.interfaces], "cores": cores}
@@ -111,33 +116,58 @@ def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
         {"host": host.name, "roles": list(host.roles), "interfaces": [i.name for i in host.interfaces],
          "dut_cores": list(host.dut_cores), "tester_cores": list(host.tester_cores), "source_id": source_id},
         indent=1, sort_keys=True) + "\n"})
+    web: list[str] = []
+    if lab.metrics_auth:
+        user, password = lab.metrics_auth
+        web_cfg = root / "etc" / WEB_CONFIG_FILE
+        plan["secrets"].append({"path": str(web_cfg), "content": yaml.safe_dump(
+            {"basic_auth_users": {user: stable_bcrypt(password, f"{host.name}/{user}")}})})
+        web = [f"--web.config.file={web_cfg}"]
     plan["daemons"].append({"name": "node-exporter", "pidfile": str(run / "node-exporter.pid"), "config": None,
                             "argv": ["/usr/bin/prometheus-node-exporter",
-                                     f"--web.listen-address={host.address}:{PORTS['node-exporter']}"]})
+                                     f"--web.listen-address={host.address}:{PORTS['node-exporter']}", *web]})
     if "metrics" in host.roles:
-        cfg = root / "etc" / "prometheus.yml"
-        plan["files"].append({"path": str(cfg), "content": prometheus_config(lab, host)})
+        cfg, scrape_pw = root / "etc" / "prometheus.yml", root / "etc" / PASSWORD_FILE
+        if lab.metrics_auth:
+            plan["secrets"].append({"path": str(scrape_pw), "content": lab.metrics_auth[1]})
+        plan["files"].append({"path": str(cfg), "content": prometheus_config(lab, host, scrape_pw)})
         plan["daemons"] += [
             {"name": "pushgateway", "pidfile": str(run / "pushgateway.pid"), "config": None,
              "argv": ["/usr/bin/prometheus-pushgateway", f"--web.listen-address={host.address}:{PORTS['pushgateway']}",
-                      f"--persistence.file={root / 'data' / 'pushgateway.db'}"]},
+                      f"--persistence.file={root / 'data' / 'pushgateway.db'}", *web]},
             {"name": "prometheus", "pidfile": str(run / "prometheus.pid"), "config": str(cfg),
              "argv": ["/usr/bin/prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={root / 'data' / 'prometheus'}",
-                      f"--web.listen-address={host.address}:{PORTS['prometheus']}"]}]
+                      f"--web.listen-address={host.address}:{PORTS['prometheus']}", *web]}]
     return plan
 
 
-def prometheus_config(lab: Lab, metrics: LabHost) -> str:
+#: bcrypt's base-64 alphabet; the last of a salt's 22 characters carries 2 bits: these four.
+_BCRYPT_B64 = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def stable_bcrypt(password: str, context: str, rounds: int = 10) -> str:
+    """A bcrypt hash of ``password`` whose salt comes from ``context`` (a host and user): the same on
+    every provisioning, so a second run changes no file. The salt need not be secret, only distinct."""
+    import bcrypt
+    digest = hashlib.sha256(b"perfkit lab web-config " + context.encode()).digest()
+    salt = "".join(_BCRYPT_B64[b % 64] for b in digest[:21]) + _BCRYPT_B64[digest[21] % 4 * 16]
+    return bcrypt.hashpw(password.encode(), f"$2b${rounds:02d}${salt}".encode()).decode()
+
+
+def prometheus_config(lab: Lab, metrics: LabHost, password_file: Path | None = None) -> str:
     """prometheus.yml of the metrics host: every host's node-exporter (labels ``host``, ``role``),
-    and the Pushgateway (its labels kept), each second as the local stack does."""
+    and the Pushgateway (its labels kept), each second as the local stack does; with basic auth, it
+    scrapes as the lab's metrics user with the password in ``password_file``."""
     interval = f"{SCRAPE_INTERVAL:g}s"
+    auth = {"basic_auth": {"username": lab.metrics_auth[0], "password_file": str(password_file)}} \
+        if lab.metrics_auth else {}
     cfg = {"global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
            "scrape_configs": [
                {"job_name": "node", "static_configs": [
                    {"targets": [f"{h.address}:{PORTS['node-exporter']}"], "labels": {"host": h.name, "role": ",".join(h.roles)}}
-                   for h in lab.hosts]},
+                   for h in lab.hosts], **auth},
                {"job_name": "pushgateway", "honor_labels": True,
-                "static_configs": [{"targets": [f"{metrics.address}:{PORTS['pushgateway']}"]}]}]}
+                "static_configs": [{"targets": [f"{metrics.address}:{PORTS['pushgateway']}"]}], **auth}]}
     return "# written by perfkit lab provision\n" + yaml.safe_dump(cfg, sort_keys=False)
 
 
@@ -286,7 +316,25 @@ def lab_metrics(spec: Any, source: str | os.PathLike[str]) -> Any:
     m = lab.role("metrics")[0]
     return dataclasses.replace(spec, prometheus_url=f"http://{m.address}:{PORTS['prometheus']}",
                                pushgateway_url=f"http://{m.address}:{PORTS['pushgateway']}",
-                               node_selector=f'job="node",host="{lab.dut.name}"')
+                               node_selector=f'job="node",host="{lab.dut.name}"',
+                               config=str(_auth_file(lab, source)) if lab.metrics_auth else None)
+
+
+def _auth_file(lab: Lab, source: str | os.PathLike[str]) -> Path:
+    """A metrics endpoints file (``perfkit.metrics.config``) with the lab's basic-auth user and its
+    password file, both of mode 0600, beside the lab's facts on the controller."""
+    assert lab.metrics_auth
+    d = facts_dir_of(source)
+    d.mkdir(parents=True, exist_ok=True)
+    user, password = lab.metrics_auth
+    for path, text in ((d / "metrics-password", password),
+                       (d / "metrics-auth.yml", yaml.safe_dump({"username": user,
+                                                                "password_file": str(d / "metrics-password")}))):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o600)
+    return d / "metrics-auth.yml"
 
 
 def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Path | None = None,
@@ -303,18 +351,23 @@ def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Pa
         old.unlink()
     extra = {"perfkit_source": {"id": source_id, "tarball": str(tarball)}, "perfkit_wheelhouse": {"id": wheels_id, "tarball": str(wheels)},
              "perfkit_facts_dir": str(facts_dir), "perfkit_plan": {h.name: host_plan(lab, h, source_id) for h in lab.hosts}}
-    vars_file = work / "provision-vars.json"
-    vars_file.write_text(json.dumps(extra))
+    vars_file = work / "provision-vars.json"   # the metrics password may be in it: only for root, and removed
+    vars_file.unlink(missing_ok=True)
+    with os.fdopen(os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(json.dumps(extra))
     argv = [ansible_playbook(), "-i", os.fspath(source), str(PLAYBOOK), "-e", f"@{vars_file}",
             *(["--check", "--diff"] if check else [])]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ansible_env())
     lines = []
-    assert proc.stdout
-    for line in proc.stdout:
-        lines.append(line)
-        if echo:
-            echo(line.rstrip("\n"))
-    rc = proc.wait()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ansible_env())
+        assert proc.stdout
+        for line in proc.stdout:
+            lines.append(line)
+            if echo:
+                echo(line.rstrip("\n"))
+        rc = proc.wait()
+    finally:
+        vars_file.unlink(missing_ok=True)
     result = ProvisionResult(source_id, check, parse_recap("".join(lines)), returncode=rc,
                              unreachable=unreachable("".join(lines), lab))
     if rc != 0 and not result.recap:

@@ -15,7 +15,8 @@ namespace running its own ``sshd``, cabled by veth pairs, managed from the root 
 
 The inventory it writes is an ordinary Ansible inventory (``perfkit.lab.inventory``): a host's
 ``ansible_host`` is its management address, SSH uses a key made for the sandbox (no password is
-accepted) and checks the host keys made for it. What a real lab would keep apart, a sandbox shares:
+accepted) and checks the host keys made for it; its metrics stack asks for basic auth with a password
+made for the sandbox (``metrics_password``). What a real lab would keep apart, a sandbox shares:
 the kernel, the CPUs and the file system (each host has its own ``perfkit_root`` directory), so
 node-exporter and CPU figures of any host see the whole machine.
 
@@ -30,6 +31,7 @@ import ipaddress
 import os
 import re
 import signal
+import secrets
 import socket
 import subprocess
 import time
@@ -89,6 +91,8 @@ class Sandbox:
         if hosts is None:
             hosts, cables = four_hosts()
         self.rid = sandbox_id or os.urandom(3).hex()
+        #: The basic-auth password of the sandbox's metrics stack (its inventory's perfkit_metrics_password).
+        self.metrics_password = secrets.token_urlsafe(12)
         if not re.fullmatch(r"[0-9a-f]{6}", self.rid):
             raise ConfigError("sandbox_id", self.rid, "6 lower-case hex digits")
         self.workdir = Path(workdir).absolute()
@@ -233,7 +237,7 @@ class Sandbox:
         children: dict[str, dict] = {}
         for k, h in enumerate(self.hosts):
             hv = {"ansible_host": self.address(h.name), "perfkit_root": str(self.root(h.name) / "opt" / "perfkit"),
-                  **h.vars}
+                  **({"perfkit_metrics_password": self.metrics_password} if "metrics" in h.roles else {}), **h.vars}
             ifaces = [{"name": i, "mac": self.mac(k, j), "peer": peer} for j, (i, peer) in enumerate(self.interfaces(h.name))]
             if ifaces:
                 hv["interfaces"] = ifaces
