@@ -36,6 +36,7 @@ from perfkit.layouts import Struct
 from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.testbed.bpfbuild import object_path
+from perfkit.testbed.topology import PORT_MACS
 from perfkit.units import FCS_LEN
 
 
@@ -116,6 +117,26 @@ class Param:
         return "a string"
 
 
+@dataclass(frozen=True)
+class PortMacs:
+    """The MAC addresses of a measurement's four ports: the DUT's ``a`` and ``b``, and the tester's
+    ``p0`` (cabled to ``a``) and ``p1`` (cabled to ``b``). The defaults are the local testbed's; a lab
+    gives its inventory's, so that real NICs accept the frames without promiscuous mode."""
+
+    a: str = PORT_MACS["a"]
+    b: str = PORT_MACS["b"]
+    p0: str = PORT_MACS["p0"]
+    p1: str = PORT_MACS["p1"]
+
+    def into(self, port: str) -> tuple[str, str]:
+        """(source, destination) of a frame the tester sends into the DUT's ``port`` (``a`` or ``b``)."""
+        return (self.p0, self.a) if port == "a" else (self.p1, self.b)
+
+    def out_of(self, port: str) -> tuple[str, str]:
+        """(source, destination) of a frame the DUT sends out of its ``port`` to the tester."""
+        return (self.a, self.p0) if port == "a" else (self.b, self.p1)
+
+
 class Traffic(ABC):
     """The traffic of one scenario: what the generator offers, and what the DUT must emit.
 
@@ -140,6 +161,11 @@ class Traffic(ABC):
     @abstractmethod
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:
         """How the generator turns ``packet(0)`` into ``packet(i)`` for every flow i."""
+
+    @abstractmethod
+    def on_ports(self, macs: PortMacs) -> Self:
+        """The same traffic between ports with the MAC addresses ``macs`` (a lab's inventory's):
+        offered frames addressed to the DUT's ingress port, the DUT configured to address the tester."""
 
     @property
     def wire_frame_size(self) -> int:

@@ -56,6 +56,9 @@ def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
     assert answers[3]["error"] == ("interface of host dut1: 'eth9' is not allowed; allowed: an interface the "
                                    "inventory names for it: a0, b0")
     assert answers[4]["error"].startswith("args of load: ")
+    bad = _ask(agent, {"id": 1, "op": "load", "args": {"dataplane": "pgwu", "frame_size": 64, "flows": 1,
+                                                       "interfaces": ["a0", "b0"], "macs": [{"a": "02:00:00:00:01"}]}})
+    assert bad[0]["error"] == "macs.a: '02:00:00:00:01' is not allowed; allowed: a MAC address, e.g. 02:00:00:00:01:01"
 
 
 # -- over SSH --------------------------------------------------------------------------------------
@@ -225,6 +228,14 @@ def test_two_testers_offer_more_than_one_tester_can_with_exact_merged_counts(lab
         assert len(offered) == len(testers) and sum(offered) == r.tx_packets
     one, two = trials[1], trials[2]
     assert two.tx_pps > 1.2 * one.tx_pps, (one.tx_pps, two.tx_pps)
+    assert one.ceiling_hosts == two.ceiling_hosts == []   # as fast as possible: no share to fall short of
+    # asked for three times one tester's ceiling, tester2 (on the DUT's CPU) cannot offer its half:
+    # the trial names it as the host whose ceiling limited generation
+    with create("lab", scenario, inventory=str(inventory), testers=["tester1", "tester2"]) as gen:
+        r = gen.measure(3 * one.tx_pps, 0.5)
+    assert "tester2" in r.ceiling_hosts
+    assert any(n.startswith("generation limited the trial: ") and "tester2 (" in n for n in r.notes), r.notes
+    assert r.tx_packets == r.rx_packets + sum(r.dut_drops.values()) + sum(r.tester_drops.values()), r.notes
     assert _gone_within(sb, 10) < 1
 
 # -- the same campaign, in the lab -----------------------------------------------------------------
@@ -279,6 +290,13 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
     assert meta["lab"]["facts"]["dut1"]["interfaces"]["a0"]["driver"] == "veth"
     assert not any("ssh_options" in h or "ansible_ssh_private_key_file" in json.dumps(h) for h in meta["lab"]["hosts"])
     assert all(any(n.startswith("lab ") and "DUT dut1" in n for n in json.loads(notes)) for notes in trials["notes"])
+    # the report says which hosts measured each figure, and the lab's hosts
+    from perfkit import analysis
+    assert all(json.loads(h) == {"dut": ["dut1"], "tester": ["tester1"]} for h in trials["hosts"])
+    run = analysis.load_run(out["run_id"], tmp_path / "runs")
+    assert set(analysis.throughput_table(run)["hosts"]) == {"DUT dut1, tester tester1"}
+    lab_row = analysis.run_summary(run).set_index("fact").loc["lab", "value"]
+    assert lab_row.startswith(f"dut1 (dut, {sb.address('dut1')}, kernel ") and "metrics1 (metrics" in lab_row
     if metrics:   # the DUT host's CPU, from the lab's metrics host: its Prometheus scraped dut1's node-exporter
         assert out["metrics"]["note"].startswith(f"metrics: pushing to http://{sb.address('metrics1')}:9091")
         cpu = store.prometheus_cpu()
@@ -287,6 +305,9 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
         from perfkit.perf.store import read_folded
         folded = read_folded(store.path, maxrate.iloc[0])
         assert "bpf_prog_" in folded and "_xdp_pgwu" in folded and "napi/a0" in folded   # the DUT host's stacks
+        # pushed and queried with the lab's basic-auth password, which no file of the run holds
+        secret = sb.metrics_password.encode()
+        assert not [p for p in store.path.rglob("*") if p.is_file() and secret in p.read_bytes()]
     assert _gone_within(sb, 10) < 1
 
 

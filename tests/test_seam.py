@@ -290,3 +290,29 @@ def test_each_dataplane_is_steered_as_before_its_words_were_declared(name, param
 def test_a_bad_declaration_names_the_field(bad, field):
     with pytest.raises(ConfigError, match=rf"^toy {field}: "):
         Encap("toy", **bad)
+
+
+@pytest.mark.parametrize("name", dataplanes.names())
+def test_a_labs_mac_addresses_reach_every_frame(name: str) -> None:
+    """In a lab, frames carry the inventory's MAC addresses (``Traffic.on_ports``): offered ones are
+    addressed to the DUT's ingress port, and the loaded program addresses its output to the tester."""
+    from perfkit.dataplane import PortMacs
+    from perfkit.netaddr import mac_bytes
+    dp = dataplanes.get(name)
+    macs = PortMacs(a="02:00:00:53:00:0a", b="02:00:00:53:00:0b", p0="02:00:00:53:01:00", p1="02:00:00:53:01:01")
+    for value in dp.param(dp.variant).choices or [None]:
+        params = dp.validate({dp.variant: value} if value is not None else {})
+        traffic = dp.traffic(128, 2, params).on_ports(macs)
+        egress = "b" if traffic.ingress == "a" else "a"
+        src, dst = macs.into(traffic.ingress)
+        frame = traffic.packet(1)
+        assert frame[:12] == mac_bytes(dst) + mac_bytes(src), (name, value)
+        out = traffic.expected_output(1)
+        src, dst = macs.out_of(egress)
+        assert out[:12] == mac_bytes(dst) + mac_bytes(src), (name, value)
+        assert dp.check_output(traffic, out) is None
+        dut = dp.load(traffic, 1, 2)
+        try:
+            assert dut.program.test_run(frame).data_out == out, (name, value)
+        finally:
+            dut.close()

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from perfkit.dataplane import PortMacs
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import dut_queues
@@ -43,6 +45,13 @@ def cabling(lab: Lab, tester: LabHost) -> tuple[list[str], list[str]]:
         raise ConfigError(f"host {tester.name}: interfaces", [i.name for i in tester.interfaces],
                           f"two interfaces whose peer is an interface of the DUT {dut.name} (HOST:INTERFACE)")
     return [pairs[0][0], pairs[1][0]], [pairs[0][1], pairs[1][1]]
+
+
+def port_macs(lab: Lab, tester: LabHost) -> PortMacs:
+    """The MAC addresses of a tester's two cables to the DUT, at both ends, from the inventory."""
+    (p0, p1), (a, b) = cabling(lab, tester)
+    return PortMacs(a=lab.dut.interface(a).mac or "", b=lab.dut.interface(b).mac or "",
+                    p0=tester.interface(p0).mac or "", p1=tester.interface(p1).mac or "")
 
 
 def merged_percentiles(reports: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -113,20 +122,24 @@ class LabGenerator(Generator):
             raise ConfigError("dut_cores", scenario.dut_cores, "1 in a lab for now (the agent steers to one core)")
         self.testers = chosen
         self.cabling = {t.name: cabling(self.lab, t) for t in chosen}
+        self.macs = {t.name: port_macs(self.lab, t) for t in chosen}
         self.dut_cores = list(dut.dut_cores[:scenario.dut_cores])
-        self.traffic = scenario.traffic()
-        slice_engine(self.traffic.field_engine(), FlowSlice(0, len(chosen)))  # refused here, before any host
+        # each tester's frames carry the MAC addresses of its own cables
+        self.traffics = {t.name: scenario.traffic().on_ports(self.macs[t.name]) for t in chosen}
+        slice_engine(scenario.traffic().field_engine(), FlowSlice(0, len(chosen)))  # refused here, before any host
         self.agents: dict[str, AgentSession] = {}
         what = {"dataplane": scenario.dataplane, "frame_size": scenario.frame_size, "flows": scenario.flows,
                 "params": dict(scenario.params)}
         try:
             self.agents[dut.name] = AgentSession(dut)
             self.loaded = self.agents[dut.name].call(
-                "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores, **what)
+                "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores,
+                macs=[asdict(self.macs[t.name]) for t in chosen], **what)
             for part, t in enumerate(chosen):
                 self.agents[t.name] = AgentSession(t)
                 self.agents[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
-                                           capture_count=capture_count, part=part, parts=len(chosen), **what)
+                                           capture_count=capture_count, part=part, parts=len(chosen),
+                                           macs=asdict(self.macs[t.name]), **what)
         except BaseException:
             self.close()
             raise
@@ -174,8 +187,8 @@ class LabGenerator(Generator):
     def _result(self, rate_pps: float | None, duration: float, packets: int | None, reps: list[dict[str, Any]],
                 dut: dict[str, Any]) -> TrialResult:
         tx = sum(r["tx_packets"] for r in reps)
-        captures = [bytes.fromhex(c) for r in reps for c in r["captures"]]
-        mismatches = [why for c in captures if (why := self.scenario.dp.check_output(self.traffic, c))]
+        captures = [(self.traffics[t.name], bytes.fromhex(c)) for t, r in zip(self.testers, reps) for c in r["captures"]]
+        mismatches = [why for traffic, c in captures if (why := self.scenario.dp.check_output(traffic, c))]
         dut_drops = dict(dut["dut_drops"])
         ring_in = sum(r["dut_ring"] for r in reps)
         if ring_in:
@@ -197,7 +210,9 @@ class LabGenerator(Generator):
             dut_wakeups=dut["dut_wakeups"], ring_cores=self.dut_cores[:1] if ring_in else [],
             sink_gap_us=max(r["max_gap_ns"] for r in reps) / 1e3,
             gen_slip_us=max(0.0, elapsed - duration) * 1e6 if rate_pps else None, stalls=dut.get("stalls", {}),
-            dut_stall_us=dut.get("dut_stall_us"), dut_speed_ns_per_step=dut.get("dut_speed_ns_per_step"))
+            dut_stall_us=dut.get("dut_stall_us"), dut_speed_ns_per_step=dut.get("dut_speed_ns_per_step"),
+            hosts={"dut": [self.lab.dut.name], "tester": [t.name for t in self.testers]},
+            ceiling_hosts=self._short(rate_pps, reps))
         # the DUT host's stalls judged as the local testbed's: its veth rings, or a NIC's, on one core
         queues = dut_queues(self.dut_cores, 0)
         stall = disturbance.stalled(result, queues)
@@ -223,14 +238,19 @@ class LabGenerator(Generator):
         if mismatches:
             notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} "
                          f"should emit; first: {mismatches[0]}")
-        if r.intended_pps and r.elapsed > 0:
-            share = r.intended_pps / len(reps)
-            short = [f"{t.name} ({rep['tx_packets'] / rep['elapsed']:.0f} pps)" for t, rep in zip(self.testers, reps)
-                     if rep["elapsed"] > 0 and rep["tx_packets"] / rep["elapsed"] < SHORT * share]
-            if short:
-                notes.append(f"generation limited the trial: {', '.join(short)} offered less than its share of "
-                             f"{share:.0f} pps (its ceiling)")
+        if r.ceiling_hosts:
+            offered = {t.name: rep["tx_packets"] / rep["elapsed"] for t, rep in zip(self.testers, reps)}
+            notes.append(f"generation limited the trial: {', '.join(f'{h} ({offered[h]:.0f} pps)' for h in r.ceiling_hosts)}"
+                         f" offered less than its share of {r.intended_pps / len(reps):.0f} pps (its ceiling)")
         return notes
+
+    def _short(self, rate_pps: float | None, reps: list[dict[str, Any]]) -> list[str]:
+        """The testers that offered less than ``SHORT`` of their share of ``rate_pps``: at their ceiling."""
+        if not rate_pps:
+            return []
+        share = rate_pps / len(reps)
+        return [t.name for t, rep in zip(self.testers, reps)
+                if rep["elapsed"] > 0 and rep["tx_packets"] / rep["elapsed"] < SHORT * share]
 
     def perf_recorder(self, frequency: int | None = None) -> RemotePerf:
         """``perf record`` of the DUT host's DUT cores by its agent, folded here."""

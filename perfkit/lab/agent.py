@@ -48,8 +48,10 @@ from typing import Any, Callable, TextIO
 from perfkit import owners
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.lab.hostroles import DutSide, TesterSide
+from perfkit.lab.inventory import MAC_RE
 from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
+from perfkit.dataplane import PortMacs
 from perfkit.stl.fieldengine import FlowSlice
 
 #: The operations the protocol defines.
@@ -99,15 +101,17 @@ class Agent:
                                                      for k, v in (attached or {}).items()}})
 
     def load(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
-             cores: list[int] | None = None) -> dict[str, Any]:
-        """The dataplane on ``interfaces``: a pair ``[a, b]``, or a list of pairs (one instance each)."""
+             cores: list[int] | None = None, macs: list[dict] | None = None) -> dict[str, Any]:
+        """The dataplane on ``interfaces``: a pair ``[a, b]``, or a list of pairs (one instance each);
+        ``macs``: each pair's ports' MAC addresses (``PortMacs`` fields; default: the testbed's)."""
         if self.dut is not None:
             raise PerfkitError(f"host {self.host}: a dataplane is loaded already (unload it first)")
         pairs = interfaces if interfaces and isinstance(interfaces[0], list) else [interfaces]
         pairs = [self._pair(p) for p in pairs]
         scenario = self._scenario(dataplane, frame_size, flows, params)
         self._write_record()
-        self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record)
+        self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record,
+                           macs=[_macs(m) for m in macs] if macs else None)
         modes = self.dut.modes
         return {"mode": "native" if all(m == "native" for m in modes.values()) else "generic", "modes": modes,
                 "program": self.dut.instances[0].program.name, "packet_threads": self.dut.packet_threads}
@@ -136,15 +140,15 @@ class Agent:
 
     def tester_setup(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
                      cores: list[int] | None = None, capture_count: int = 64, part: int = 0,
-                     parts: int = 1) -> dict[str, Any]:
+                     parts: int = 1, macs: dict | None = None) -> dict[str, Any]:
         """perfkit's generator and sink on the pair ``interfaces`` (cabled to the DUT's a and b),
-        sending the slice ``part`` of ``parts`` of the scenario's flows."""
+        sending the slice ``part`` of ``parts`` of the scenario's flows; ``macs``: as ``load``'s, one pair's."""
         if self.tester is not None:
             raise PerfkitError(f"host {self.host}: a generator is set up already (unload it first)")
         pair = self._pair(interfaces)
         scenario = self._scenario(dataplane, frame_size, flows, params)
         self._write_record()
-        self.tester = TesterSide(scenario, pair, cores or [], capture_count, FlowSlice(part, parts))
+        self.tester = TesterSide(scenario, pair, cores or [], capture_count, FlowSlice(part, parts), _macs(macs or {}))
         self._write_record()
         return {"tx": self.tester.tx, "rx": self.tester.rx, "wire_frame_size": self.tester.gen.wire_frame_size}
 
@@ -205,6 +209,17 @@ def serve(agent: Agent, inp: TextIO, out: TextIO) -> None:
                 break
     finally:
         agent.unload()
+
+
+def _macs(given: dict) -> PortMacs:
+    """Ports' MAC addresses from a request (``a``, ``b``, ``p0``, ``p1``; missing ones the testbed's)."""
+    unknown = sorted(set(given) - {"a", "b", "p0", "p1"})
+    if unknown:
+        raise ConfigError("macs", unknown[0], "a, b, p0, p1")
+    for port, mac in given.items():
+        if not isinstance(mac, str) or not MAC_RE.match(mac):
+            raise ConfigError(f"macs.{port}", mac, "a MAC address, e.g. 02:00:00:00:01:01")
+    return PortMacs(**given)
 
 
 def _netns() -> int:

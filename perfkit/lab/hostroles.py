@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import Any
 
+from perfkit.dataplane import PortMacs
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
 from perfkit.host import cpustat
@@ -75,8 +76,10 @@ class DutSide:
     """The dataplane on the DUT host: one instance per pair of interfaces ``[a, b]`` (a tester's
     cables), and what one trial cost it."""
 
-    def __init__(self, scenario: Scenario, pairs: list[list[str]], cores: list[int], on_attach: Any = None):
-        """``on_attach(name, ifindex, mode, prog_id)`` records each attachment before anything else."""
+    def __init__(self, scenario: Scenario, pairs: list[list[str]], cores: list[int], on_attach: Any = None,
+                 macs: list[PortMacs] | None = None):
+        """``on_attach(name, ifindex, mode, prog_id)`` records each attachment before anything else;
+        ``macs``: each pair's ports' MAC addresses (default: the local testbed's)."""
         self.scenario, self.cores = scenario, list(cores)
         self.instances: list[Any] = []
         self.attached: dict[str, tuple[int, str, int]] = {}
@@ -86,9 +89,9 @@ class DutSide:
         self._stats: BpfStats | None = None
         traffic = scenario.traffic()
         try:
-            for a, b in pairs:
+            for (a, b), port_macs in zip(pairs, macs or [PortMacs()] * len(pairs)):
                 ia, ib = netns.ifindex(None, a), netns.ifindex(None, b)
-                nf = scenario.dp.load(traffic, ia, ib)
+                nf = scenario.dp.load(traffic.on_ports(port_macs), ia, ib)
                 self.instances.append(nf)
                 for name, idx in ((a, ia), (b, ib)):
                     mode = attach(idx, nf.program.fd)
@@ -211,14 +214,14 @@ class TesterSide:
     (cabled to the DUT's ``a`` and ``b``), sending its slice of the flows into the DUT's ingress side."""
 
     def __init__(self, scenario: Scenario, pair: list[str], cores: list[int], capture_count: int = 64,
-                 flow_slice: FlowSlice = FlowSlice()):
+                 flow_slice: FlowSlice = FlowSlice(), macs: PortMacs = PortMacs()):
         from perfkit.testbed.livegen import LiveGenerator
         from perfkit.testbed.sink import Sink
         from perfkit.testbed.topology import Port
         if not cores:
             raise ConfigError("tester_cores", cores, "the tester host's CPUs for the generator, e.g. [2]")
         self.scenario, self.capture_count = scenario, capture_count
-        profile = scenario.traffic()
+        profile = scenario.traffic().on_ports(macs)
         self.tx, self.rx = pair if profile.ingress == "a" else pair[::-1]
         # the generator's anchor: a veth pair of its own on the host (perfkit.testbed.livegen)
         self.anchor = f"pkg{os.getpid() % 0xfffff:05x}g"

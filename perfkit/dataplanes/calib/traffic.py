@@ -20,13 +20,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from perfkit.dataplane import Traffic
+from perfkit.dataplane import PortMacs, Traffic
 from perfkit.dataplanes.calib.control import CalibConfig
 from perfkit.dataplanes.calib.model import emit
 from perfkit.errors import ConfigError
 from perfkit.stl.fieldengine import FieldEngine, flow_engine
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
-from perfkit.testbed.topology import PORT_MACS
 from perfkit.units import FCS_LEN, FRAME_MAX
 
 SRC_ADDR, DST_ADDR = "198.18.0.1", "198.19.0.1"
@@ -50,6 +49,12 @@ class CalibTraffic(Traffic):
     flows: int = 1
     config: CalibConfig = field(default_factory=CalibConfig)
     ingress: str = "a"
+    macs: PortMacs = field(default_factory=PortMacs)
+    """The ports' MAC addresses: offered frames go from the tester's port to the DUT's ingress."""
+
+    def on_ports(self, macs: PortMacs) -> CalibTraffic:
+        src, dst = macs.out_of("b" if self.ingress == "a" else "a")
+        return dataclasses.replace(self, macs=macs, config=dataclasses.replace(self.config, src_mac=src, dst_mac=dst))
 
     def __post_init__(self) -> None:
         if not 1 <= self.flows <= MAX_FLOWS:
@@ -69,7 +74,8 @@ class CalibTraffic(Traffic):
 
     def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """The frame offered for ``flow`` (without FCS), with a signature."""
-        hdr = (Ether(src=PORT_MACS["p0"], dst=PORT_MACS["a"]) /
+        src, dst = self.macs.into(self.ingress)
+        hdr = (Ether(src=src, dst=dst) /
                IP(src=SRC_ADDR, dst=DST_ADDR, id=0, flags="DF", ttl=64) /
                UDP(sport=sport(flow % self.flows), dport=DPORT, chksum=0))
         pad = self.frame_size - FCS_LEN - len(hdr) - SIGNATURE.size

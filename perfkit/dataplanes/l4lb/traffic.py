@@ -22,9 +22,8 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from perfkit.dataplane import Traffic
-from perfkit.dataplanes.l4lb.config import (CLIENT_BASE, CLIENT_MAC, CLIENT_POOL, INGRESS_MAC, REAL_BASE, VIP_BASE,
-                                            L4lbConfig, Vip)
+from perfkit.dataplane import PortMacs, Traffic
+from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, REAL_BASE, VIP_BASE, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.dataplanes.l4lb.model import emit
@@ -60,6 +59,13 @@ class L4lbTraffic(Traffic):
     """Reals per VIP (each VIP has its own)."""
     config: L4lbConfig = field(default_factory=L4lbConfig)
     ingress: str = "a"
+    macs: PortMacs = field(default_factory=PortMacs)
+    """The ports' MAC addresses: clients' frames go from the tester's port to the DUT's ingress; the
+    tunnels leave by the other port (``config.src_mac``, ``config.dst_mac``: the next hop)."""
+
+    def on_ports(self, macs: PortMacs) -> L4lbTraffic:
+        src, dst = macs.out_of("b" if self.ingress == "a" else "a")
+        return dataclasses.replace(self, macs=macs, config=dataclasses.replace(self.config, src_mac=src, dst_mac=dst))
 
     def __post_init__(self) -> None:
         if self.proto not in PROTOCOLS:
@@ -113,7 +119,8 @@ class L4lbTraffic(Traffic):
         sport = (SPORT_BASE + i) & 0xFFFF
         l4 = (UDP(sport=sport, dport=vip.port, chksum=0) if self.proto == "udp"
               else TCP(sport=sport, dport=vip.port, flags="A", seq=1, ack=1, window=65535))
-        hdr = (Ether(src=CLIENT_MAC, dst=INGRESS_MAC) /
+        src, dst = self.macs.into(self.ingress)
+        hdr = (Ether(src=src, dst=dst) /
                IP(src=int2ip(CLIENT_BASE + i), dst=vip.addr, id=0, flags="DF", ttl=64) / l4)
         pad = self.frame_size - FCS_LEN - len(hdr) - SIGNATURE.size
         return bytes(hdr / Raw(SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts) + b"\0" * pad))

@@ -47,8 +47,7 @@ class PgwuDut(BpfDut):
     traffic: PgwuTraffic
 
     def __init__(self, traffic: PgwuTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
-        config = PgwuConfig(s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b, s5_vlan=traffic.config.s5_vlan,
-                            udp_csum=traffic.config.udp_csum)
+        config = dataclasses.replace(traffic.config, s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b)
         super().__init__(Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE), cpumap=cpumap), config, traffic)
 
     def fill(self) -> None:

@@ -14,6 +14,7 @@ step together: U and T are coprime, so flows 0 .. U*T-1 meet every session once.
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -23,7 +24,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
-from perfkit.dataplane import Traffic
+from perfkit.dataplane import PortMacs, Traffic
 from perfkit.dataplanes.pgwu.control import TEID_UE_BITS, UE_BASE, UL_TEID_BASE, PgwuConfig, Session, SessionPlan
 from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
 from perfkit.dataplanes.pgwu.model import emit
@@ -94,6 +95,11 @@ class PgwuTraffic(Traffic):
     def ingress(self) -> str:  # type: ignore[override]
         """Uplink enters the DUT at its S5 port (``a``), downlink at its SGi port (``b``)."""
         return "a" if self.direction == "ul" else "b"
+
+    def on_ports(self, macs: PortMacs) -> PgwuTraffic:
+        """S5 is the DUT's port ``a`` (its peer the tester's ``p0``), SGi its ``b`` (peer ``p1``)."""
+        return dataclasses.replace(self, config=dataclasses.replace(
+            self.config, s5_src_mac=macs.a, s5_dst_mac=macs.p0, sgi_src_mac=macs.b, sgi_dst_mac=macs.p1))
 
     # -- sizes -----------------------------------------------------------------------------------
     @property
