@@ -211,6 +211,8 @@ class LabGenerator(Generator):
             sink_gap_us=max(r["max_gap_ns"] for r in reps) / 1e3,
             gen_slip_us=max(0.0, elapsed - duration) * 1e6 if rate_pps else None, stalls=dut.get("stalls", {}),
             dut_stall_us=dut.get("dut_stall_us"), dut_speed_ns_per_step=dut.get("dut_speed_ns_per_step"),
+            dut_core_time=dut.get("dut_core_time", {}), dut_perfkit_share=dut.get("dut_perfkit_share"),
+            dut_others_share=dut.get("dut_others_share"),
             hosts={"dut": [self.lab.dut.name], "tester": [t.name for t in self.testers]},
             ceiling_hosts=self._short(rate_pps, reps))
         # the DUT host's stalls judged as the local testbed's: its veth rings, or a NIC's, on one core

@@ -17,10 +17,12 @@ from perfkit.dataplane import PortMacs
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
 from perfkit.host import cpustat
+from perfkit.host.housekeeping import Confinement
 from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice
 from perfkit.testbed import netns
+from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 
 #: How long the sink must see nothing new before a trial counts as drained [s] (as the local testbed).
 DRAIN_QUIET = 0.05
@@ -62,6 +64,15 @@ def _stall_probe(cores: list[int], threads: list[int]) -> Any:
     return probe
 
 
+def _core_share(threads: list[int]) -> CoreShare | None:
+    """Who runs on the DUT cores (``perfkit.testbed.coreshare``), as the local testbed measures it;
+    None where its program cannot load on the host."""
+    try:
+        return CoreShare(threads)
+    except (PerfkitError, OSError):
+        return None
+
+
 def attach(ifindex: int, fd: int) -> str:
     """Attach natively, else generically; returns the mode."""
     try:
@@ -86,6 +97,9 @@ class DutSide:
         self.modes: dict[str, str] = {}
         self.perf: Any = None
         self.stalls: Any = None
+        self.coreshare: Any = None
+        # the agent and its perf record stay off the DUT cores, as perfkit does locally
+        self.confinement = Confinement(self.cores)
         self._stats: BpfStats | None = None
         traffic = scenario.traffic()
         try:
@@ -101,6 +115,7 @@ class DutSide:
                         on_attach(self.attached)
             self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
             self.stalls = _stall_probe(self.cores, self.packet_threads)
+            self.coreshare = _core_share(self.packet_threads)
         except BaseException:
             self.close()
             raise
@@ -129,9 +144,12 @@ class DutSide:
         self._begin = {"counters": self.counters(), "runtime": self._runtime(),
                        "threads": cpustat.runtime_ns(self.packet_threads), "slices": cpustat.timeslices(self.packet_threads),
                        "out_errors": sum(xmit_errors(d) for d in self.egress)}
+        if self.coreshare:
+            self.coreshare.set_perfkit(self.confinement.refresh())
         if start_at is not None:
             time.sleep(max(0.0, start_at - time.time()))
-        self._begin.update(stalls=self.stalls.mark() if self.stalls else None, window=time.monotonic_ns())
+        self._begin.update(stalls=self.stalls.mark() if self.stalls else None, window=time.monotonic_ns(),
+                           share=self.coreshare.mark() if self.coreshare else None)
 
     def end(self) -> dict[str, Any]:
         """What the DUT did since ``begin``: drops by reason, program run time, its packet threads'
@@ -148,6 +166,7 @@ class DutSide:
         counters1 = self.counters()
         from perfkit.host.stallprobe import evidence
         stalls = evidence(self.stalls.since(b["stalls"]), self.cores, []) if self.stalls and b["stalls"] else {}
+        shares = core_share_fields(self.coreshare.since(b["share"], self.cores)) if self.coreshare and b["share"] else {}
         forwarding = self.scenario.dp.forward_counters
         drops = {k: counters1[k] - b["counters"].get(k, 0) for k in counters1
                  if k not in forwarding and counters1[k] != b["counters"].get(k, 0)}
@@ -161,6 +180,7 @@ class DutSide:
                 "dut_wakeups": sum(slices1[p] - b["slices"][p] for p in slices1 if p in b["slices"]),
                 "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
                 "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding},
+                **shares,
                 **{k: v for k, v in stalls.items() if k != "tester_stall_us"}}
 
     def perf_start(self, frequency: int) -> None:
@@ -191,6 +211,10 @@ class DutSide:
         if self.stalls is not None:
             self.stalls.close()
             self.stalls = None
+        if self.coreshare is not None:
+            self.coreshare.close()
+            self.coreshare = None
+        self.confinement.release()
         if self._stats:
             self._stats.__exit__(None, None, None)
             self._stats = None

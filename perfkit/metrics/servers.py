@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import requests
-
 from perfkit import stop
 from perfkit.errors import MetricsError
 
@@ -179,6 +177,7 @@ def wait_healthy(name: str, rec: Mapping[str, Any], host: str, port: int,
 
 def check_health(url: str, auth: tuple[str, str] | None, timeout: float = 2.0) -> tuple[bool, str]:
     """(the health URL answered 200, what it answered)."""
+    import requests   # here: a lab host's agent imports this module (its own servers' pids) without it
     try:
         r = requests.get(url, auth=auth, timeout=timeout)
     except requests.RequestException as err:
