@@ -342,3 +342,28 @@ def test_a_lab_run_killed_mid_trial_leaves_the_dut_clean_and_resumes(lab: tuple[
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "complete"
     assert _gone_within(sb, 10) < 1
+
+
+@pytest.mark.lab
+def test_several_dut_cores_each_serve_their_queues(lab: tuple[Sandbox, Lab], tmp_path: Path) -> None:
+    """Two DUT cores in a lab, as with a NIC's RSS: provisioning gives the DUT's and tester1's cables
+    two queues; tester1 sends from both CPUs (a veth queues a frame by the sender's CPU), and the
+    DUT's NAPI thread of each queue runs on its own DUT core. (Last in this module: the sandbox's
+    cables keep their two queues.)"""
+    import yaml
+    from perfkit.generators import create
+    sb, _ = lab
+    inv = yaml.safe_load(sb.inventory.read_text())
+    inv["all"]["children"]["dut"]["hosts"]["dut1"]["dut_cores"] = [0, 1]
+    inv["all"]["children"]["tester"]["hosts"]["tester1"]["tester_cores"] = [0, 1]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(inv))
+    result = provision.provision(inventory)
+    assert result.returncode == 0, result.recap
+    with create("lab", Scenario(dataplane="pgwu", frame_size=128, flows=16, dut_cores=2), inventory=str(inventory),
+                testers=["tester1"]) as gen:
+        r = gen.measure(20_000, 0.5)
+    assert r.tx_packets == r.rx_packets == 10_000 and r.mismatched_packets == 0 and r.dut_cores == 2
+    assert sorted(r.dut_busy_per_core) == ["0", "1"] and all(v > 0 for v in r.dut_busy_per_core.values())
+    assert sorted(r.dut_core_time) == ["0", "1"] and sorted(r.stalls) == ["0", "1"]
+    assert _gone_within(sb, 10) < 1

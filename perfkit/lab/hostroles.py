@@ -35,8 +35,9 @@ def xmit_errors(dev: str) -> int:
 
 
 def threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:
-    """Threaded NAPI on ``ifaces``, their threads pinned to ``cores`` with SCHED_FIFO as on the local
-    testbed; returns the threads' pids (none where the driver has no threaded NAPI)."""
+    """Threaded NAPI on ``ifaces``, with SCHED_FIFO as on the local testbed: each interface's queue k
+    (its k-th NAPI thread, by NAPI id) pinned to ``cores[k % len(cores)]``, as RSS and IRQ affinity
+    spread a NIC's queues over cores; returns the threads' pids (none where the driver has none)."""
     pids = []
     for iface in ifaces:
         try:
@@ -44,12 +45,19 @@ def threaded_napi(ifaces: list[str], cores: list[int]) -> list[int]:
                 f.write("1")
         except OSError:
             continue
-        for t in cpustat.find_kthreads(f"napi/{iface}-*"):
+        threads = sorted(cpustat.find_kthreads(f"napi/{iface}-*"), key=lambda t: _napi_id(t.name))
+        for k, t in enumerate(threads):
             if cores:
-                os.sched_setaffinity(t.pid, set(cores))
+                os.sched_setaffinity(t.pid, {cores[k % len(cores)]})
             os.sched_setscheduler(t.pid, os.SCHED_FIFO, os.sched_param(50))
             pids.append(t.pid)
     return pids
+
+
+def _napi_id(thread_name: str) -> int:
+    """The NAPI id of a thread ``napi/<iface>-<id>`` (ids grow in the order a driver adds queues)."""
+    tail = thread_name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _stall_probe(cores: list[int], threads: list[int]) -> Any:

@@ -187,14 +187,17 @@ class Sandbox:
             _run(["ip", "link", "set", root_end, "master", self.bridge, "up"])
             netns.run(ns, "ip", "addr", "add", f"{self.address(h.name)}/{MGMT_NET.prefixlen}", "dev", "mgmt0")
             netns.run(ns, "ip", "link", "set", "mgmt0", "up")
+        # a cable has a queue per CPU at most, one in use, as a NIC's channels: provisioning sets
+        # as many as the host's cores (a veth queues a frame by the sending CPU)
+        queues = ["numtxqueues", str(os.cpu_count() or 1), "numrxqueues", str(os.cpu_count() or 1)]
         for c in self.cables:
             (ha, ia), (hb, ib) = c.a, c.b
-            one_queue = ["numtxqueues", "1", "numrxqueues", "1"]
-            _run(["ip", "link", "add", f"c{self.rid}x", "netns", self.ns(ha), *one_queue, "address", self._mac(ha, ia),
-                  "type", "veth", "peer", "name", f"c{self.rid}y", "netns", self.ns(hb), *one_queue,
+            _run(["ip", "link", "add", f"c{self.rid}x", "netns", self.ns(ha), *queues, "address", self._mac(ha, ia),
+                  "type", "veth", "peer", "name", f"c{self.rid}y", "netns", self.ns(hb), *queues,
                   "address", self._mac(hb, ib)])
-            netns.run(self.ns(ha), "ip", "link", "set", f"c{self.rid}x", "name", ia, "up")
-            netns.run(self.ns(hb), "ip", "link", "set", f"c{self.rid}y", "name", ib, "up")
+            for ns, dev, name in ((self.ns(ha), f"c{self.rid}x", ia), (self.ns(hb), f"c{self.rid}y", ib)):
+                netns.run(ns, "ethtool", "-L", dev, "rx", "1", "tx", "1")
+                netns.run(ns, "ip", "link", "set", dev, "name", name, "up")
 
     def interfaces(self, host: str) -> list[tuple[str, str]]:
         """``(interface, peer host:interface)`` of ``host``, in cabling order."""
