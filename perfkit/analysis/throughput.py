@@ -89,11 +89,17 @@ def _goal_limit(res: dict[str, Any], lower: float | None, upper: float | None, t
 def hosts_text(hosts: str | dict[str, list[str]] | None) -> str:
     """Which hosts measured a trial, for people: ``DUT dut1, tester tester1 tester2``; ``local``
     when this machine did (``TrialResult.hosts``, or its JSON column)."""
-    if isinstance(hosts, str):
-        hosts = json.loads(hosts) if hosts.strip() else {}
+    hosts = _unjson(hosts)
     if not hosts:
         return "local"
     return ", ".join(f"{'DUT' if role == 'dut' else role} {' '.join(names)}" for role, names in hosts.items())
+
+
+def _unjson(value: Any) -> Any:
+    """A trial field as stored (a JSON string; empty: none) or as read back (the value itself)."""
+    if isinstance(value, str):
+        return json.loads(value) if value.strip() else None
+    return value
 
 
 def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:
@@ -102,8 +108,7 @@ def _row_from_trial(row: dict[str, Any], t: pd.Series | None) -> None:
         row[k] = t[k] if t is not None else (None if k == "trial_id" else math.nan)
     if t is not None:   # else the unit's (``base``)
         row["hosts"] = hosts_text(t.get("hosts"))
-    ceiling = t.get("ceiling_hosts") if t is not None else None
-    row["ceiling_hosts"] = " ".join(json.loads(ceiling) if isinstance(ceiling, str) else ceiling or [])
+    row["ceiling_hosts"] = " ".join((_unjson(t.get("ceiling_hosts")) or []) if t is not None else [])
     for suffix in ("p50", "p90", "p99"):
         col = f"latency_{suffix}_ns"
         row[f"latency_{suffix}_us"] = float(t[col]) / 1e3 if t is not None and col in t and pd.notna(t[col]) else math.nan

@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from perfkit import owners
+from perfkit.dataplane import PortMacs
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.lab.hostroles import DutSide, TesterSide
 from perfkit.lab.inventory import MAC_RE
 from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
-from perfkit.dataplane import PortMacs
 from perfkit.stl.fieldengine import FlowSlice
 
 #: The operations the protocol defines.

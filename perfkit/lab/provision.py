@@ -45,7 +45,7 @@ from perfkit.errors import PerfkitError
 from perfkit.lab import inventory
 from perfkit.lab.inventory import Lab, LabHost
 from perfkit.paths import BUILD_ROOT, CHECKOUT, PACKAGE_DIR
-from perfkit.metrics.promconfig import PASSWORD_FILE, SCRAPE_INTERVAL, WEB_CONFIG_FILE
+from perfkit.metrics.promconfig import PASSWORD_FILE, SCRAPE_INTERVAL, WEB_CONFIG_FILE, write_private
 
 PLAYBOOK = PACKAGE_DIR / "lab" / "playbooks" / "provision.yml"
 #: Debian packages by role ("all": every host).
@@ -327,14 +327,8 @@ def _auth_file(lab: Lab, source: str | os.PathLike[str]) -> Path:
     d = facts_dir_of(source)
     d.mkdir(parents=True, exist_ok=True)
     user, password = lab.metrics_auth
-    for path, text in ((d / "metrics-password", password),
-                       (d / "metrics-auth.yml", yaml.safe_dump({"username": user,
-                                                                "password_file": str(d / "metrics-password")}))):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(path, 0o600)
-    return d / "metrics-auth.yml"
+    password_file = write_private(d / "metrics-password", password)
+    return write_private(d / "metrics-auth.yml", yaml.safe_dump({"username": user, "password_file": str(password_file)}))
 
 
 def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Path | None = None,
@@ -351,10 +345,8 @@ def provision(source: str | os.PathLike[str], check: bool = False, facts_dir: Pa
         old.unlink()
     extra = {"perfkit_source": {"id": source_id, "tarball": str(tarball)}, "perfkit_wheelhouse": {"id": wheels_id, "tarball": str(wheels)},
              "perfkit_facts_dir": str(facts_dir), "perfkit_plan": {h.name: host_plan(lab, h, source_id) for h in lab.hosts}}
-    vars_file = work / "provision-vars.json"   # the metrics password may be in it: only for root, and removed
-    vars_file.unlink(missing_ok=True)
-    with os.fdopen(os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(json.dumps(extra))
+    # the metrics password may be in it: only for root, and removed after the run
+    vars_file = write_private(work / "provision-vars.json", json.dumps(extra))
     argv = [ansible_playbook(), "-i", os.fspath(source), str(PLAYBOOK), "-e", f"@{vars_file}",
             *(["--check", "--diff"] if check else [])]
     lines = []

@@ -49,11 +49,15 @@ def write_web_config(d: Path, username: str, password: str) -> tuple[Path, Path]
     (mode 0600) for Prometheus's scrapes; returns both paths."""
     web_cfg = d / WEB_CONFIG_FILE
     web_cfg.write_text(yaml.safe_dump({"basic_auth_users": {username: _bcrypt_hash(password)}}))
-    pw_file = d / PASSWORD_FILE
-    pw_file.touch(mode=0o600)
-    pw_file.write_text(password)
-    os.chmod(pw_file, 0o600)
-    return web_cfg, pw_file
+    return web_cfg, write_private(d / PASSWORD_FILE, password)
+
+
+def write_private(path: Path, text: str) -> Path:
+    """``text`` in ``path``, readable by its owner only (mode 0600 before a byte of it is written)."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)   # a file that existed keeps its mode through O_CREAT
+    return path
 
 
 def remove_web_config(d: Path) -> None:
