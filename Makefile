@@ -32,7 +32,7 @@ help:
 	@echo "make test   - set up and run the test suite, a fast test of each behaviour (root; real kernel, real servers; <= 15 min with set-up)"
 	@echo "make test-slow - the long tests left out of make test (marker slow: variants, sweeps, live calibration; ~7 min)"
 	@echo "make test-drills - the reliability drills: stop signals at random moments of searches and runs (~12 min)"
-	@echo "make test-lab - the lab tests: a lab of namespace hosts with sshd, provisioned by ansible-playbook (~3 min)"
+	@echo "make test-lab - the lab tests: a lab of namespace hosts with sshd, provisioned by ansible-playbook (~6 min)"
 	@echo "make setup  - apt packages, .venv, BPF objects (done by run/test)"
 	@echo "make lock   - resolve pyproject.toml's dependencies again into requirements.lock (exact versions, hashes)"
 	@echo "make bench  - the benchmarks in bench/"
