@@ -22,30 +22,82 @@
 
 DATAPLANE_CONFIG_MAP(pgwu_config, struct pgwu_config);
 
-/* Uplink sessions by our TEID. Never an LRU map: with 1M entries an LRU hash silently evicted
- * 30-70% of live sessions (seed 001). Not preallocated: memory follows the session count, and the
- * elements come from kmalloc'd memory, which the kernel maps with huge pages (fewer TLB misses
- * than a preallocated table's vmalloc area).
- * Not per-CPU: a PERCPU_HASH without preallocation inserted only ~70k sessions/s here (per-CPU
- * allocator, transient ENOMEM), and per-CPU counters in a side array cost two more cache misses
- * per packet (measured: 652 vs 401 ns at 200k sessions). The counters are atomic adds on the
- * element the lookup just fetched; a session's packets stay on one core, so they rarely contend. */
+#ifndef PGWU_SESSION_TABLE
+#define PGWU_SESSION_TABLE PGWU_TABLE_HASH
+#endif
+
+/* Uplink sessions by our TEID. The default is a HASH without preallocation: memory follows the
+ * session count, and the elements come from kmalloc'd memory, which the kernel maps with huge pages
+ * (fewer TLB misses than a preallocated table's vmalloc area). Not per-CPU: a PERCPU_HASH without
+ * preallocation inserted only ~70k sessions/s here (per-CPU allocator, transient ENOMEM), and
+ * per-CPU counters in a side array cost two more cache misses per packet (measured: 652 vs 401 ns
+ * at 200k sessions). The counters are atomic adds on the element the lookup just fetched; a
+ * session's packets stay on one core, so they rarely contend.
+ * The other designs exist to be measured against it (the session_table knob): seed 001's
+ * LRU_PERCPU_HASH, which silently evicted 30-70% of 1M live sessions; its fix, PERCPU_HASH without
+ * preallocation; and an ARRAY indexed by the TEID, which a UPF can do because it allocates its
+ * uplink TEIDs itself: no hash, one cache line per packet. */
+#if PGWU_SESSION_TABLE == PGWU_TABLE_TEID_ARRAY
+#define UL_TABLE_TYPE BPF_MAP_TYPE_ARRAY
+#define UL_TABLE_FLAGS 0
+#define UL_TABLE_KEY __u32
+#elif PGWU_SESSION_TABLE == PGWU_TABLE_PERCPU_HASH
+#define UL_TABLE_TYPE BPF_MAP_TYPE_PERCPU_HASH
+#define UL_TABLE_FLAGS BPF_F_NO_PREALLOC
+#define UL_TABLE_KEY __be32
+#elif PGWU_SESSION_TABLE == PGWU_TABLE_LRU_PERCPU_HASH
+#define UL_TABLE_TYPE BPF_MAP_TYPE_LRU_PERCPU_HASH
+#define UL_TABLE_FLAGS 0	/* an LRU map is always preallocated */
+#define UL_TABLE_KEY __be32
+#else
+#define UL_TABLE_TYPE BPF_MAP_TYPE_HASH
+#define UL_TABLE_FLAGS BPF_F_NO_PREALLOC
+#define UL_TABLE_KEY __be32
+#endif
+
+/* Downlink: keyed by (UE address, VLAN), which the SGi side chooses, so never an array. */
+#if PGWU_SESSION_TABLE == PGWU_TABLE_TEID_ARRAY
+#define DL_TABLE_TYPE BPF_MAP_TYPE_HASH
+#define DL_TABLE_FLAGS BPF_F_NO_PREALLOC
+#else
+#define DL_TABLE_TYPE UL_TABLE_TYPE
+#define DL_TABLE_FLAGS UL_TABLE_FLAGS
+#endif
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, UL_TABLE_TYPE);
+	__uint(map_flags, UL_TABLE_FLAGS);
 	__uint(max_entries, PGWU_MAX_SESSIONS);
-	__type(key, __be32);
+	__type(key, UL_TABLE_KEY);
 	__type(value, struct pgwu_ul_session);
 } ul_sessions SEC(".maps");
 
-/* Downlink sessions by (UE address, tenant VLAN); same reasoning as ul_sessions. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, DL_TABLE_TYPE);
+	__uint(map_flags, DL_TABLE_FLAGS);
 	__uint(max_entries, PGWU_MAX_SESSIONS);
 	__type(key, struct pgwu_dl_key);
 	__type(value, struct pgwu_dl_session);
 } dl_sessions SEC(".maps");
+
+/* The uplink session of our TEID, or NULL. */
+static __always_inline struct pgwu_ul_session *ul_session(struct pgwu_config *cfg, __be32 *teid)
+{
+#if PGWU_SESSION_TABLE == PGWU_TABLE_TEID_ARRAY
+	struct pgwu_ul_session *sess;
+	__u32 rel = bpf_ntohl(*teid) - cfg->ul_teid_base;
+	__u32 slot = rel & 0xffff, idx;
+
+	if (slot >= cfg->teid_stride)
+		return NULL;
+	idx = (rel >> 16) * cfg->teid_stride + slot;
+	sess = bpf_map_lookup_elem(&ul_sessions, &idx);
+	/* a slot never allocated is all zeros; the array bounds the index */
+	return sess && sess->ue_addr ? sess : NULL;
+#else
+	return bpf_map_lookup_elem(&ul_sessions, teid);
+#endif
+}
 
 DATAPLANE_STATS_MAP(pgwu_stats, struct pgwu_stat_rec, PGWU_STAT_MAX);
 
@@ -126,7 +178,7 @@ static __always_inline int handle_ul(struct xdp_md *ctx, struct pgwu_config *cfg
 	    inner_len > avail)
 		return count(PGWU_DROP_INNER_TRUNCATED, XDP_DROP, frame_len);
 
-	sess = bpf_map_lookup_elem(&ul_sessions, &gh->teid);
+	sess = ul_session(cfg, &gh->teid);
 	if (!sess)
 		return count(PGWU_DROP_UNKNOWN_TEID, XDP_DROP, frame_len);
 	if (inner->saddr != sess->ue_addr)

@@ -67,6 +67,9 @@ class Param:
     """str, int or bool."""
     minimum: int | None = None
     maximum: int | None = None
+    build: bool = False
+    """A build option: compiled into the program (``-D``), not configured at run time. Like every
+    parameter a campaign axis; ``--knob NAME=VALUE`` sets it too."""
 
     def parse(self, value: Any) -> Any:
         """``value`` (as written: YAML, CLI text or Python) as ``kind``; ConfigError names the field."""

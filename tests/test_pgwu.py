@@ -3,6 +3,7 @@ the reference model ``perfkit.dataplanes.pgwu.model``."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import random
 import struct
@@ -536,3 +537,54 @@ def test_one_flow_over_many_tenants_needs_no_grid():
     assert not plan.full and plan.tenant_count == 1000
     traffic = PgwuTraffic(direction="dl", flows=1, plan=plan, vlan=True)
     assert traffic.field_engine().writes == ()
+
+
+# -- session-table designs (the session_table build option) ---------------------------------------
+@pytest.mark.parametrize("table", ["hash", "percpu_hash", "lru_percpu_hash", "teid_array"])
+def test_every_session_table_design_finds_its_sessions_and_no_others(table):
+    """Each design is a build of the same program: sessions are found both ways, read back from the
+    kernel, and a TEID never allocated (in range, out of a slot's range, below the base) is unknown."""
+    plan = SessionPlan(3003, tenants=3, tagged=True)    # 3 tenants x 1001 UEs: TEID blocks of 1001 slots
+    # an LRU table full to the brim evicts (the next test): room for twice the sessions here
+    size = plan.teid_slots if table == "teid_array" else plan.count * (2 if table.startswith("lru") else 1)
+    with Pgwu.load(max_sessions=size, table=table) as pg:
+        pg.configure(dataclasses.replace(CFG, teid_stride=plan.teid_stride))
+        assert pg.add_sessions(plan) == plan.count
+        assert pg.session_count() == (plan.count, plan.count)
+        for i in (0, 1, 1500, plan.count - 1):
+            s = plan.session(i)
+            frame = bytes(ul_frame(s, inner_pkt(src=s.ue_addr)))
+            assert pg.program.test_run(frame).verdict == "XDP_REDIRECT"
+            assert emit(frame, pg.config, plan).verdict == "XDP_REDIRECT"
+            assert pg.ul_session(s.ul_teid)[0] == s.ue_addr and pg.ul_session(s.ul_teid)[2].packets == 1
+            assert pg.program.test_run(bytes(dl_frame(s))).verdict == "XDP_REDIRECT"
+        s = plan.session(7)
+        for teid in (UL_TEID_BASE + (1 << 16) + 1001, UL_TEID_BASE + (3 << 16) + 1, UL_TEID_BASE - 1):
+            bad = bytes(ul_frame(dataclasses.replace(s, ul_teid=teid), inner_pkt(src=s.ue_addr)))
+            assert pg.program.test_run(bad).verdict == "XDP_DROP"
+            assert emit(bad, pg.config, plan).stat == "drop_unknown_teid"
+            assert pg.ul_session(teid) is None
+        assert pg.stats()["drop_unknown_teid"].packets == 3
+
+
+def test_an_lru_table_evicts_live_sessions_before_it_is_full_and_percpu_hash_keeps_them_all():
+    """Seed 001's finding, read back from the kernel: sessions installed into a table of as many
+    entries. An LRU map keeps free entries on per-CPU lists and evicts once its own CPU's run out."""
+    plan = SessionPlan(20_000)
+    kept = {}
+    for table in ("lru_percpu_hash", "percpu_hash"):
+        with Pgwu.load(max_sessions=plan.count, table=table) as pg:
+            pg.add_sessions(plan)
+            kept[table] = pg.session_count()
+    assert kept["percpu_hash"] == (plan.count, plan.count)
+    assert max(kept["lru_percpu_hash"]) < plan.count
+
+
+def test_a_session_table_design_is_a_scenario_parameter_and_a_knob():
+    from perfkit.scenario import Scenario
+
+    sc = Scenario("pgwu", params={"session_table": "teid_array"})
+    assert sc.key.endswith("-teidarray") and sc.traffic().session_table == "teid_array"
+    with pytest.raises(ConfigError) as err:
+        Scenario("pgwu", params={"session_table": "btree"})
+    assert err.value.field == "session_table"

@@ -118,7 +118,7 @@ def test_every_dataplane_is_registered_and_complete() -> None:
 
 
 def test_parameters_are_validated_by_their_dataplane() -> None:
-    with pytest.raises(ConfigError, match=r"pgwu parameter: 'protocol' is not allowed; allowed: direction, sessions"):
+    with pytest.raises(ConfigError, match=r"pgwu parameter: 'protocol' is not allowed; allowed: direction, session_table, sessions"):
         Scenario("pgwu", params={"protocol": "tcp"})
     with pytest.raises(ConfigError, match=r"^direction: 'up' is not allowed; allowed: ul, dl$"):
         Scenario("pgwu", params={"direction": "up"})
@@ -146,7 +146,7 @@ def test_records_written_before_dataplane_params_still_load() -> None:
            "dut_cores": 1, "generator": "sim", "duration": 1.0, "intended_pps": 1.0, "intended_packets": 1,
            "tx_packets": 1, "rx_packets": 1, "udp_csum": True, "sessions": 1}
     r = TrialResult.from_record(old)
-    assert r.params == {"direction": "dl", "sessions": 1, "udp_csum": True, "vlan": False}
+    assert r.params == {"direction": "dl", "sessions": 1, "udp_csum": True, "vlan": False, "session_table": "hash"}
     assert r.scenario_key == "pgwu-dl-64B-1flow-1core-csum-1sess"
 
 

@@ -11,6 +11,13 @@
 #define PGWU_F_UDP_CSUM (1U << 0)	/* compute the outer UDP checksum on encap (else 0, TS 29.281) */
 #define PGWU_F_XDP_TX (1U << 1)		/* bounce out of the ingress port (one-armed) instead of redirecting */
 
+/* The session tables' design, a build option (-DPGWU_SESSION_TABLE=...): the tables are maps
+ * whose type is fixed when the program is compiled. */
+#define PGWU_TABLE_HASH 0		/* HASH, not preallocated (the default) */
+#define PGWU_TABLE_PERCPU_HASH 1	/* PERCPU_HASH, not preallocated (seed 001's fix) */
+#define PGWU_TABLE_LRU_PERCPU_HASH 2	/* LRU_PERCPU_HASH (seed 001's first design: evicts live sessions) */
+#define PGWU_TABLE_TEID_ARRAY 3		/* uplink: an ARRAY indexed by our TEID; downlink: HASH */
+
 /* Run-time configuration: the single entry of the pgwu_config array map. */
 struct pgwu_config {
 	__u32 s5_ifindex;	/* SGW-side port: DL egress */
@@ -24,6 +31,10 @@ struct pgwu_config {
 	__u16 s5_vlan;		/* 802.1Q VLAN id on the SGW side, 0 = untagged */
 	__u16 s5_mtu;		/* largest outer IPv4 packet allowed on DL egress, 0 = unchecked */
 	__u32 flags;		/* PGWU_F_* */
+	/* PGWU_TABLE_TEID_ARRAY: our uplink TEIDs are allocated as ul_teid_base + (block << 16) + slot,
+	 * slot < teid_stride; the session is ul_sessions[block * teid_stride + slot] */
+	__u32 ul_teid_base;
+	__u32 teid_stride;
 };
 
 /* ul_sessions value; key: the TEID we allocated (__be32, as on the wire). */

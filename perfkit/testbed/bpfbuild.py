@@ -132,6 +132,21 @@ def object_path(program: str) -> Path:
     return obj
 
 
+def built_with(program: str, defines: dict[str, int]) -> Path:
+    """The object of ``bpf/<program>.bpf.c`` compiled with ``-D<name>=<value>`` for each of ``defines``
+    (a dataplane's build options); ``object_path(program)`` when there are none. Compiled on first
+    use, then cached by the hash of its inputs."""
+    if not defines:
+        return object_path(program)
+    src = _source(program)
+    flags = [f"-D{name}={int(value)}" for name, value in sorted(defines.items())]
+    key = _inputs_key(" ".join(flags), src.read_text())
+    obj = CACHE_DIR / f"{program}-{key}.o"
+    if not obj.exists():
+        _compile(src, obj, *flags)
+    return obj
+
+
 def specialised(program: str, macro: str, config: ctypes.Structure,
                 extra: dict[str, ctypes.Structure] | None = None) -> Path:
     """Path of ``bpf/<program>.bpf.c`` compiled with ``-D<macro>_FILE=<header>`` where the header

@@ -27,7 +27,7 @@ import numpy as np
 from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
-from perfkit.dataplanes.pgwu.layouts import GTPU_PORT
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES
 from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
 from perfkit.encap import Encap, Steering, Word
 
@@ -48,7 +48,9 @@ class PgwuDut(BpfDut):
 
     def __init__(self, traffic: PgwuTraffic, ifindex_a: int, ifindex_b: int, cpumap: bool):
         config = dataclasses.replace(traffic.config, s5_ifindex=ifindex_a, sgi_ifindex=ifindex_b)
-        super().__init__(Pgwu.load(max_sessions=max(traffic.plan.count, MIN_TABLE), cpumap=cpumap), config, traffic)
+        table = traffic.session_table
+        size = traffic.plan.teid_slots if table == "teid_array" else traffic.plan.count
+        super().__init__(Pgwu.load(max_sessions=max(size, MIN_TABLE), cpumap=cpumap, table=table), config, traffic)
 
     def fill(self) -> None:
         self.control.add_sessions(self.traffic.plan)
@@ -65,6 +67,9 @@ class PgwuDataplane(Dataplane):
               "1001000)", kind=int, minimum=0),
         Param("udp_csum", False, "outer UDP checksum on encapsulation (off: zero, TS 29.281)", kind=bool),
         Param("vlan", False, "802.1Q-tag both sides (S5 VLAN, one SGi VLAN per tenant)", kind=bool),
+        Param("session_table", "hash", "the session tables' map type (a build option): hash (not preallocated), "
+              "percpu_hash (not preallocated), lru_percpu_hash (seed 001's first: evicts live sessions) or "
+              "teid_array (uplink: an array indexed by our TEID)", choices=tuple(SESSION_TABLES), build=True),
     )
     variant = "direction"
     variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
@@ -80,13 +85,16 @@ class PgwuDataplane(Dataplane):
 
     def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         after = (["csum"] if params["udp_csum"] else []) + (["vlan"] if params["vlan"] else [])
+        if params["session_table"] != "hash":
+            after.append(params["session_table"].replace("_", ""))
         if params["sessions"]:
             after.append(f"{params['sessions']}sess")
         return [params["direction"]], after
 
     def legacy_params(self, record: Mapping[str, Any]) -> dict[str, Any]:
         return {"direction": record.get("direction", "ul"), "sessions": int(record.get("sessions", 0) or 0),
-                "udp_csum": bool(record.get("udp_csum", False)), "vlan": bool(record.get("vlan", False))}
+                "udp_csum": bool(record.get("udp_csum", False)), "vlan": bool(record.get("vlan", False)),
+                "session_table": str(record.get("session_table", "hash") or "hash")}
 
     def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> PgwuTraffic:
         return PgwuTraffic.for_params(frame_size, flows, params)
@@ -112,6 +120,8 @@ class PgwuDataplane(Dataplane):
         traffic = PgwuTraffic.for_params(frame_size, 1, params,
                                          config=PgwuConfig(s5_ifindex=1, sgi_ifindex=1, udp_csum=bool(params["udp_csum"]),
                                                            s5_vlan=S5_VLAN if vlan else 0))
+        traffic = dataclasses.replace(traffic, config=dataclasses.replace(traffic.config,
+                                                                          teid_stride=traffic.plan.teid_stride))
         frame = traffic.packet(0)
         off = traffic.offsets()
         if traffic.direction == "ul":
@@ -123,7 +133,7 @@ class PgwuDataplane(Dataplane):
         spec = BenchSpec(frame=frame, fields=tuple(fields), keys=_keys(traffic.plan, seed),
                          path_counter=f"{traffic.direction}_fwd", expected=emit(frame, traffic.config, traffic.plan),
                          description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),
-                                      "direction": traffic.direction})
+                                      "direction": traffic.direction, "session_table": traffic.session_table})
         return spec, dut
 
 

@@ -22,11 +22,12 @@ from typing import ClassVar, Iterator
 
 import numpy as np
 
-from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, PgwuStat, pgwu_config, pgwu_dl_key,
-                                             pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
+from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, SESSION_TABLES, PgwuStat, pgwu_config,
+                                             pgwu_dl_key, pgwu_dl_session, pgwu_stat_rec, pgwu_ul_session)
 from perfkit.dataplane import BpfControl
 from perfkit.errors import ConfigError
 from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_bytes
+from perfkit.testbed.bpfbuild import built_with
 from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
 
 UE_BASE = ip2int("198.18.0.0")
@@ -41,6 +42,9 @@ TENANT_VLAN_BASE = 100
 SEED_TENANTS = 1000
 #: With several tenants a TEID is base + tenant << 16 + UE index: the UE index is its low 16 bits.
 TEID_UE_BITS = 16
+#: ENOMEM answers in a row that a session insert waits out (``Map.update_batch``): a per-CPU table
+#: without preallocation refuses while the per-CPU allocator refills.
+ENOMEM_RETRIES = 200
 #: Default capacity of each session map; 1M sessions (seed 001) fit.
 DEFAULT_MAX_SESSIONS = 1 << 20
 
@@ -122,6 +126,17 @@ class SessionPlan:
     def ue_count(self) -> int:
         """U: UE addresses per tenant, coprime to ``tenant_count``."""
         return ue_count(self.count, self.tenant_count)
+
+    @property
+    def teid_stride(self) -> int:
+        """Slots per block of our uplink TEIDs (``teid_array``): a TEID's low 16 bits are its slot,
+        the bits above its block, so with several tenants block = tenant and slot = UE index."""
+        return self.ue_count if self.tenant_count > 1 else 1 << TEID_UE_BITS
+
+    @property
+    def teid_slots(self) -> int:
+        """Entries a ``teid_array`` needs: one per (UE, tenant) pair."""
+        return self.ue_count * self.tenant_count
 
     @property
     def full(self) -> bool:
@@ -215,8 +230,12 @@ class PgwuConfig:
     s5_mtu: int = 0
     udp_csum: bool = False
     xdp_tx: bool = False
+    teid_stride: int = 1 << TEID_UE_BITS
+    """Slots per TEID block (``SessionPlan.teid_stride``): how a ``teid_array`` table indexes."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.teid_stride <= 1 << TEID_UE_BITS:
+            raise ConfigError("teid_stride", self.teid_stride, f"1 .. {1 << TEID_UE_BITS}")
         if not 0 <= self.s5_vlan <= 4094:
             raise ConfigError("s5_vlan", self.s5_vlan, "0 (untagged) .. 4094")
         if not (self.s5_mtu == 0 or 68 <= self.s5_mtu <= 65535):
@@ -230,7 +249,14 @@ class PgwuConfig:
             ctypes.memmove(getattr(c, name), _mac_bytes(getattr(self, name)), 6)
         c.s5_vlan, c.s5_mtu = self.s5_vlan, self.s5_mtu
         c.flags = (PGWU_F_UDP_CSUM if self.udp_csum else 0) | (PGWU_F_XDP_TX if self.xdp_tx else 0)
+        c.ul_teid_base, c.teid_stride = UL_TEID_BASE, self.teid_stride
         return c
+
+
+def teid_index(ul_teid: np.ndarray, stride: int) -> np.ndarray:
+    """The ``teid_array`` slot of each uplink TEID (as ``ul_session()`` in ``bpf/pgwu.bpf.c``)."""
+    rel = (np.asarray(ul_teid, dtype=np.int64) - UL_TEID_BASE) & 0xFFFFFFFF
+    return (rel >> TEID_UE_BITS) * stride + (rel & ((1 << TEID_UE_BITS) - 1))
 
 
 def session_columns(sessions: SessionPlan | list[Session]) -> dict[str, np.ndarray]:
@@ -266,12 +292,20 @@ class Pgwu(BpfControl):
     stat: ClassVar[type[PgwuStat]] = PgwuStat
     stat_rec: ClassVar[type[pgwu_stat_rec]] = pgwu_stat_rec
     config: PgwuConfig = field(default_factory=PgwuConfig)
+    table: str = "hash"
+    """The session tables' design (``SESSION_TABLES``: the ``session_table`` build option)."""
 
     @classmethod
-    def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS, cpumap: bool = False) -> Pgwu:
-        """Load ``build/bpf/pgwu.o`` with room for ``max_sessions`` in each session table; ``cpumap``: to
-        run it in a cpumap."""
-        return cls(cls.open(path, cpumap, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")})).start()
+    def load(cls, path: Path | str | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS, cpumap: bool = False,
+             table: str = "hash") -> Pgwu:
+        """Load ``build/bpf/pgwu.o`` (or, for another ``table`` design, the program built with it) with
+        room for ``max_sessions`` in each session table; ``cpumap``: to run it in a cpumap."""
+        if table not in SESSION_TABLES:
+            raise ConfigError("session_table", table, list(SESSION_TABLES))
+        if path is None and table != "hash":
+            path = built_with("pgwu", {"PGWU_SESSION_TABLE": SESSION_TABLES[table]})
+        obj = cls.open(path, cpumap, max_entries={m: max_sessions for m in ("ul_sessions", "dl_sessions")})
+        return cls(obj, table=table).start()
 
     # -- sessions --------------------------------------------------------------------------------
     def add_sessions(self, sessions: SessionPlan | list[Session], batch: int = 65536) -> int:
@@ -287,28 +321,49 @@ class Pgwu(BpfControl):
         dl_val = np.zeros(n, dtype=np.dtype(pgwu_dl_session))
         dl_val["sgw_addr"] = cols["sgw_addr"].astype(">u4").view("<u4")
         dl_val["teid"] = cols["dl_teid"].astype(">u4").view("<u4")
+        if self.table == "teid_array":
+            ul_key = teid_index(cols["ul_teid"], self.config.teid_stride).astype("<u4")
         for m, keys, vals in ((self.map("ul_sessions"), ul_key, ul_val), (self.map("dl_sessions"), dl_key, dl_val)):
+            if m.percpu:  # one copy of the value per possible CPU
+                vals = np.repeat(vals, m.value_buf_size // vals.dtype.itemsize)
+            per = len(vals) // n
             for lo in range(0, n, batch):
-                k, v = keys[lo:lo + batch], vals[lo:lo + batch]
-                m.update_batch(k.tobytes(), v.tobytes(), len(k))
+                k, v = keys[lo:lo + batch], vals[lo * per:(lo + batch) * per]
+                m.update_batch(k.tobytes(), v.tobytes(), len(k), enomem_retries=ENOMEM_RETRIES)
         return n
 
     def ul_session(self, teid: int) -> tuple[str, int, SessionCounters] | None:
         """(UE address, tenant VLAN, uplink counters) of the session with ``teid``, or None."""
-        raw = self.map("ul_sessions").lookup(struct.pack("!I", teid))
-        if raw is None:
+        m = self.map("ul_sessions")
+        if self.table == "teid_array":
+            slot = (teid - UL_TEID_BASE) & ((1 << TEID_UE_BITS) - 1)
+            index = int(teid_index(np.array([teid]), self.config.teid_stride)[0])
+            raw = m.lookup(struct.pack("=I", index)) if slot < self.config.teid_stride and index < m.max_entries else None
+        else:
+            raw = m.lookup(struct.pack("!I", teid))
+        vals = [pgwu_ul_session.from_bytes(v) for v in (m.percpu_values(raw) if raw and m.percpu else [raw] if raw else [])]
+        if not vals or not vals[0].ue_addr:
             return None
-        v = pgwu_ul_session.from_bytes(raw)
-        return int2ip(_be32(v.ue_addr)), v.sgi_vlan, SessionCounters(v.packets, v.bytes)
+        return (int2ip(_be32(vals[0].ue_addr)), vals[0].sgi_vlan,
+                SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals)))
 
     def dl_session(self, ue_addr: str, vlan: int = 0) -> tuple[str, int, SessionCounters] | None:
         """(SGW address, SGW TEID, downlink counters) of the session, or None."""
-        raw = self.map("dl_sessions").lookup(pgwu_dl_key(_be32(ip2int(ue_addr)), vlan))
+        m = self.map("dl_sessions")
+        raw = m.lookup(pgwu_dl_key(_be32(ip2int(ue_addr)), vlan))
         if raw is None:
             return None
-        v = pgwu_dl_session.from_bytes(raw)
-        return int2ip(_be32(v.sgw_addr)), _be32(v.teid), SessionCounters(v.packets, v.bytes)
+        vals = [pgwu_dl_session.from_bytes(v) for v in (m.percpu_values(raw) if m.percpu else [raw])]
+        return (int2ip(_be32(vals[0].sgw_addr)), _be32(vals[0].teid),
+                SessionCounters(sum(v.packets for v in vals), sum(v.bytes for v in vals)))
 
     def session_count(self) -> tuple[int, int]:
-        """Entries in (ul_sessions, dl_sessions)."""
-        return sum(1 for _ in self.map("ul_sessions").keys()), sum(1 for _ in self.map("dl_sessions").keys())
+        """Sessions present in (ul_sessions, dl_sessions), read back from the kernel: entries of a
+        hash table; slots of a ``teid_array`` that hold a session."""
+        ul = self.map("ul_sessions")
+        if self.table == "teid_array":
+            values = np.frombuffer(b"".join(ul.array_values()), dtype=np.dtype(pgwu_ul_session))
+            ul_count = int(np.count_nonzero(values["ue_addr"]))
+        else:
+            ul_count = ul.count()
+        return ul_count, self.map("dl_sessions").count()

@@ -13,12 +13,15 @@ from perfkit.layouts import MAC, Struct, u16, u32, u64
 GTPU_PORT = 2152
 PGWU_F_UDP_CSUM = 1 << 0
 PGWU_F_XDP_TX = 1 << 1
+#: The session tables' designs (``-DPGWU_SESSION_TABLE=``), by the name of the ``session_table``
+#: build option.
+SESSION_TABLES: dict[str, int] = {"hash": 0, "percpu_hash": 1, "lru_percpu_hash": 2, "teid_array": 3}
 
 
 class pgwu_config(Struct):
     _fields_ = [("s5_ifindex", u32), ("sgi_ifindex", u32), ("gtpu_addr", u32), ("sgi_addr", u32),
                 ("s5_src_mac", MAC), ("s5_dst_mac", MAC), ("sgi_src_mac", MAC), ("sgi_dst_mac", MAC),
-                ("s5_vlan", u16), ("s5_mtu", u16), ("flags", u32)]
+                ("s5_vlan", u16), ("s5_mtu", u16), ("flags", u32), ("ul_teid_base", u32), ("teid_stride", u32)]
 
 
 class pgwu_ul_session(Struct):
@@ -70,5 +73,6 @@ STRUCTS: dict[str, type[Struct]] = {cls.__name__: cls for cls in (pgwu_config, p
 ENUMS: dict[str, type[enum.IntEnum]] = {"pgwu_stat": PgwuStat}
 HEADERS = ("pgwu_kern_user.h",)
 #: Constants of ``DEFINE_HEADERS`` mirrored here, by C name.
-DEFINES: dict[str, int] = {"GTPU_PORT": GTPU_PORT}
-DEFINE_HEADERS = ("gtpu.h",)
+DEFINES: dict[str, int] = {"GTPU_PORT": GTPU_PORT, "PGWU_F_UDP_CSUM": PGWU_F_UDP_CSUM, "PGWU_F_XDP_TX": PGWU_F_XDP_TX,
+                           **{f"PGWU_TABLE_{name.upper()}": v for name, v in SESSION_TABLES.items()}}
+DEFINE_HEADERS = ("gtpu.h", "pgwu_kern_user.h")

@@ -52,6 +52,8 @@ class PgwuTraffic(Traffic):
     config: PgwuConfig = field(default_factory=PgwuConfig)
     vlan: bool = False
     """802.1Q on both sides: S5 VLAN ``S5_VLAN`` and one SGi VLAN per tenant."""
+    session_table: str = "hash"
+    """The DUT's session tables' design (the ``session_table`` build option)."""
     inner_l4: str = "udp"
     gtp_seq: bool = False
     """Uplink G-PDUs carry a sequence number (S flag)."""
@@ -88,8 +90,9 @@ class PgwuTraffic(Traffic):
         vlan = bool(params["vlan"])
         plan = SessionPlan(count=max(int(params["sessions"]), flows), tagged=vlan)
         cfg = config or PgwuConfig(s5_vlan=S5_VLAN if vlan else 0, udp_csum=bool(params["udp_csum"]))
+        cfg = dataclasses.replace(cfg, teid_stride=plan.teid_stride)
         return cls(direction=params["direction"], frame_size=frame_size, flows=flows, plan=plan, config=cfg,
-                   vlan=vlan, **kw)
+                   vlan=vlan, session_table=str(params.get("session_table", "hash")), **kw)
 
     @property
     def ingress(self) -> str:  # type: ignore[override]
