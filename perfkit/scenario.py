@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from perfkit import dataplanes
+from perfkit import dataplanes, knobs
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.errors import ConfigError
 from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
@@ -32,6 +32,8 @@ class Scenario:
     """The nominal line rate percentages refer to."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """The dataplane's scenario parameters; after construction every one is present and checked."""
+    knobs: Mapping[str, str] = field(default_factory=dict)
+    """System knobs the DUT runs under (``perfkit.knobs``: ``{"gro": "off"}``); {}: as the testbed is."""
 
     def __post_init__(self) -> None:
         dp = dataplanes.get(self.dataplane)
@@ -48,6 +50,8 @@ class Scenario:
         if self.frame_size < minimum:
             raise ConfigError("frame_size", self.frame_size, f">= {minimum} bytes for this {dp.title} traffic")
         object.__setattr__(self, "params", _Frozen(params))
+        object.__setattr__(self, "knobs", _Frozen({k.name: k.value for k in
+                                                   (knobs.check(n, v) for n, v in dict(self.knobs).items())}))
 
     @property
     def dp(self) -> Dataplane:
@@ -69,7 +73,7 @@ class Scenario:
     @property
     def key(self) -> str:
         """A short stable name, e.g. ``<dataplane>-<variant>-64B-1flow-1core``; used to match runs when comparing."""
-        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params)
+        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params, self.knobs)
 
     def labels(self) -> dict[str, Any]:
         """The scenario as flat fields: the generic ones and every parameter by name."""
@@ -77,9 +81,12 @@ class Scenario:
                 "dut_cores": self.dut_cores, **self.params}
 
 
-def scenario_key(dataplane: str, frame_size: int, flows: int, dut_cores: int, params: Mapping[str, Any]) -> str:
-    """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it)."""
+def scenario_key(dataplane: str, frame_size: int, flows: int, dut_cores: int, params: Mapping[str, Any],
+                 knob_values: Mapping[str, str] | None = None) -> str:
+    """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it);
+    knobs come last, ``<name>=<value>`` in name order."""
     before, after = dataplanes.get(dataplane).key_parts(params)
+    after += [f"{n}={v}" for n, v in sorted((knob_values or {}).items())]
     return "-".join([dataplane, *before, f"{int(frame_size)}B", f"{int(flows)}flow", f"{int(dut_cores)}core", *after])
 
 

@@ -69,6 +69,9 @@ class TrialResult:
     params: dict[str, Any] = field(default_factory=dict)
     """The dataplane's scenario parameters (PGW-U: direction, sessions, udp_csum, vlan); those not
     given take their defaults."""
+    knobs: dict[str, str] = field(default_factory=dict)
+    """System knobs the DUT ran under, each read back after it was set (``perfkit.knobs``:
+    ``{"gro": "off"}``); {}: the testbed as it comes."""
     latency_ns: dict[str, float] = field(default_factory=dict)
     """One-way latency percentiles [ns]: min, p50, p90, p99, p99.9, max, mean (empty if none)."""
     ipdv_ns: dict[str, float] = field(default_factory=dict)
@@ -258,7 +261,7 @@ class TrialResult:
 
     @property
     def scenario_key(self) -> str:
-        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params)
+        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params, self.knobs)
 
     @property
     def variant(self) -> str:
@@ -270,7 +273,8 @@ class TrialResult:
     def for_scenario(cls, scenario: Scenario, **kw: Any) -> TrialResult:
         """A result whose scenario fields are ``scenario``'s; ``kw`` are the measured fields."""
         return cls(dataplane=scenario.dataplane, frame_size=scenario.frame_size, flows=scenario.flows,
-                   dut_cores=kw.pop("dut_cores", scenario.dut_cores), params=dict(scenario.params), **kw)
+                   dut_cores=kw.pop("dut_cores", scenario.dut_cores), params=dict(scenario.params),
+                   knobs=dict(scenario.knobs), **kw)
 
     def to_dict(self) -> dict[str, Any]:
         """All fields plus the derived figures, JSON-ready (what ``--json`` prints)."""
@@ -339,7 +343,7 @@ OFFER_EPS = 1e-3
 #: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
-JSON_FIELDS = ("dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
+JSON_FIELDS = ("knobs", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
                "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After

@@ -121,13 +121,18 @@ class Campaign:
     """The campaign file's text (kept in the run's metadata)."""
     source: str
     """Where the text came from (a path)."""
+    knobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """System knobs with their values (``perfkit.knobs``), an axis like ``params``: every
+    combination is a scenario. A dataplane's build options written under ``knobs:`` are in ``params``."""
 
     def scenarios(self) -> list[Scenario]:
         """Every scenario, in run order: the parameter grid (first parameter outermost), frame size,
         flows, cores."""
         names = [n for n, _ in self.params]
-        return [Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)))
+        knob_names = [n for n, _ in self.knobs]
+        return [Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)), dict(zip(knob_names, kv)))
                 for values in itertools.product(*(v for _, v in self.params))
+                for kv in itertools.product(*(v for _, v in self.knobs))
                 for fs in self.frame_sizes for fl in self.flows for c in self.dut_cores]
 
     def needs_jumbo(self, scenario: Scenario) -> bool:

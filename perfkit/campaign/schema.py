@@ -9,6 +9,9 @@ each with. Example (``campaigns/default.yaml`` is the full one)::
       direction: [ul, dl]                                 #   a list is a grid axis,
       sessions: 1000000                                   #   a value is fixed
       vlan: true
+    knobs:                                                # system knobs (perfkit.knobs), an axis like params;
+      gro: [on, off]                                      #   a dataplane's build options may be written here
+      session_table: [hash, teid_array]
     frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024]   # the dataplane's frames [bytes], FCS included
     flows: {single: 1, multi: 1024}                       # or a list: [1, 1024]
     dut_cores: auto                                       # or auto+shared, or a list: [1, 2]
@@ -59,7 +62,7 @@ from typing import Any, Hashable, Mapping
 
 import yaml
 
-from perfkit import dataplanes
+from perfkit import dataplanes, knobs
 from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
@@ -72,7 +75,7 @@ from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 from perfkit.yamlload import load_yaml
 
 #: The keys a campaign file may have at the top level.
-TOP_KEYS = ("name", "description", "dataplane", "params", "frame_sizes", "flows", "dut_cores", "line_rate",
+TOP_KEYS = ("name", "description", "dataplane", "params", "knobs", "frame_sizes", "flows", "dut_cores", "line_rate",
             "repeats", "generator", "methods", "metrics", "perf", "lab")
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds", "host_check_seconds")
 METHOD_KEYS = ("method", "label", "params")
@@ -193,7 +196,9 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
     campaign = Campaign(
         name=_str("campaign.name", raw.get("name", default_name(source))),
         description=_str("campaign.description", _default(raw, "description", DEFAULTS)),
-        dataplane=dataplane, params=_params(dataplane, _default(raw, "params", DEFAULTS)),
+        dataplane=dataplane, params=_params(dataplane, _with_build_knobs(dataplane, _default(raw, "params", DEFAULTS),
+                                                                         raw.get("knobs") or {})),
+        knobs=_knobs(dataplane, raw.get("knobs") or {}, generator.backend),
         frame_sizes=_frame_sizes(raw.get("frame_sizes")),
         flows=_flows(_default(raw, "flows", DEFAULTS)),
         dut_cores=cores, shared_cores=shared, dut_cores_spec=dut_cores,
@@ -242,6 +247,39 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
         else:
             values = (p.parse_named(f"campaign.params.{p.name}", value),)
         out.append((p.name, values))
+    return tuple(out)
+
+
+def _build_names(dataplane: str) -> set[str]:
+    return {p.name for p in dataplanes.get(dataplane).params if p.build}
+
+
+def _with_build_knobs(dataplane: str, params: Any, raw: Any) -> Any:
+    """``params:`` with the dataplane's build options written under ``knobs:`` added."""
+    if not isinstance(raw, Mapping) or not isinstance(params, Mapping):
+        return params
+    build = {k: v for k, v in raw.items() if k in _build_names(dataplane)}
+    for name in build:
+        if name in params:
+            raise ConfigError(f"campaign.knobs.{name}", build[name], "given once: it is in campaign.params too")
+    return {**params, **build}
+
+
+def _knobs(dataplane: str, raw: Any, backend: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``knobs:`` of a campaign: each system knob with its values (build options go to ``params``)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("campaign.knobs", raw, "a mapping of knob names to a value or a list of values")
+    out = []
+    for name, value in raw.items():
+        if name in _build_names(dataplane):
+            continue
+        items = _list(f"campaign.knobs.{name}", value) if isinstance(value, list) else [value]
+        values = tuple(knobs.check(str(name), v).value for v in items)
+        _unique(f"campaign.knobs.{name}", values)
+        out.append((str(name), values))
+    if out and backend != "xdp":
+        raise ConfigError("campaign.knobs", out[0][0], "system knobs with generator backend xdp (the local testbed), "
+                          f"not {backend}")
     return tuple(out)
 
 

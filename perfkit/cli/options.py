@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from perfkit import dataplanes
+from perfkit import dataplanes, knobs
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.generators.sim import MODELS
@@ -151,23 +151,48 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
         g.add_argument("--dut-cores", type=integer(1), default=1, help="cores for the DUT's receive processing")
     g.add_argument("--line-rate", default="10GbE", choices=list(LINE_RATES),
                    help="nominal line rate that percentages refer to")
+    g.add_argument("--knob", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
+                   help="run the DUT under a knob (repeat): an ethtool feature of its ports (gro=off, "
+                        "ethtool.<feature>=on), napi_defer_hard_irqs=N, gro_flush_timeout=NS, sysctl.net.<key>=V, "
+                        "or a dataplane's build option (a parameter marked [build] below); set, read back, restored after")
     d = parser.add_argument_group("dataplane parameters (each dataplane's own; defaults are the dataplane's)")
     for name, owners in dataplanes.all_params().items():
         p = dataplanes.get(owners[0]).param(name)
         choices = f" {{{','.join(str(c) for c in p.choices)}}}" if p.choices else (" {on,off}" if p.kind is bool else "")
+        build = " [build]" if p.build else ""
         d.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", default=None, metavar=name.upper(),
-                       help=f"{', '.join(owners)}: {p.help}{choices} (default {_show(p.default)})".replace("%", "%%"))
+                       help=f"{', '.join(owners)}{build}: {p.help}{choices} (default {_show(p.default)})".replace("%", "%%"))
 
 
 def _show(value: Any) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
+def split_knobs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """``--knob`` values: (the dataplane's build options, as parameters; the system knobs, checked)."""
+    dp = dataplanes.get(args.dataplane)
+    build = {p.name for p in dp.params if p.build}
+    built: dict[str, Any] = {}
+    system: list[str] = []
+    for item in getattr(args, "knobs", []) or []:
+        name, sep, value = str(item).partition("=")
+        if sep and name.strip() in build:
+            built[name.strip()] = value
+        else:
+            system.append(item)
+    return built, knobs.parse(system)
+
+
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The dataplane parameters given on the command line (the dataplane validates them)."""
+    """The dataplane parameters given on the command line, build options given as ``--knob``
+    included (the dataplane validates them)."""
     dp = dataplanes.get(args.dataplane)
     own = {p.name for p in dp.params}
     given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    for name, value in split_knobs(args)[0].items():
+        if name in given and str(given[name]) != value:
+            raise ConfigError(f"--knob {name}", value, f"the value --{name.replace('_', '-')} gives ({given[name]})")
+        given[name] = value
     for name in given:
         if name not in own:
             raise ConfigError(f"--{name.replace('_', '-')}", given[name],
@@ -179,7 +204,7 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     return Scenario(dataplane=args.dataplane, frame_size=args.frame_size, flows=args.flows,
                     dut_cores=getattr(args, "dut_cores", 1), line_rate=args.line_rate,
-                    params=params_from_args(args))
+                    params=params_from_args(args), knobs=split_knobs(args)[1])
 
 
 def emit(obj: Any, as_json: bool, human: Callable[[Any], str]) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from perfkit.cli.options import add_json, add_scenario, emit, integer, params_from_args
+from perfkit.cli.options import add_json, add_scenario, emit, integer, params_from_args, split_knobs
+from perfkit.errors import ConfigError
 from perfkit.progbench import prog_bench
 
 
@@ -19,6 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    system = split_knobs(args)[1]
+    if system:
+        name = next(iter(system))
+        raise ConfigError("--knob", f"{name}={system[name]}", "a build option of the dataplane (prog-bench runs the "
+                          "program alone, without interfaces or sysctls)")
     res = prog_bench(dataplane=args.dataplane, frame_size=args.frame_size, params=params_from_args(args),
                      rounds=args.rounds, repeat=args.repeat, cpu=args.cpu)
     emit(res.to_dict(), args.json, _human)

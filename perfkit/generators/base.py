@@ -24,8 +24,14 @@ class Generator(ABC):
     #: The reference cost of the DUT's kernel path per packet [ns] that speed-normalized trials are
     #: judged at (``TrialResult.kernel_reference_ns``); None: the CPU speed alone.
     kernel_reference_ns: float | None = None
+    #: Whether the generator sets the scenario's system knobs (``perfkit.knobs``) on the DUT.
+    sets_knobs: bool = False
 
     def __init__(self, scenario: Scenario):
+        if scenario.knobs and not self.sets_knobs:
+            name, value = next(iter(scenario.knobs.items()))
+            raise ConfigError("--knob", f"{name}={value}", f"only with a generator that sets knobs on its DUT "
+                              f"(xdp: the local testbed), not {self.name}")
         self.scenario = scenario
 
     @abstractmethod

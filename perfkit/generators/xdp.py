@@ -32,6 +32,7 @@ from perfkit.scenario import Scenario
 from perfkit.host import cpustat, disturbance, stallprobe
 from perfkit.host.housekeeping import Confinement
 from perfkit.host.stallprobe import StallProbe
+from perfkit.knobs import Knobs, Port as KnobPort
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
@@ -101,6 +102,7 @@ class XdpGenerator(Generator):
     """Local testbed + the dataplane + XDP generator and sink, prepared for one scenario."""
 
     name = "xdp"
+    sets_knobs = True
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
@@ -145,11 +147,15 @@ class XdpGenerator(Generator):
         self.shield: Shield | None = None
         self.coreshare: CoreShare | None = None
         self.confinement: Confinement | None = None
+        self.knobs: Knobs | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
             self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores, rx_queue=rx_queue,
                            nic_cores=self.tester_cores)
+            if scenario.knobs:  # after the DUT's program: attaching XDP to a veth turns its GRO on
+                self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
+                                   scenario.knobs)
             self.sink = Sink(self.capture_count)
             sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
@@ -353,13 +359,15 @@ class XdpGenerator(Generator):
     def close(self) -> None:
         if self.confinement is not None:
             self.confinement.release()
-        for part in (self.shield, self.coreshare, self.stalls, self.gen, self.sink, self.dut):
+        # the knobs first: restored to what they were read as, with the DUT's program still attached
+        for part in (self.knobs, self.shield, self.coreshare, self.stalls, self.gen, self.sink, self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
-        self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = self.dut = None
+        self.knobs = self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = None
+        self.dut = None
         self.testbed.down()
         try:
             os.sched_setaffinity(0, self._affinity)

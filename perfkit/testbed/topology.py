@@ -22,7 +22,7 @@ two ingress ports to alternate between, so that it can tell consecutive calls ap
 ``perfkit.testbed.livegen``). MAC addresses and addresses are fixed per role (``PORT_MACS``,
 ``PORT_ADDRS``: a dataplane configures its egress with them), every
 link has one queue (one NAPI instance: the DUT's receive processing is placed by pinning its
-thread) and IPv6 is off so that no router solicitation or neighbour discovery reaches the sink.
+thread), the DUT's ports have GRO on as NIC drivers start (veth starts without), and IPv6 is off so that no router solicitation or neighbour discovery reaches the sink.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfkit import owners, stop
+from perfkit import knobs, owners, stop
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
 from perfkit.testbed import netns, shield
@@ -134,6 +134,8 @@ class Testbed:
                         (self.dut_ns, self.b.dev), (self.tester_ns, self.anchor.dev),
                         (self.tester_ns, anchor_peer(self.anchor))):
             netns.run(ns, "ip", "link", "set", dev, "up")
+        for port in (self.a, self.b):  # as a NIC's driver starts (veth: off), so that a gro knob has a default to vary
+            netns.run(port.ns, "ethtool", "-K", port.dev, "gro", "on")
 
     def down(self) -> None:
         """Remove both namespaces (their links and XDP attachments go with them). Idempotent."""
@@ -272,13 +274,21 @@ def _clean_shields(run_id: str | None) -> list[str]:
             for line in shield.clean(rid)]
 
 
+def _clean_knobs(run_id: str | None) -> list[str]:
+    """Restore the knobs that testbeds of gone owners (or of ``run_id``) set (``perfkit.knobs``):
+    before their namespaces go, so that a kept testbed and host-wide sysctls get their values back."""
+    return [line for rid in knobs.records()
+            if _cleanable((owners.read_json(knobs.record_path(rid)) or {}).get("owner"), run_id)
+            for line in knobs.clean(rid)]
+
+
 def clean(run_id: str | None = None) -> list[str]:
     """Remove the perfkit testbeds (namespaces with their links and XDP attachments, stray links,
     owner records) whose owner process is gone; with ``run_id``, those that run owns, whatever
     their state. Returns what was removed. Testbeds of live processes are left alone
     (``owned_by_live``), so this is safe to run at any time.
     """
-    removed = []
+    removed = _clean_knobs(run_id)
     links = _root_links()
     records = {f.stem for f in (owners.STATE_DIR / "testbeds").glob("*.json")} \
         if (owners.STATE_DIR / "testbeds").is_dir() else set()
