@@ -193,6 +193,15 @@ class DutProgram(ABC):
     def counters(self) -> dict[str, int]:
         """Packets per dataplane counter since load (summed over CPUs)."""
 
+    def counters_per_cpu(self) -> dict[int, dict[str, int]]:
+        """Packets per dataplane counter since load, by the CPU that counted them ({}: not kept)."""
+        return {}
+
+    def tables(self) -> dict[str, float]:
+        """What the DUT's tables hold, read back from the kernel after they were filled (PGW-U:
+        sessions installed and present, and their ratio); {}: nothing to say."""
+        return {}
+
     def close(self) -> None:
         """Release the kernel objects (idempotent)."""
 
@@ -252,12 +261,16 @@ class BpfControl:
 
     def summed(self, map_name: str, index: int) -> Struct:
         """Entry ``index`` of the per-CPU array ``map_name`` (of ``stat_rec``), each field summed over CPUs."""
-        m = self.map(map_name)
-        recs = [self.stat_rec.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", index)) or b"")]
+        recs = self.per_cpu(map_name, index)
         out = self.stat_rec()
         for fname, *_ in self.stat_rec._fields_:
             setattr(out, fname, sum(getattr(r, fname) for r in recs) & (1 << 64) - 1)
         return out
+
+    def per_cpu(self, map_name: str, index: int) -> list[Struct]:
+        """Entry ``index`` of the per-CPU array ``map_name`` (of ``stat_rec``), one record per CPU."""
+        m = self.map(map_name)
+        return [self.stat_rec.from_bytes(v) for v in m.percpu_values(m.lookup(struct.pack("=I", index)) or b"")]
 
     def stats(self) -> dict[str, Struct]:
         """What happened to packets so far: each counter's record by label, summed over CPUs."""
@@ -301,6 +314,13 @@ class BpfDut(DutProgram):
 
     def counters(self) -> dict[str, int]:
         return {k: v.packets for k, v in self.control.stats().items()}
+
+    def counters_per_cpu(self) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = {}
+        for s in list(self.control.stat)[:-1]:  # type: ignore[attr-defined]
+            for cpu, rec in enumerate(self.control.per_cpu(f"{self.control.name}_stats", int(s))):
+                out.setdefault(cpu, {})[s.label] = rec.packets
+        return out
 
     def close(self) -> None:
         self.control.close()

@@ -10,6 +10,11 @@ A knob is ``NAME=VALUE``:
   ``gro_flush_timeout`` [ns];
 - a sysctl, ``sysctl.<key>`` (``net.`` keys only): set in the DUT's namespace when the key is one of
   its own, else host-wide (``net.core.busy_poll``, ``net.core.busy_read``);
+- how the DUT is set up (``SETUP_KNOBS``), which the testbed's DUT takes when it loads:
+  ``steering`` (with several DUT cores, what the software RSS hashes: ``dataplane``, the
+  dataplane's own key, e.g. the PGW-U's TEID; ``5tuple``, the outer addresses and ports, as a NIC
+  does by default; ``none``, every packet to the first DUT core) and ``xdp_mode`` (``native`` or
+  ``generic``, the kernel's skb path);
 - a dataplane's build option (PGW-U: ``session_table``) is a scenario parameter (``Param.build``);
   ``perfkit.cli.options`` routes ``--knob`` to it.
 
@@ -36,6 +41,8 @@ FEATURE_ALIASES = {"gro": "generic-receive-offload", "gso": "generic-segmentatio
                    "rx-udp-gro-forwarding": "rx-udp-gro-forwarding", "rx-gro-list": "rx-gro-list"}
 #: Per-device sysfs settings (busy polling and interrupt deferral, Documentation/networking/napi.rst).
 DEVICE_SETTINGS = ("napi_defer_hard_irqs", "gro_flush_timeout")
+#: Knobs the DUT takes when it is set up, with their values (the first: as without the knob).
+SETUP_KNOBS = {"steering": ("dataplane", "5tuple", "none"), "xdp_mode": ("native", "generic")}
 ON_OFF = ("on", "off")
 _FEATURE_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _SYSCTL_RE = re.compile(r"net(\.[A-Za-z0-9_-]+)+")
@@ -51,7 +58,9 @@ class Knob:
 
     @property
     def kind(self) -> str:
-        """``ethtool``, ``device`` or ``sysctl``."""
+        """``ethtool``, ``device``, ``sysctl`` or ``setup``."""
+        if self.name in SETUP_KNOBS:
+            return "setup"
         if self.name in DEVICE_SETTINGS:
             return "device"
         return "sysctl" if self.name.startswith("sysctl.") else "ethtool"
@@ -66,7 +75,7 @@ class Knob:
 
 def names_allowed() -> str:
     return (", ".join(FEATURE_ALIASES) + ", ethtool.<feature> (on/off), " + ", ".join(DEVICE_SETTINGS)
-            + " (integers), sysctl.net.<key>")
+            + " (integers), sysctl.net.<key>, " + ", ".join(SETUP_KNOBS))
 
 
 def check(name: str, value: object) -> Knob:
@@ -79,6 +88,9 @@ def check(name: str, value: object) -> Knob:
         text = {"true": "on", "false": "off"}.get(text.lower(), text.lower())
         if text not in ON_OFF:
             raise ConfigError(field_name, value, "on or off")
+    elif name in SETUP_KNOBS:
+        if text not in SETUP_KNOBS[name]:
+            raise ConfigError(field_name, value, ", ".join(SETUP_KNOBS[name]))
     elif name in DEVICE_SETTINGS:
         if not text.isdigit():
             raise ConfigError(field_name, value, "an integer >= 0")
@@ -128,7 +140,8 @@ class Knobs:
     """What each setting was: ``{"kind", "ns", "dev", "target", "value"}``, restored by ``close()``."""
 
     def __post_init__(self) -> None:
-        settings = [(check(n, v), port) for n, v in self.knobs.items() for port in self._ports_of(check(n, v))]
+        set_here = [k for k in (check(n, v) for n, v in self.knobs.items()) if k.kind != "setup"]
+        settings = [(knob, port) for knob in set_here for port in self._ports_of(knob)]
         self.before = [_setting(knob, port, _read(knob, port)) for knob, port in settings]
         if not self.before:
             return
@@ -148,10 +161,6 @@ class Knobs:
         if knob.kind == "sysctl":
             return (self.ports[0],)  # the DUT's namespace (or the host, for a host-wide key)
         return self.ports
-
-    def values(self) -> dict[str, str]:
-        """Every knob's value as set and read back, by name."""
-        return dict(self.knobs)
 
     def close(self) -> list[str]:
         """Give every setting its value back and read it back; forget the record (idempotent).

@@ -7,6 +7,7 @@ dataplane's own scenario parameters (PGW-U: direction, sessions ...), validated 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -52,6 +53,8 @@ class Scenario:
         object.__setattr__(self, "params", _Frozen(params))
         object.__setattr__(self, "knobs", _Frozen({k.name: k.value for k in
                                                    (knobs.check(n, v) for n, v in dict(self.knobs).items())}))
+        if "steering" in self.knobs and self.dut_cores < 2:
+            raise ConfigError("knob steering", self.knobs["steering"], "with dut_cores >= 2 (one core needs no steering)")
 
     @property
     def dp(self) -> Dataplane:
@@ -84,9 +87,10 @@ class Scenario:
 def scenario_key(dataplane: str, frame_size: int, flows: int, dut_cores: int, params: Mapping[str, Any],
                  knob_values: Mapping[str, str] | None = None) -> str:
     """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it);
-    knobs come last, ``<name>=<value>`` in name order."""
+    knobs come last, ``<name>_<value>`` in name order (a character a run's names may not hold, such
+    as a space in a sysctl's value, as ``_``)."""
     before, after = dataplanes.get(dataplane).key_parts(params)
-    after += [f"{n}={v}" for n, v in sorted((knob_values or {}).items())]
+    after += [re.sub(r"[^A-Za-z0-9_.%+-]", "_", f"{n}_{v}") for n, v in sorted((knob_values or {}).items())]
     return "-".join([dataplane, *before, f"{int(frame_size)}B", f"{int(flows)}flow", f"{int(dut_cores)}core", *after])
 
 

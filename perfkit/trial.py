@@ -103,6 +103,13 @@ class TrialResult:
     dut_busy: float | None = None
     """Share of the DUT cores' time its packet threads ran [0..1] (their CPU time over the trial
     window times the DUT cores): the mean over the DUT cores (``dut_busy_per_core`` per core)."""
+    dut_tables: dict[str, float] = field(default_factory=dict)
+    """What the DUT's tables held, read back from the kernel once they were filled (PGW-U:
+    ``sessions_installed``, ``ul_sessions_present``, ``dl_sessions_present``, ``sessions_missing``,
+    ``residency``)."""
+    dut_packets_per_core: dict[str, int] = field(default_factory=dict)
+    """Packets the dataplane forwarded on each DUT core (CPU number as text), from its per-CPU
+    counters: how the steering spread the work. {}: not measured."""
     dut_busy_per_core: dict[str, float] = field(default_factory=dict)
     """Share of each DUT core's time the DUT's packet threads pinned to it ran [0..1], by cpu
     (``"1"``), as ``dut_busy``: one core can be saturated while the mean is not. Empty when not
@@ -343,7 +350,7 @@ OFFER_EPS = 1e-3
 #: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
-JSON_FIELDS = ("knobs", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
+JSON_FIELDS = ("knobs", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
                "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After

@@ -32,7 +32,7 @@ from perfkit.scenario import Scenario
 from perfkit.host import cpustat, disturbance, stallprobe
 from perfkit.host.housekeeping import Confinement
 from perfkit.host.stallprobe import StallProbe
-from perfkit.knobs import Knobs, Port as KnobPort
+from perfkit.knobs import SETUP_KNOBS, Knobs, Port as KnobPort
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
@@ -151,8 +151,10 @@ class XdpGenerator(Generator):
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
+            setup = {k: v for k, v in scenario.knobs.items() if k in SETUP_KNOBS}
             self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores, rx_queue=rx_queue,
-                           nic_cores=self.tester_cores)
+                           nic_cores=self.tester_cores, **setup)
+            self.dut_tables = self.dut.tables()
             if scenario.knobs:  # after the DUT's program: attaching XDP to a veth turns its GRO on
                 self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
                                    scenario.knobs)
@@ -224,7 +226,7 @@ class XdpGenerator(Generator):
         self.gen.reset()
         if self.confinement and self.coreshare:
             self.coreshare.set_perfkit(self.confinement.refresh())
-        dut0 = self.dut.counters()
+        dut0, per_core0 = self.dut.counters(), self.dut.forwarded_per_core()
         links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
@@ -245,7 +247,7 @@ class XdpGenerator(Generator):
                    if self.stalls and mark else {})
         end = time.time()
         rep = self.sink.read()
-        dut1 = self.dut.counters()
+        dut1, per_core1 = self.dut.counters(), self.dut.forwarded_per_core()
         links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
 
         tx_packets, tx_bytes = self.gen.counters()
@@ -297,6 +299,8 @@ class XdpGenerator(Generator):
             shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
             **dut_cost(sum(thread_ns.values()), runs, ns, window1 - window0, len(self.dut_cores)),
             dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
+            dut_tables=self.dut_tables,
+            dut_packets_per_core={str(c): per_core1[c] - per_core0.get(c, 0) for c in per_core1},
             dut_busy_per_core=busy_per_core(thread_ns, self.thread_cores, window1 - window0, self.dut_cores),
             ring_cores=ring_cores,
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)

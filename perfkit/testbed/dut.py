@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from perfkit.host import cpustat
 from perfkit.dataplane import Dataplane, Traffic
-from perfkit.errors import ConfigError
+from perfkit.encap import BY_FLOW
+from perfkit.errors import ConfigError, TestbedError
 from perfkit.layouts import STEER_MAX_CPUS
-from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach
+from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach, xdp_prog_id
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
@@ -48,9 +49,12 @@ class Dut:
     """A dataplane on the testbed's DUT ports, configured and filled for a traffic profile."""
 
     def __init__(self, testbed: Testbed, dataplane: Dataplane, traffic: Traffic, cores: list[int],
-                 rx_queue: int = 0, nic_cores: list[int] | None = None):
+                 rx_queue: int = 0, nic_cores: list[int] | None = None, steering: str = "dataplane",
+                 xdp_mode: str = "native"):
         """``rx_queue``: frames of the NIC-sized receive queue (0: the veth ports' own rings), whose
-        hand-off runs on ``nic_cores`` (the tester's)."""
+        hand-off runs on ``nic_cores`` (the tester's). ``steering`` and ``xdp_mode``: the knobs of
+        those names (``perfkit.knobs.SETUP_KNOBS``): what several DUT cores are spread by, and how the
+        entry program is attached (native, or generic: the kernel's skb path)."""
         if not cores or len(cores) > STEER_MAX_CPUS:
             raise ConfigError("dut_cores", cores, f"1 .. {STEER_MAX_CPUS} CPUs")
         check_rx_queue(rx_queue)
@@ -61,6 +65,7 @@ class Dut:
                               "page (the programs do not handle multi-buffer frames)")
         self.testbed, self.dataplane, self.traffic, self.cores = testbed, dataplane, traffic, list(cores)
         self.steer: BpfObject | None = None
+        self.steering, self.xdp_mode = steering, xdp_mode
         self.rx_queue = rx_queue
         multi = len(self.cores) > 1 or rx_queue > 0
         self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi)
@@ -68,7 +73,9 @@ class Dut:
             entry = self._setup_cpumap(rx_queue or CPUMAP_QSIZE) if multi else self.nf.program
             for port in (testbed.a, testbed.b):
                 with netns.inside(port.ns):
-                    xdp_attach(port.ifindex, entry.fd)
+                    xdp_attach(port.ifindex, entry.fd, mode=xdp_mode)
+                    if xdp_prog_id(port.ifindex, xdp_mode) != prog_info(entry.fd).id:  # read back
+                        raise TestbedError(f"knob xdp_mode={xdp_mode}: {port.dev} has no {xdp_mode} XDP program")
             napi_cores = set(nic_cores) if rx_queue and nic_cores else {self.cores[0]}
             # SCHED_FIFO: like softirq processing on a real DUT, it runs before any user task
             self.napi_pids = [pid for port in (testbed.a, testbed.b)
@@ -85,7 +92,9 @@ class Dut:
             raise
 
     def _setup_cpumap(self, qsize: int) -> Program:
-        self.steer = BpfObject(object_path("steer"), rodata=self.dataplane.steering.to_struct(self.cores))
+        steering = BY_FLOW if self.steering == "5tuple" else self.dataplane.steering
+        cpus = self.cores[:1] if self.steering == "none" else self.cores
+        self.steer = BpfObject(object_path("steer"), rodata=steering.to_struct(cpus))
         cpumap = self.steer.map("cpu_map")
         for c in self.cores:
             cpumap.update(struct.pack("=I", c), struct.pack("=Ii", qsize, self.nf.program.fd))
@@ -122,6 +131,16 @@ class Dut:
     def counters(self) -> dict[str, int]:
         """Packets per dataplane counter."""
         return self.nf.counters()
+
+    def tables(self) -> dict[str, float]:
+        """What the dataplane's tables hold, read back (``DutProgram.tables``)."""
+        return self.nf.tables()
+
+    def forwarded_per_core(self) -> dict[int, int]:
+        """Packets the dataplane forwarded so far, by DUT core (its per-CPU counters)."""
+        per_cpu = self.nf.counters_per_cpu()
+        return {c: sum(n for k, n in per_cpu.get(c, {}).items() if k in self.dataplane.forward_counters)
+                for c in self.cores}
 
     def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         """Counters that rose between two ``counters()`` readings and are not forwarding ones."""

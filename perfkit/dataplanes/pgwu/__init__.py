@@ -55,6 +55,14 @@ class PgwuDut(BpfDut):
     def fill(self) -> None:
         self.control.add_sessions(self.traffic.plan)
 
+    def tables(self) -> dict[str, float]:
+        """Sessions installed, present in each table, missing, and ``residency`` (present / installed,
+        the smaller table's): an LRU table evicts live sessions before it is full (seed 001)."""
+        ul, dl = self.control.session_count()
+        n = self.traffic.plan.count
+        return {"sessions_installed": n, "ul_sessions_present": ul, "dl_sessions_present": dl,
+                "sessions_missing": n - min(ul, dl), "residency": min(ul, dl) / n}
+
 
 class PgwuDataplane(Dataplane):
     name = "pgwu"
