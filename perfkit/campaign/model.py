@@ -88,6 +88,18 @@ class MetricsSpec:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One grid of a campaign with ``parts:``: the campaign's axes with some of them replaced."""
+
+    name: str
+    params: tuple[tuple[str, tuple[Any, ...]], ...]
+    knobs: tuple[tuple[str, tuple[str, ...]], ...]
+    frame_sizes: tuple[int, ...]
+    flows: tuple[int, ...]
+    dut_cores: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Campaign:
     """A validated campaign. Build it with ``load_campaign``, ``parse_campaign`` or ``from_mapping``."""
 
@@ -124,16 +136,24 @@ class Campaign:
     knobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """System knobs with their values (``perfkit.knobs``), an axis like ``params``: every
     combination is a scenario. A dataplane's build options written under ``knobs:`` are in ``params``."""
+    parts: tuple[Part, ...] = ()
+    """Several grids instead of one (``parts:``): each part's scenarios, in order; a scenario in two
+    parts runs once. Empty: the one grid of the axes above."""
 
     def scenarios(self) -> list[Scenario]:
-        """Every scenario, in run order: the parameter grid (first parameter outermost), frame size,
-        flows, cores."""
-        names = [n for n, _ in self.params]
-        knob_names = [n for n, _ in self.knobs]
-        return [Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)), dict(zip(knob_names, kv)))
-                for values in itertools.product(*(v for _, v in self.params))
-                for kv in itertools.product(*(v for _, v in self.knobs))
-                for fs in self.frame_sizes for fl in self.flows for c in self.dut_cores]
+        """Every scenario, in run order: part by part (``parts``), each a grid of the parameters
+        (first parameter outermost), knobs, frame size, flows, cores."""
+        grids = self.parts or (Part("", self.params, self.knobs, self.frame_sizes, self.flows, self.dut_cores),)
+        out: dict[str, Scenario] = {}
+        for g in grids:
+            names, knob_names = [n for n, _ in g.params], [n for n, _ in g.knobs]
+            for values in itertools.product(*(v for _, v in g.params)):
+                for kv in itertools.product(*(v for _, v in g.knobs)):
+                    for fs, fl, c in itertools.product(g.frame_sizes, g.flows, g.dut_cores):
+                        sc = Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)),
+                                      dict(zip(knob_names, kv)))
+                        out.setdefault(sc.key, sc)
+        return list(out.values())
 
     def needs_jumbo(self, scenario: Scenario) -> bool:
         """Whether the scenario's largest packet (offered or emitted, e.g. with a tunnel) exceeds a

@@ -63,7 +63,7 @@ from typing import Any, Hashable, Mapping
 import yaml
 
 from perfkit import dataplanes, knobs
-from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec
+from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec, Part
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.host.check import MAX_SECONDS
@@ -75,7 +75,7 @@ from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
 from perfkit.yamlload import load_yaml
 
 #: The keys a campaign file may have at the top level.
-TOP_KEYS = ("name", "description", "dataplane", "params", "knobs", "frame_sizes", "flows", "dut_cores", "line_rate",
+TOP_KEYS = ("name", "description", "dataplane", "params", "knobs", "parts", "frame_sizes", "flows", "dut_cores", "line_rate",
             "repeats", "generator", "methods", "metrics", "perf", "lab")
 GENERATOR_KEYS = ("backend", "options", "jumbo_mtu", "setup_seconds", "trial_overhead_seconds", "host_check_seconds")
 METHOD_KEYS = ("method", "label", "params")
@@ -208,6 +208,8 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
         repeats=_int("campaign.repeats", _default(raw, "repeats", DEFAULTS), 1, 100),
         perf=(), text=to_text(raw) if text is None else text, source=source)
     campaign = dataclasses.replace(campaign, perf=_perf(_default(raw, "perf", DEFAULTS), campaign))
+    if raw.get("parts") is not None:
+        campaign = _with_parts(campaign, raw, generator.backend, cpus)
     try:
         campaign.scenarios()  # the dataplane checks every combination (and frame sizes against it)
     except ConfigError as err:
@@ -250,6 +252,39 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     return tuple(out)
 
 
+PART_KEYS = ("name", "params", "knobs", "frame_sizes", "flows", "dut_cores")
+
+
+def _with_parts(campaign: Campaign, raw: Mapping[str, Any], backend: str, cpus: int) -> Campaign:
+    """``parts:``: several grids, each the campaign's axes with the keys it gives replaced (a part's
+    ``params`` and ``knobs`` replace those of the same names only)."""
+    items = raw["parts"]
+    if not isinstance(items, list) or not items:
+        raise ConfigError("campaign.parts", items, "a list of mappings with keys " + ", ".join(PART_KEYS))
+    parts, shared = [], set(campaign.shared_cores)
+    for i, item in enumerate(items):
+        where = f"campaign.parts[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(where, item, "a mapping with keys " + ", ".join(PART_KEYS))
+        check_keys(where, item, PART_KEYS)
+        params = {**(_default(raw, "params", DEFAULTS) or {}), **(item.get("params") or {})}
+        knob_raw = {**(raw.get("knobs") or {}), **(item.get("knobs") or {})}
+        try:
+            grid_params = _params(campaign.dataplane, _with_build_knobs(campaign.dataplane, params, knob_raw))
+            grid_knobs = _knobs(campaign.dataplane, knob_raw, backend)
+            sizes = _frame_sizes(item["frame_sizes"]) if "frame_sizes" in item else campaign.frame_sizes
+            flows = _flows(item["flows"]) if "flows" in item else campaign.flows
+            cores = campaign.dut_cores
+            if "dut_cores" in item:
+                cores, part_shared = _dut_cores(item["dut_cores"], backend, cpus)
+                shared |= set(part_shared)
+        except ConfigError as err:
+            raise ConfigError(err.field.replace("campaign.", f"{where}.", 1), err.value, err.allowed) from None
+        parts.append(Part(_str(f"{where}.name", item.get("name", f"part {i + 1}")), grid_params, grid_knobs, sizes,
+                          flows, cores))
+    return dataclasses.replace(campaign, parts=tuple(parts), shared_cores=tuple(sorted(shared)))
+
+
 def _build_names(dataplane: str) -> set[str]:
     return {p.name for p in dataplanes.get(dataplane).params if p.build}
 
@@ -274,7 +309,10 @@ def _knobs(dataplane: str, raw: Any, backend: str) -> tuple[tuple[str, tuple[str
         if name in _build_names(dataplane):
             continue
         items = _list(f"campaign.knobs.{name}", value) if isinstance(value, list) else [value]
-        values = tuple(knobs.check(str(name), v).value for v in items)
+        try:
+            values = tuple(knobs.check(str(name), v).value for v in items)
+        except ConfigError as err:
+            raise ConfigError(f"campaign.knobs.{name}", err.value, err.allowed) from None
         _unique(f"campaign.knobs.{name}", values)
         out.append((str(name), values))
     if out and backend != "xdp":
