@@ -421,6 +421,37 @@ def compare_changes(rows: pd.DataFrame, threshold_pct: float, subtitle: str = ""
 
 
 
+#: Colours of ``perfkit.analysis.knobs`` verdicts.
+KNOB_VERDICT_COLORS = {"lower": "tab:blue", "higher": "tab:red", "no effect beyond the noise": "tab:gray",
+                       "one trial each: no interval": "tab:olive"}
+
+
+def knob_effects(effects: pd.DataFrame, metric: str = "dut_ns_per_packet", unit: str = "ns",
+                 subtitle: str = "") -> Figure:
+    """Per knob value and scenario, the change of ``metric`` against the knob's baseline value
+    [``unit``], with its confidence interval; bars coloured by verdict."""
+    title = f"What each knob did to {metric}"
+    d = effects[effects["metric"] == metric] if not effects.empty else effects
+    if d.empty:
+        return _empty(title, "no knob was varied in this run")
+    d = d.reset_index(drop=True)
+    names = d["knob"] + "=" + d["value"] + " vs " + d["baseline"] + ": " + d["context"]
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.3 * len(d) + 1.2)))
+    err = np.vstack([(d["change"] - d["ci_low"]).fillna(0).to_numpy(), (d["ci_high"] - d["change"]).fillna(0).to_numpy()])
+    ax.barh(range(len(d)), d["change"], color=[KNOB_VERDICT_COLORS.get(v, "gray") for v in d["verdict"]],
+            xerr=err, error_kw={"ecolor": "black", "lw": 0.8})
+    ax.set_yticks(range(len(d)), names, fontsize=7)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel(f"change of {metric} [{unit}]")
+    ax.set_ylabel("knob value vs baseline, scenario")
+    handles = [Patch(color=c, label=v) for v, c in KNOB_VERDICT_COLORS.items() if v in set(d["verdict"])]
+    handles.append(Line2D([], [], color="black", marker="|", lw=0.8, label="95 % confidence interval"))
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    fig.tight_layout()
+    _title(fig, title, subtitle)
+    return fig
+
+
 def load_fit(model: object | None, subtitle: str = "") -> Figure:
     """The DUT's measured load against the load model (``analysis.fit_load``), one point per trial:
     left, each scenario its own line (in-sample); right, the model fitted without the trial's

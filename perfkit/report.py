@@ -49,6 +49,9 @@ PAGES: tuple[PageSpec, ...] = (
     # perf attribution (perfkit.perf): says "no perf data in this run" unless trials were recorded with perf
     PageSpec("perf", "perf attribution",
              "where the DUT cores' time went: top kernel and BPF symbols and a flame graph per scenario"),
+    PageSpec("knobs", "What each knob did",
+             "per knob, the change of DUT cost, throughput and loss with confidence intervals; tables held; "
+             "work per DUT core; differential flame graphs"),
 )
 INDEX = PageSpec("index", "Index", "links, run metadata, headline figures")
 

@@ -45,7 +45,7 @@ def test_knobs_are_part_of_the_scenario_and_its_key():
     plain = Scenario(params=UL)
     tuned = Scenario(params=UL, knobs={"gro": False, "ethtool.rx-udp-gro-forwarding": "ON"})
     assert dict(tuned.knobs) == {"gro": "off", "ethtool.rx-udp-gro-forwarding": "on"}
-    assert tuned.key == plain.key + "-ethtool.rx-udp-gro-forwarding=on-gro=off"
+    assert tuned.key == plain.key + "-ethtool.rx-udp-gro-forwarding_on-gro_off"
     assert hash(tuned) != hash(plain)
 
 
@@ -113,10 +113,129 @@ def test_a_campaigns_knobs_are_an_axis_and_build_options_go_to_params():
 
     c = parse_campaign("dataplane: pgwu\nparams: {direction: ul}\nknobs: {gro: [on, off], session_table: [hash, teid_array]}\n"
                        "frame_sizes: [64]\nmethods: [maxrate]\n")
-    assert [s.key for s in c.scenarios()] == ["pgwu-ul-64B-1flow-1core-gro=on", "pgwu-ul-64B-1flow-1core-gro=off",
-                                              "pgwu-ul-64B-1flow-1core-teidarray-gro=on",
-                                              "pgwu-ul-64B-1flow-1core-teidarray-gro=off"]
+    assert [s.key for s in c.scenarios()] == ["pgwu-ul-64B-1flow-1core-gro_on", "pgwu-ul-64B-1flow-1core-gro_off",
+                                              "pgwu-ul-64B-1flow-1core-teidarray-gro_on",
+                                              "pgwu-ul-64B-1flow-1core-teidarray-gro_off"]
     with pytest.raises(ConfigError) as err:
         parse_campaign("dataplane: pgwu\nknobs: {gro: off}\nframe_sizes: [64]\nmethods: [maxrate]\n"
                        "generator: {backend: sim}\n")
     assert err.value.field == "campaign.knobs"
+
+
+# -- campaigns of several grids (parts) ------------------------------------------------------------
+def test_the_findings_campaign_is_three_grids_with_one_knob_changed_in_each():
+    from perfkit.campaign.schema import load_campaign
+
+    c = load_campaign("campaigns/findings.yaml", cpus=2)
+    keys = [s.key for s in c.scenarios()]
+    assert len(keys) == len(set(keys)) == 16
+    tables = {s.params["session_table"] for s in c.scenarios() if s.flows == 1001000}
+    assert tables == {"hash", "percpu_hash", "lru_percpu_hash", "teid_array"}
+    assert {s.knobs["steering"] for s in c.scenarios() if s.dut_cores == 2} == {"dataplane", "5tuple"}
+    assert {(s.frame_size, s.params["udp_csum"]) for s in c.scenarios() if s.params["direction"] == "dl"} == \
+        {(f, csum) for f in (64, 256, 512, 1024, 1424) for csum in (False, True)}
+
+
+@pytest.mark.parametrize("parts, field", [
+    ("[]", "campaign.parts"), ("[{frame_sizes: [3]}]", "campaign.parts[0].frame_sizes[0]"),
+    ("[{knobs: {gro: maybe}}]", "campaign.parts[0].knobs.gro"), ("[{bogus: 1}]", "campaign.parts[0].bogus"),
+    ("[{knobs: {steering: 5tuple}}]", "campaign.knob steering"),   # one DUT core needs no steering
+])
+def test_a_bad_part_is_refused_naming_it(parts, field):
+    from perfkit.campaign.schema import parse_campaign
+
+    with pytest.raises(ConfigError) as err:
+        parse_campaign(f"dataplane: pgwu\nframe_sizes: [64]\nmethods: [maxrate]\nparts: {parts}\n")
+    assert err.value.field == field
+
+
+# -- what each knob did (perfkit.analysis.knobs) ---------------------------------------------------
+def _run(rows: list[tuple[dict, dict, float]]):
+    """A run of max-rate trials: (params, knobs, DUT ns per packet) each."""
+    import pandas as pd
+
+    from perfkit.analysis.run import RunData, trial_frame
+    from perfkit.trial import TrialResult
+
+    records = []
+    for params, kn, ns in rows:
+        sc = Scenario("pgwu", 64, params=params, knobs=kn)
+        r = TrialResult.for_scenario(sc, wire_frame_size=100, generator="xdp", duration=1.0, intended_pps=1e6,
+                                     intended_packets=1_000_000, tx_packets=1_000_000, rx_packets=1_000_000,
+                                     method="maxrate", dut_ns_per_packet=ns, elapsed=1.0)
+        records.append(r.to_record())
+    return RunData("r", None, {}, trial_frame(pd.DataFrame(records)), [])
+
+
+def test_a_knob_with_a_clear_effect_gets_an_interval_that_excludes_zero():
+    from perfkit.analysis import knobs as ak
+
+    run = _run([(UL, {"gro": "on"}, ns) for ns in (300, 306, 297)] + [(UL, {"gro": "off"}, ns) for ns in (350, 358, 340)])
+    e = ak.knob_effects(run)
+    row = e[(e["knob"] == "gro") & (e["metric"] == "dut_ns_per_packet")].iloc[0]
+    assert (row["value"], row["baseline"], row["n"], row["n_baseline"]) == ("off", "on", 3, 3)
+    assert row["change"] == pytest.approx(48.333, abs=1e-2) and 25 < row["ci_low"] < row["ci_high"] < 70
+    assert row["verdict"] == "higher"
+
+
+def test_no_effect_beyond_the_noise_is_said_as_such_and_one_trial_has_no_interval():
+    from perfkit.analysis import knobs as ak
+
+    noisy = _run([(UL, {"gro": "on"}, ns) for ns in (300, 340, 320)] + [(UL, {"gro": "off"}, ns) for ns in (310, 335, 318)])
+    assert set(ak.knob_effects(noisy)["verdict"]) <= {ak.NO_EFFECT}
+    once = _run([({**UL, "udp_csum": False}, {}, 300.0), ({**UL, "udp_csum": True}, {}, 400.0)])
+    e = ak.knob_effects(once)
+    assert set(e["knob"]) == {"udp_csum"} and set(e["verdict"]) == {ak.NO_INTERVAL}
+
+
+def test_changed_functions_name_what_got_dearer():
+    from perfkit.perf.flamegraph import diff_flamegraph_svg
+    from perfkit.perf.report import changed_functions
+
+    before = "napi/x;xdp_do;bpf_prog_1_xdp_pgwu 90\nswapper;cpu_idle 10\n"
+    after = "napi/x;xdp_do;bpf_prog_1_xdp_pgwu 50\nnapi/x;xdp_do;bpf_prog_1_xdp_pgwu;bpf_csum_diff;csum_partial 40\n" \
+            "swapper;cpu_idle 10\n"
+    tab = changed_functions(before, after, n=3)
+    assert list(tab["symbol"][:2]) in (["bpf_csum_diff", "csum_partial"], ["csum_partial", "bpf_csum_diff"])
+    assert tab["change"].iloc[0] == pytest.approx(100 * 40 / 90)
+    assert "<svg" in diff_flamegraph_svg(before, after, "csum on vs off")
+
+
+# -- knobs the DUT takes as it loads ---------------------------------------------------------------
+def test_steering_on_the_5tuple_puts_a_tunnels_packets_on_one_core_and_the_dataplanes_key_spreads_them():
+    """Seed 001's RSS finding on 2 DUT cores: GTP-U's outer 5-tuple is the same for every bearer."""
+    spread = {}
+    for steering in ("dataplane", "5tuple"):
+        sc = Scenario(frame_size=64, flows=1000, dut_cores=2, params={**UL, "sessions": 1000}, knobs={"steering": steering})
+        with create("xdp", sc) as gen:
+            r = gen.measure(100_000, 0.3)
+        assert r.knobs == {"steering": steering} and r.mismatched_packets == 0
+        per_core = r.dut_packets_per_core
+        assert len(per_core) == 2 and sum(per_core.values()) == r.rx_packets
+        spread[steering] = min(per_core.values()) / sum(per_core.values())
+    assert spread["5tuple"] == 0 and spread["dataplane"] > 0.3
+
+
+def test_generic_xdp_forwards_on_the_kernels_skb_path():
+    sc = Scenario(frame_size=64, flows=1, params=UL, knobs={"xdp_mode": "generic"})
+    with create("xdp", sc) as gen:
+        out = netns.run(gen.testbed.a.ns, "ip", "-d", "link", "show", gen.testbed.a.dev)
+        r = gen.measure(50_000, 0.3)
+    assert "xdpgeneric" in out and r.knobs == {"xdp_mode": "generic"}
+    assert r.rx_packets > 0 and r.mismatched_packets == 0
+
+
+def test_steering_needs_several_dut_cores():
+    with pytest.raises(ConfigError) as err:
+        Scenario(params=UL, knobs={"steering": "5tuple"})
+    assert err.value.field == "knob steering"
+
+
+def test_two_builds_of_one_program_compare_as_one_function():
+    from perfkit.perf.report import changed_functions
+
+    before = "napi/x;bpf_prog_55de28cda8ea9ac6_xdp_pgwu;lookup_nulls_elem_raw 60\nnapi/x;bpf_prog_55de28cda8ea9ac6_xdp_pgwu 40\n"
+    after = "napi/x;bpf_prog_46facedd3322f884_xdp_pgwu 100\n"
+    tab = changed_functions(before, after, n=2).set_index("symbol")
+    assert tab.loc["lookup_nulls_elem_raw", "change"] == -60
+    assert tab.loc["bpf_prog_0000000000000000_xdp_pgwu", "change"] == 0      # one function, 100 % both times

@@ -77,6 +77,18 @@ def bpf_program_name(symbol: str) -> str | None:
     return m.group("name") if m else None
 
 
+_BPF_TAG_RE = re.compile(r"\bbpf_prog_[0-9a-f]{16}_")
+#: What ``untagged`` puts for every BPF program's tag.
+NO_TAG = "0" * 16
+
+
+def untagged(folded: str) -> str:
+    """``folded`` with every BPF program's tag (a hash of its instructions: another for every build
+    of it) zeroed, so that two builds of one program compare as one function (a knob that is a
+    build option)."""
+    return _BPF_TAG_RE.sub(f"bpf_prog_{NO_TAG}_", folded)
+
+
 def idle_share(folded: str) -> float:
     """Share of the samples whose process is the idle task [0..1] (0 without samples)."""
     stacks = parse_folded(folded)

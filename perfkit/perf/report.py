@@ -10,7 +10,8 @@ from typing import Sequence
 import pandas as pd
 
 from perfkit.perf.flamegraph import flamegraph_html, flamegraph_svg
-from perfkit.perf.folded import is_idle, parse_folded, process_table, symbol_kind, symbol_table, top_symbols
+from perfkit.perf.folded import (is_idle, parse_folded, process_table, symbol_kind, symbol_table, top_symbols,
+                                  untagged)
 from perfkit.perf.store import perf_trial_ids, read_folded
 
 
@@ -95,3 +96,25 @@ def summary_table(sections: Sequence[ScenarioProfile]) -> pd.DataFrame:
                      "top kernel symbol": kern["symbol"].iloc[0] if len(kern) else ""})
     return pd.DataFrame(rows, columns=["scenario_key", "samples", "packet threads %", "idle %", "BPF programs %",
                                        "kernel %", "other %", "top BPF program", "top kernel symbol"])
+
+
+def changed_functions(before: str, after: str, n: int = 10) -> pd.DataFrame:
+    """The ``n`` functions whose share of the DUT cores' busy (non-idle) samples changed most between
+    two profiles: what a knob made cheaper or dearer.
+
+    Columns: symbol, kind, before % and after % (inclusive: the function and what it calls, of the
+    busy samples), change (after - before, percentage points)."""
+    shares = []
+    for folded in (untagged(before), untagged(after)):
+        busy = sum(c for frames, c in parse_folded(folded) if not is_idle(frames[0])) or 1
+        tab = symbol_table(folded)
+        shares.append(tab.set_index("symbol")[["kind", "inclusive_samples"]].assign(
+            share=lambda t, b=busy: 100 * t["inclusive_samples"] / b))
+    both = pd.merge(shares[0][["kind", "share"]], shares[1][["kind", "share"]], how="outer", left_index=True,
+                    right_index=True, suffixes=("_before", "_after"))
+    both["kind"] = both["kind_after"].fillna(both["kind_before"])
+    both = both.fillna({"share_before": 0.0, "share_after": 0.0})
+    both["change"] = both["share_after"] - both["share_before"]
+    both = both.reindex(both["change"].abs().sort_values(ascending=False).index).head(n)
+    return pd.DataFrame({"symbol": both.index, "kind": both["kind"].values, "before %": both["share_before"].values,
+                         "after %": both["share_after"].values, "change": both["change"].values})
