@@ -98,6 +98,16 @@ AS_FROM_A_SHELL = ("import runpy, signal, sys\nsignal.signal(signal.SIGINT, sign
                    "sys.argv[0] = 'perfkit'\nrunpy.run_module('perfkit', run_name='__main__', alter_sys=True)\n")
 
 
+def _default_signals() -> None:
+    """Before exec: SIGINT and SIGTERM at their default actions, none blocked. An ignored signal stays
+    ignored across exec, and a suite started in the background by a non-interactive shell has SIGINT
+    ignored: Python then never installs its Ctrl-C handler, and a SIGINT that lands before
+    ``AS_FROM_A_SHELL`` sets one is lost (a stop drill's command ran on and exited 0)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def start(*args: str, env: dict[str, str] | None = None, data: Path | None = None,
           as_from_a_shell: bool = False) -> subprocess.Popen:
     full = {**os.environ, **(env or {})}
@@ -105,7 +115,7 @@ def start(*args: str, env: dict[str, str] | None = None, data: Path | None = Non
         full["PERFKIT_DATA"] = str(data)
     head = ["-c", AS_FROM_A_SHELL] if as_from_a_shell else ["-m", "perfkit"]
     return subprocess.Popen([sys.executable, *head, *args], cwd=ROOT, env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals if as_from_a_shell else None)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -480,9 +490,9 @@ class Stop:
 
     def during_start_up(self) -> bool:
         """Ended by the signal's default action before perfkit's handler ran: nothing printed but, for
-        SIGINT, Python's KeyboardInterrupt."""
+        SIGINT once Python set its own handler up, Python's KeyboardInterrupt."""
         text = self.stderr.strip()
-        return not self.stdout and (not text if self.sig == signal.SIGTERM else text.endswith("KeyboardInterrupt"))
+        return not self.stdout and (not text or (self.sig == signal.SIGINT and text.endswith("KeyboardInterrupt")))
 
     def during_exit(self) -> bool:
         """Ended by the signal's default action after its work: it had printed its result."""
