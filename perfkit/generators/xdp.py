@@ -155,7 +155,7 @@ class XdpGenerator(Generator):
             self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores, rx_queue=rx_queue,
                            nic_cores=self.tester_cores, **setup)
             self.dut_tables = self.dut.tables()
-            if scenario.knobs:  # after the DUT's program: attaching XDP to a veth turns its GRO on
+            if scenario.knobs:  # once the DUT runs: what they are read as is what it runs with otherwise
                 self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
                                    scenario.knobs)
             self.sink = Sink(self.capture_count)
