@@ -226,7 +226,7 @@ class XdpGenerator(Generator):
         self.gen.reset()
         if self.confinement and self.coreshare:
             self.coreshare.set_perfkit(self.confinement.refresh())
-        dut0, per_core0 = self.dut.counters(), self.dut.forwarded_per_core()
+        dut0, per_core0 = self.dut.read_counters()
         links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
@@ -247,7 +247,7 @@ class XdpGenerator(Generator):
                    if self.stalls and mark else {})
         end = time.time()
         rep = self.sink.read()
-        dut1, per_core1 = self.dut.counters(), self.dut.forwarded_per_core()
+        dut1, per_core1 = self.dut.read_counters()
         links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
 
         tx_packets, tx_bytes = self.gen.counters()

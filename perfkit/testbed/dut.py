@@ -136,11 +136,18 @@ class Dut:
         """What the dataplane's tables hold, read back (``DutProgram.tables``)."""
         return self.nf.tables()
 
-    def forwarded_per_core(self) -> dict[int, int]:
-        """Packets the dataplane forwarded so far, by DUT core (its per-CPU counters)."""
+    def read_counters(self) -> tuple[dict[str, int], dict[int, int]]:
+        """Packets per dataplane counter, and packets forwarded per DUT core, from one reading of the
+        dataplane's per-CPU counters (its totals alone when it keeps none per CPU)."""
         per_cpu = self.nf.counters_per_cpu()
-        return {c: sum(n for k, n in per_cpu.get(c, {}).items() if k in self.dataplane.forward_counters)
-                for c in self.cores}
+        if not per_cpu:
+            return self.nf.counters(), {}
+        totals: dict[str, int] = {}
+        for counts in per_cpu.values():
+            for name, n in counts.items():
+                totals[name] = totals.get(name, 0) + n
+        forwarding = self.dataplane.forward_counters
+        return totals, {c: sum(n for k, n in per_cpu.get(c, {}).items() if k in forwarding) for c in self.cores}
 
     def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         """Counters that rose between two ``counters()`` readings and are not forwarding ones."""
