@@ -12,10 +12,10 @@ A knob is ``NAME=VALUE``:
   its own, else host-wide (``net.core.busy_poll``, ``net.core.busy_read``);
 - how the DUT is set up (``SETUP_KNOBS``), which the testbed's DUT takes when it loads:
   ``steering`` (with several DUT cores, what the software RSS hashes: ``dataplane``, the
-  dataplane's own key, e.g. the PGW-U's TEID; ``5tuple``, the outer addresses and ports, as a NIC
+  dataplane's own key (``Dataplane.steering``); ``5tuple``, the outer addresses and ports, as a NIC
   does by default; ``none``, every packet to the first DUT core) and ``xdp_mode`` (``native`` or
   ``generic``, the kernel's skb path);
-- a dataplane's build option (PGW-U: ``session_table``) is a scenario parameter (``Param.build``);
+- a dataplane's build option is a scenario parameter (``Param.build``);
   ``perfkit.cli.options`` routes ``--knob`` to it.
 
 ``Knobs`` applies them to one testbed's DUT ports (perfkit's own namespaces, so nothing outside the

@@ -3,7 +3,7 @@ cost per packet, throughput and loss, with a confidence interval from repeats.
 
 A *knob* here is anything a run varied that is a setting rather than the workload: a system knob
 (the trial's ``knobs``, ``perfkit.knobs``), a dataplane's build option (``Param.build``) and a
-dataplane's on/off parameter (PGW-U: ``udp_csum``, ``vlan``).
+dataplane's on/off parameter (``Param.kind`` bool).
 
 ``knob_effects`` -- one row per knob x value x context x metric:
     knob          str    the knob's name

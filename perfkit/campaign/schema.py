@@ -11,7 +11,6 @@ each with. Example (``campaigns/default.yaml`` is the full one)::
       vlan: true
     knobs:                                                # system knobs (perfkit.knobs), an axis like params;
       gro: [on, off]                                      #   a dataplane's build options may be written here
-      session_table: [hash, teid_array]
     frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024]   # the dataplane's frames [bytes], FCS included
     flows: {single: 1, multi: 1024}                       # or a list: [1, 1024]
     dut_cores: auto                                       # or auto+shared, or a list: [1, 2]
