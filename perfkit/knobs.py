@@ -6,8 +6,11 @@ A knob is ``NAME=VALUE``:
 - an ``ethtool -K`` feature of the DUT's ports: ``gro``, ``gso``, ``tso``, ``lro``,
   ``rx-udp-gro-forwarding``, ``rx-gro-list`` (aliases), or any feature as ``ethtool.<feature>``;
   ``on`` or ``off``;
-- a per-device busy-poll setting of the DUT's ports (sysfs): ``napi_defer_hard_irqs`` (a count) and
-  ``gro_flush_timeout`` [ns];
+- a per-device NAPI setting of the DUT's ports (sysfs): ``threaded`` (``on`` or ``off``: NAPI
+  polls in a kernel thread per queue instead of in softirq context), and the busy-poll settings
+  ``napi_defer_hard_irqs`` (a count) and ``gro_flush_timeout`` [ns];
+- a queue count or ring size of the DUT's ports, where the driver supports it: ``channels.<rx|tx|
+  other|combined>`` (``ethtool -L``) and ``ring.<rx|rx-mini|rx-jumbo|tx>`` (``ethtool -G``);
 - a sysctl, ``sysctl.<key>`` (``net.`` keys only): set in the DUT's namespace when the key is one of
   its own, else host-wide (``net.core.busy_poll``, ``net.core.busy_read``);
 - how the DUT is set up (``SETUP_KNOBS``), which the testbed's DUT takes when it loads:
@@ -19,13 +22,15 @@ A knob is ``NAME=VALUE``:
   ``perfkit.cli.options`` routes ``--knob`` to it.
 
 ``Knobs`` applies them to one testbed's DUT ports (perfkit's own namespaces, so nothing outside the
-testbed is touched, but for the host-wide sysctls), reads each back (a refusal by the kernel or the
+testbed is touched, but for the host-wide sysctls; in a lab, the DUT host's agent applies them to the
+interfaces the inventory names for it, ``perfkit.lab.hostroles``), reads each back (a refusal by the kernel or the
 driver is one line naming the knob), and restores every value when it closes. The values before are
 on disk (``$PERFKIT_STATE_DIR/knobs/<testbed_id>.json``, fsynced, with the owner) before anything
 changes, so ``perfkit clean`` restores them after a SIGKILL (``clean``).
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +44,14 @@ from perfkit.testbed import netns
 FEATURE_ALIASES = {"gro": "generic-receive-offload", "gso": "generic-segmentation-offload",
                    "tso": "tcp-segmentation-offload", "lro": "large-receive-offload",
                    "rx-udp-gro-forwarding": "rx-udp-gro-forwarding", "rx-gro-list": "rx-gro-list"}
-#: Per-device sysfs settings (busy polling and interrupt deferral, Documentation/networking/napi.rst).
-DEVICE_SETTINGS = ("napi_defer_hard_irqs", "gro_flush_timeout")
+#: Per-device sysfs settings (threaded NAPI, busy polling and interrupt deferral,
+#: Documentation/networking/napi.rst), with their values: integers, or on/off written as 1/0.
+DEVICE_SETTINGS = {"threaded": "on/off", "napi_defer_hard_irqs": "int", "gro_flush_timeout": "int"}
+#: ``ethtool -L`` (channels) and ``-G`` (ring) parameters: knob ``channels.rx`` is ``ethtool -L dev rx N``.
+#: Each maps a parameter to the label ``ethtool -l``/``-g`` prints it under.
+COUNTS = {"channels": {"rx": "RX", "tx": "TX", "other": "Other", "combined": "Combined"},
+          "ring": {"rx": "RX", "rx-mini": "RX Mini", "rx-jumbo": "RX Jumbo", "tx": "TX"}}
+_COUNT_FLAGS = {"channels": ("-l", "-L"), "ring": ("-g", "-G")}
 #: Knobs the DUT takes when it is set up, with their values (the first: as without the knob).
 SETUP_KNOBS = {"steering": ("dataplane", "5tuple", "none"), "xdp_mode": ("native", "generic")}
 ON_OFF = ("on", "off")
@@ -58,11 +69,13 @@ class Knob:
 
     @property
     def kind(self) -> str:
-        """``ethtool``, ``device``, ``sysctl`` or ``setup``."""
+        """``ethtool``, ``device``, ``channels``, ``ring``, ``sysctl`` or ``setup``."""
         if self.name in SETUP_KNOBS:
             return "setup"
         if self.name in DEVICE_SETTINGS:
             return "device"
+        if self.name.partition(".")[0] in COUNTS:
+            return self.name.partition(".")[0]
         return "sysctl" if self.name.startswith("sysctl.") else "ethtool"
 
     @property
@@ -70,11 +83,14 @@ class Knob:
         """What is set: the ethtool feature, the sysfs file or the sysctl key."""
         if self.kind == "ethtool":
             return FEATURE_ALIASES.get(self.name, self.name.removeprefix("ethtool."))
+        if self.kind in COUNTS:
+            return self.name.partition(".")[2]
         return self.name.removeprefix("sysctl.")
 
 
 def names_allowed() -> str:
-    return (", ".join(FEATURE_ALIASES) + ", ethtool.<feature> (on/off), " + ", ".join(DEVICE_SETTINGS)
+    return (", ".join(FEATURE_ALIASES) + ", ethtool.<feature>, threaded (on/off), napi_defer_hard_irqs, "
+            "gro_flush_timeout, " + ", ".join(f"{kind}.<{'|'.join(params)}>" for kind, params in COUNTS.items())
             + " (integers), sysctl.net.<key>, " + ", ".join(SETUP_KNOBS))
 
 
@@ -84,7 +100,9 @@ def check(name: str, value: object) -> Knob:
     if isinstance(value, bool):
         text = "on" if value else "off"
     field_name = f"knob {name}"
-    if name in FEATURE_ALIASES or (name.startswith("ethtool.") and _FEATURE_RE.fullmatch(name[8:])):
+    kind, _, param = name.partition(".")
+    if name in FEATURE_ALIASES or (name.startswith("ethtool.") and _FEATURE_RE.fullmatch(name[8:])) \
+            or DEVICE_SETTINGS.get(name) == "on/off":
         text = {"true": "on", "false": "off"}.get(text.lower(), text.lower())
         if text not in ON_OFF:
             raise ConfigError(field_name, value, "on or off")
@@ -92,6 +110,9 @@ def check(name: str, value: object) -> Knob:
         if text not in SETUP_KNOBS[name]:
             raise ConfigError(field_name, value, ", ".join(SETUP_KNOBS[name]))
     elif name in DEVICE_SETTINGS:
+        if not text.isdigit():
+            raise ConfigError(field_name, value, "an integer >= 0")
+    elif kind in COUNTS and param in COUNTS[kind]:
         if not text.isdigit():
             raise ConfigError(field_name, value, "an integer >= 0")
     elif name.startswith("sysctl."):
@@ -102,6 +123,25 @@ def check(name: str, value: object) -> Knob:
     else:
         raise ConfigError("knob", name, names_allowed())
     return Knob(name, text)
+
+
+def check_measurable(knobs: Mapping[str, str]) -> None:
+    """Refuse a knob under which the DUT's cost could not be measured, or a ConfigError naming it.
+
+    perfkit measures the DUT on its packet threads, threaded NAPI pinned to the DUT cores. With
+    ``threaded=off`` a port polls in softirq context on whichever core raised it (on a veth, the
+    sender's: a tester core), where its work would be counted as nobody's."""
+    if knobs.get("threaded") == "off":
+        raise ConfigError("knob threaded", "off", "on (perfkit measures the DUT's cost on its NAPI threads; without "
+                          "them the ports poll in softirq context on the core that raised it, a veth's sender's, "
+                          "where the DUT's work is not measured)")
+
+
+def system_only(knobs: Mapping[str, str], why: str) -> None:
+    """Refuse a setup knob (``SETUP_KNOBS``) where the DUT is not set up by perfkit, for ``why``."""
+    setup = sorted(set(knobs) & set(SETUP_KNOBS))
+    if setup:
+        raise ConfigError(f"knob {setup[0]}", knobs[setup[0]], f"a system knob ({why})")
 
 
 def parse(items: Iterable[str]) -> dict[str, str]:
@@ -145,7 +185,8 @@ class Knobs:
         self.before = [_setting(knob, port, _read(knob, port)) for knob, port in settings]
         if not self.before:
             return
-        owners.write_json(record_path(self.testbed_id), {"owner": owners.me(), "settings": self.before})
+        owners.write_json(record_path(self.testbed_id), {"owner": owners.me(), "netns": netns_id(),
+                                                          "settings": self.before})
         try:
             for knob, port in settings:
                 _write(knob, port, knob.value)
@@ -206,10 +247,19 @@ def restore(settings: list[dict]) -> list[str]:
     return out
 
 
+def netns_id() -> int:
+    """The inode of this process's network namespace: a record's devices are this namespace's, or a
+    namespace's within it (a lab host's agent in a sandbox shares the state directory)."""
+    return os.stat("/proc/self/ns/net").st_ino
+
+
 def clean(testbed_id: str) -> list[str]:
-    """``perfkit clean``: restore what the knobs of ``testbed_id`` changed (their owner is gone)."""
+    """``perfkit clean``: restore what the knobs of ``testbed_id`` changed (their owner is gone).
+    A record written in another network namespace is left to a clean there."""
     path = record_path(testbed_id)
     rec = owners.read_json(path) or {}
+    if rec.get("netns", netns_id()) != netns_id():
+        return []
     done = restore(list(rec.get("settings", [])))
     path.unlink(missing_ok=True)
     return done
@@ -226,7 +276,7 @@ def _where(knob: Knob, port: Port | None) -> str:
     if knob.kind == "sysctl":
         return f"{knob.target} ({'namespace ' + port.ns if port and port.ns else 'host-wide'})"
     assert port is not None
-    return f"{port.dev} {knob.target}"
+    return f"{port.dev} {knob.kind} {knob.target}" if knob.kind in COUNTS else f"{port.dev} {knob.target}"
 
 
 def _dev_in_ns(port: Port) -> bool:
@@ -248,7 +298,11 @@ def _read(knob: Knob, port: Port | None) -> str:
         return m.group(1)
     if knob.kind == "device":
         assert port is not None
-        return netns.run(port.ns, "cat", f"/sys/class/net/{port.dev}/{knob.target}").strip()
+        text = netns.run(port.ns, "cat", f"/sys/class/net/{port.dev}/{knob.target}").strip()
+        return {"0": "off", "1": "on"}.get(text, text) if DEVICE_SETTINGS[knob.name] == "on/off" else text
+    if knob.kind in COUNTS:
+        assert port is not None
+        return _read_count(knob, port)
     ns = port.ns if port and port.ns and _sysctl_in_ns(port.ns, knob.target) else None
     out = netns.run(ns, "sysctl", "-n", knob.target, check=False)
     if not out.strip() and not Path("/proc/sys/" + knob.target.replace(".", "/")).exists():
@@ -263,10 +317,32 @@ def _write(knob: Knob, port: Port | None, value: str) -> None:
             netns.run(port.ns, "ethtool", "-K", port.dev, knob.target, value)
         elif knob.kind == "device":
             assert port is not None
-            netns.run(port.ns, "sh", "-c", f"echo {int(value)} > /sys/class/net/{port.dev}/{knob.target}")
+            number = int({"off": "0", "on": "1"}.get(value, value))
+            netns.run(port.ns, "sh", "-c", f"echo {number} > /sys/class/net/{port.dev}/{knob.target}")
+        elif knob.kind in COUNTS:
+            assert port is not None
+            netns.run(port.ns, "ethtool", _COUNT_FLAGS[knob.kind][1], port.dev, knob.target, value)
         else:
             ns = port.ns if port and port.ns and _sysctl_in_ns(port.ns, knob.target) else None
             netns.run(ns, "sysctl", "-qw", f"{knob.target}={value}")
     except TestbedError as err:
         raise TestbedError(f"knob {knob.name}={value} refused on {_where(knob, port)}: "
                            f"{' '.join(str(err).split())[-200:]}") from None
+
+
+def _read_count(knob: Knob, port: Port) -> str:
+    """The current value of an ``ethtool -L``/``-G`` parameter (``ethtool -l``/``-g``'s "Current
+    hardware settings")."""
+    flag = _COUNT_FLAGS[knob.kind][0]
+    try:
+        out = netns.run(port.ns, "ethtool", flag, port.dev)
+    except TestbedError as err:
+        raise TestbedError(f"knob {knob.name} refused on {port.dev}: its driver has no {knob.kind} settings "
+                           f"(ethtool {flag}: {' '.join(str(err).split())[-120:]})") from None
+    current = out.partition("Current hardware settings:")[2]
+    label = COUNTS[knob.kind][knob.target]
+    m = re.search(rf"^{re.escape(label)}:\s*(\S+)", current, re.M)
+    if not m or not m.group(1).isdigit():
+        raise TestbedError(f"knob {knob.name} refused on {port.dev}: its driver does not offer "
+                           f"{knob.target} (ethtool {flag} reads {m.group(1) if m else 'nothing'})")
+    return m.group(1)

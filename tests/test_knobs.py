@@ -34,6 +34,7 @@ def gro(ns: str, dev: str) -> str:
 @pytest.mark.parametrize("text, field", [
     ("gro", "--knob"), ("gro=maybe", "knob gro"), ("nosuch=1", "knob"), ("napi_defer_hard_irqs=-1", "knob napi_defer_hard_irqs"),
     ("sysctl.kernel.panic=1", "knob"), ("sysctl.net.core.busy_poll=1\n2", "knob sysctl.net.core.busy_poll"),
+    ("threaded=2", "knob threaded"), ("channels.rxx=1", "knob"), ("ring.rx=big", "knob ring.rx"),
 ])
 def test_a_bad_knob_is_refused_naming_it(text, field):
     with pytest.raises(ConfigError) as err:
@@ -72,11 +73,38 @@ def test_a_knob_reads_back_during_the_trial_is_in_the_result_and_is_restored():
         assert not knobs.record_path(gen.testbed.rid).exists()
 
 
-def test_a_feature_the_driver_refuses_is_one_line_naming_the_knob():
-    scenario = Scenario(frame_size=64, flows=1, params=UL, knobs={"lro": "on"})  # veth: large-receive-offload [fixed]
+def test_threaded_napi_and_a_channel_count_read_back_during_the_trial_and_are_restored():
+    scenario = Scenario(frame_size=64, flows=1, params=UL, knobs={"threaded": "on", "channels.rx": "1"})
+    with create("xdp", scenario) as gen:
+        a = gen.testbed.a
+        before = {(s["dev"], s["name"]): s["value"] for s in gen.knobs.before}
+        assert before[(a.dev, "threaded")] == "on" and before[(a.dev, "channels.rx")] == "1"  # the testbed's own
+        assert netns.run(a.ns, "cat", f"/sys/class/net/{a.dev}/threaded").strip() == "1"
+        threads = subprocess.run(["ps", "-e", "-o", "comm="], capture_output=True, text=True).stdout.split()
+        assert any(t.startswith(f"napi/{a.dev}"[:15]) for t in threads)  # a kernel thread polls the port
+        r = gen.measure(100_000, 0.2)
+        assert r.knobs == {"threaded": "on", "channels.rx": "1"} and r.rx_packets > 0
+        lines = gen.knobs.close()
+        assert len(lines) == 4 and not any("NOT restored" in line for line in lines)
+
+
+def test_threaded_napi_off_is_refused_where_the_dut_is_measured_on_its_napi_threads():
+    with pytest.raises(ConfigError) as err:
+        create("xdp", Scenario(params=UL, knobs={"threaded": "off"}))
+    assert err.value.field == "knob threaded" and "NAPI threads" in str(err.value)
+    assert not knobs.records()
+
+
+@pytest.mark.parametrize("knob, says", [
+    ({"lro": "on"}, "knob lro=on"),                         # veth: large-receive-offload [fixed]
+    ({"ring.rx": "512"}, "knob ring.rx refused"),           # veth has no rings (ethtool -g: not supported)
+    ({"channels.rx": "2"}, "knob channels.rx=2 refused"),   # the testbed's veths have one queue
+])
+def test_a_setting_the_driver_refuses_is_one_line_naming_the_knob(knob, says):
+    scenario = Scenario(frame_size=64, flows=1, params=UL, knobs=knob)
     with pytest.raises(Exception) as err:
         create("xdp", scenario)
-    assert "knob lro=on" in str(err.value) and "\n" not in str(err.value)
+    assert says in str(err.value) and "\n" not in str(err.value)
     assert not knobs.records()
 
 

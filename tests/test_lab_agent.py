@@ -177,6 +177,37 @@ def test_whatever_ends_the_session_leaves_no_xdp_program_on_the_dut(lab: tuple[S
     assert not list((owners.STATE_DIR / "agents").glob(f"{agent_pid}.json"))
 
 
+def _gro(sb: Sandbox, dev: str) -> str:
+    out = subprocess.run(["ip", "netns", "exec", sb.ns("dut1"), "ethtool", "-k", dev], capture_output=True, text=True).stdout
+    return next(line.split(": ")[1].split()[0] for line in out.splitlines() if line.startswith("generic-receive-offload"))
+
+
+@pytest.mark.lab
+def test_a_knob_is_set_on_the_dut_hosts_interfaces_and_a_killed_agents_is_restored_by_clean(
+        lab: tuple[Sandbox, Lab]) -> None:
+    sb, hosts = lab
+    before = _gro(sb, "a1")
+    other = "off" if before == "on" else "on"
+    session = AgentSession(hosts.dut)
+    with pytest.raises(PerfkitError, match="knob steering"):   # the DUT host is set up as provisioned
+        session.call("load", dataplane="l4lb", frame_size=128, flows=4, interfaces=["a1", "b1"], cores=[1],
+                     knobs={"steering": "5tuple"})
+    session.call("load", dataplane="l4lb", frame_size=128, flows=4, interfaces=["a1", "b1"], cores=[1],
+                 knobs={"gro": other})
+    assert _gro(sb, "a1") == _gro(sb, "b1") == other
+    agent_pid = session.hello["pid"]
+    os.kill(agent_pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert _gro(sb, "a1") == other                      # a killed agent restores nothing: clean on the host does
+    assert agent_mod.clean() == []                      # not from another namespace: the record stays
+    out = subprocess.run(["ip", "netns", "exec", sb.ns("dut1"), f"{hosts.dut.root}/venv/bin/python", "-m",
+                          "perfkit.lab.agent", "--clean"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"knob gro on a1 generic-receive-offload: {before}" in json.loads(out.stdout)
+    assert _gro(sb, "a1") == _gro(sb, "b1") == before
+    session.kill()
+
+
 # -- trials in the lab: LabGenerator ---------------------------------------------------------------
 @pytest.mark.lab
 @pytest.mark.parametrize("dataplane, testers", [("pgwu", ["tester1"]), ("l4lb", ["tester1", "tester2"])])
@@ -204,6 +235,21 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
         [f"{t}: offered {10_000 // len(testers)}, received {10_000 // len(testers)}" for t in testers]
     assert _gone_within(sb, 10) < 1
 
+
+@pytest.mark.lab
+def test_a_lab_trial_runs_under_a_knob_that_reads_back_on_the_dut_host_and_is_restored(lab: tuple[Sandbox, Lab]) -> None:
+    from perfkit.generators import create
+    from perfkit.generators.lab import cabling
+    sb, hosts = lab
+    _, (a, b) = cabling(hosts, next(h for h in hosts.role("tester") if h.name == "tester1"))
+    before = _gro(sb, a)
+    other = "off" if before == "on" else "on"
+    with create("lab", Scenario(dataplane="pgwu", frame_size=128, flows=16, knobs={"gro": other}),
+                inventory=str(sb.inventory), testers=["tester1"]) as gen:
+        assert _gro(sb, a) == _gro(sb, b) == other
+        r = gen.measure(20_000, 0.5)
+    assert r.knobs == {"gro": other} and r.rx_packets == r.tx_packets == 10_000
+    assert _gro(sb, a) == _gro(sb, b) == before
 
 
 @pytest.mark.lab

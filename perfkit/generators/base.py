@@ -4,6 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from perfkit import knobs
 from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario
 from perfkit.trial import TrialResult
@@ -31,7 +32,8 @@ class Generator(ABC):
         if scenario.knobs and not self.sets_knobs:
             name, value = next(iter(scenario.knobs.items()))
             raise ConfigError("--knob", f"{name}={value}", f"only with a generator that sets knobs on its DUT "
-                              f"(xdp: the local testbed), not {self.name}")
+                              f"(xdp: the local testbed; lab: the DUT host), not {self.name}")
+        knobs.check_measurable(scenario.knobs)
         self.scenario = scenario
 
     @abstractmethod

@@ -18,12 +18,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from perfkit import knobs
 from perfkit.dataplane import PortMacs
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import dut_queues
 from perfkit.host import disturbance
 from perfkit.lab import inventory as lab_inventory
+from perfkit.lab.agent import LAB_DUT
 from perfkit.lab.inventory import Lab, LabHost
 from perfkit.lab.remote import AgentSession
 from perfkit.scenario import Scenario
@@ -100,11 +102,13 @@ class LabGenerator(Generator):
     """The DUT host's and the testers' agents, prepared for one scenario."""
 
     name = "lab"
+    sets_knobs = True
 
     def __init__(self, scenario: Scenario, *, inventory: str | Path, testers: list[str] | None = None,
                  capture_count: int = 64):
         """``testers``: the tester hosts to use, by inventory name (default: every one)."""
         super().__init__(scenario)
+        knobs.system_only(scenario.knobs, LAB_DUT)
         self.lab = lab_inventory.load(inventory)
         chosen = self.lab.role("tester")
         if testers is not None:
@@ -133,7 +137,7 @@ class LabGenerator(Generator):
             self.agents[dut.name] = AgentSession(dut)
             self.loaded = self.agents[dut.name].call(
                 "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores,
-                macs=[asdict(self.macs[t.name]) for t in chosen], **what)
+                macs=[asdict(self.macs[t.name]) for t in chosen], knobs=dict(scenario.knobs), **what)
             for part, t in enumerate(chosen):
                 self.agents[t.name] = AgentSession(t)
                 self.agents[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),

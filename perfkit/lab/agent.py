@@ -45,7 +45,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from perfkit import owners
+from perfkit import knobs as knobs_mod, owners
 from perfkit.dataplane import PortMacs
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.lab.hostroles import DutSide, TesterSide
@@ -54,6 +54,8 @@ from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice
 
+#: Why a lab's DUT host takes system knobs only (``perfkit.knobs.system_only``).
+LAB_DUT = "a lab's DUT host is set up as provisioned: its NIC's RSS steers, XDP is native where the driver has it"
 #: The operations the protocol defines.
 OPS = ("hello", "load", "counters", "begin", "end", "perf_start", "perf_stop", "tester", "send", "unload", "bye")
 
@@ -91,8 +93,10 @@ class Agent:
         return [self.check_interface(i) for i in pair]
 
     @staticmethod
-    def _scenario(dataplane: str, frame_size: int, flows: int, params: dict | None) -> Scenario:
-        return Scenario(dataplane=dataplane, frame_size=frame_size, flows=flows, params=params or {})
+    def _scenario(dataplane: str, frame_size: int, flows: int, params: dict | None,
+                  knobs: dict | None = None) -> Scenario:
+        return Scenario(dataplane=dataplane, frame_size=frame_size, flows=flows, params=params or {},
+                        knobs=knobs or {})
 
     def _write_record(self, attached: dict[str, tuple[int, str, int]] | None = None) -> None:
         owners.write_json(self.record, {"owner": owners.me(), "netns": _netns(),
@@ -101,14 +105,17 @@ class Agent:
                                                      for k, v in (attached or {}).items()}})
 
     def load(self, dataplane: str, frame_size: int, flows: int, interfaces: list, params: dict | None = None,
-             cores: list[int] | None = None, macs: list[dict] | None = None) -> dict[str, Any]:
+             cores: list[int] | None = None, macs: list[dict] | None = None,
+             knobs: dict | None = None) -> dict[str, Any]:
         """The dataplane on ``interfaces``: a pair ``[a, b]``, or a list of pairs (one instance each);
-        ``macs``: each pair's ports' MAC addresses (``PortMacs`` fields; default: the testbed's)."""
+        ``macs``: each pair's ports' MAC addresses (``PortMacs`` fields; default: the testbed's);
+        ``knobs``: system knobs (``perfkit.knobs``) set on those interfaces, read back, restored."""
         if self.dut is not None:
             raise PerfkitError(f"host {self.host}: a dataplane is loaded already (unload it first)")
         pairs = interfaces if interfaces and isinstance(interfaces[0], list) else [interfaces]
         pairs = [self._pair(p) for p in pairs]
-        scenario = self._scenario(dataplane, frame_size, flows, params)
+        scenario = self._scenario(dataplane, frame_size, flows, params, knobs)
+        knobs_mod.system_only(scenario.knobs, LAB_DUT)
         self._write_record()
         self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record,
                            macs=[_macs(m) for m in macs] if macs else None)
@@ -228,9 +235,12 @@ def _netns() -> int:
 
 
 def clean() -> list[str]:
-    """Detach the XDP programs that agents killed before their clean-up left (``perfkit clean``),
-    in this network namespace: only where the program attached is still the one the record names."""
-    removed = []
+    """Restore the knobs and detach the XDP programs that agents killed before their clean-up left
+    (``perfkit clean``), in this network namespace: only where the program attached is still the one
+    the record names."""
+    removed = [line for rid in knobs_mod.records() if rid.startswith("agent")
+               and not owners.alive((owners.read_json(knobs_mod.record_path(rid)) or {}).get("owner"))
+               for line in knobs_mod.clean(rid)]
     d = record_dir()
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
         rec = owners.read_json(f) or {}

@@ -18,6 +18,7 @@ from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
 from perfkit.host import cpustat
 from perfkit.host.housekeeping import Confinement
+from perfkit.knobs import Knobs, Port as KnobPort
 from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice
@@ -98,8 +99,10 @@ class DutSide:
     def __init__(self, scenario: Scenario, pairs: list[list[str]], cores: list[int], on_attach: Any = None,
                  macs: list[PortMacs] | None = None):
         """``on_attach(name, ifindex, mode, prog_id)`` records each attachment before anything else;
-        ``macs``: each pair's ports' MAC addresses (default: the local testbed's)."""
+        ``macs``: each pair's ports' MAC addresses (default: the local testbed's). The scenario's
+        system knobs are set on the pairs' interfaces once the dataplane runs, and restored on close."""
         self.scenario, self.cores = scenario, list(cores)
+        self.knobs: Knobs | None = None
         self.instances: list[Any] = []
         self.attached: dict[str, tuple[int, str, int]] = {}
         self.modes: dict[str, str] = {}
@@ -122,6 +125,9 @@ class DutSide:
                     if on_attach:
                         on_attach(self.attached)
             self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
+            if scenario.knobs:   # the interfaces are the inventory's: the agent refused any other
+                self.knobs = Knobs(f"agent{os.getpid()}", tuple(KnobPort("", i) for p in pairs for i in p),
+                                   scenario.knobs)
             self.stalls = _stall_probe(self.cores, self.packet_threads)
             self.coreshare = _core_share(self.packet_threads)
         except BaseException:
@@ -213,6 +219,9 @@ class DutSide:
 
     def close(self) -> list[str]:
         """Detach this side's programs (only if still its own) and close them; returns the interfaces."""
+        if self.knobs is not None:
+            self.knobs.close()
+            self.knobs = None
         if self.perf is not None:
             self.perf.abort()
             self.perf = None
