@@ -171,6 +171,13 @@ class Traffic(ABC):
         offered frames addressed to the DUT's ingress port, the DUT configured to address the tester."""
 
     @property
+    def to_socket(self) -> tuple[str, int] | None:
+        """Where the DUT's kernel delivers this traffic, when the dataplane passes it there (XDP_PASS):
+        the address and UDP port of a socket on the DUT (``perfkit.testbed.socksink``). None: it comes
+        out of the DUT's egress port, to the sink."""
+        return None
+
+    @property
     def wire_frame_size(self) -> int:
         """Bytes per offered frame, FCS included."""
         return len(self.packet(0)) + FCS_LEN
@@ -415,6 +422,11 @@ class Dataplane(ABC):
     def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
         """The reference model's answer for ``frame`` offered to a DUT set up for ``traffic`` (on the
         testbed's ports: ``load(traffic, 1, 2)``; the fuzz tests compare the kernel with it)."""
+
+    def forwarding(self, traffic: Traffic) -> frozenset[str]:
+        """The counters of the path ``traffic`` should take (``forward_counters``, unless the traffic
+        is for the DUT's kernel, ``Traffic.to_socket``): every other counter that rises is a DUT drop."""
+        return self.forward_counters
 
     @abstractmethod
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:

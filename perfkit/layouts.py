@@ -172,6 +172,10 @@ class sink_totals(Struct):
                 ("max_gap_ns", u64)]
 
 
+class socksink_totals(Struct):
+    _fields_ = [("datagrams", u64), ("skbs", u64), ("bytes", u64)]
+
+
 class sink_capture(Struct):
     _fields_ = [("len", u32), ("caplen", u32), ("ts_ns", u64), ("data", u8 * SINK_SNAPLEN)]
 
@@ -262,7 +266,7 @@ class core_share(Struct):
 STRUCTS: dict[str, type[Struct]] = {
     cls.__name__: cls for cls in (bench_config, bench_field, bench_key, bench_template, gen_var,
                                   gen_write, gen_vm_var, gen_vm_op, gen_vm_csum, gen_mix, gen_config, gen_state, signature, sink_config, sink_stream,
-                                  sink_totals, sink_capture, encap, encap_table, steer_word, steer_config,
+                                  sink_totals, socksink_totals, sink_capture, encap, encap_table, steer_word, steer_config,
                                   stall_config, stall_cpu,
                                   stall_watch, stall_event, core_share)
 }

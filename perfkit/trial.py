@@ -114,6 +114,10 @@ class TrialResult:
     """Share of each DUT core's time the DUT's packet threads pinned to it ran [0..1], by cpu
     (``"1"``), as ``dut_busy``: one core can be saturated while the mean is not. Empty when not
     measured."""
+    socket_datagrams_per_skb: float | None = None
+    """For traffic the dataplane passes to the DUT's kernel (``Traffic.to_socket``): datagrams the
+    socket was delivered per packet it received. Above 1, GRO aggregated them; 1, every datagram
+    crossed the stack alone. None: traffic out of the DUT's egress port."""
     ring_cores: list[int] = field(default_factory=list)
     """The DUT cores whose receive queue the overflows of ``dut_drops[RING_DROP]`` came from: the one
     that serves it when it can be told (a veth port's ring, on its NAPI thread's core), every DUT

@@ -95,6 +95,26 @@ def test_threaded_napi_off_is_refused_where_the_dut_is_measured_on_its_napi_thre
     assert not knobs.records()
 
 
+def test_gro_on_a_kernel_path_aggregates_what_the_socket_gets_and_gro_off_does_not():
+    """Seed 000's sweep on the real testbed: traffic the PGW-U passes to its kernel (direction=host)
+    is delivered to a socket on the DUT. With the DUT port's GRO on, at full speed the socket gets
+    packets of many datagrams; with it off, one each. At a low rate every datagram arrives."""
+    full = {}
+    for gro in ("on", "off"):
+        with create("xdp", Scenario(frame_size=64, flows=4, params={"direction": "host"}, knobs={"gro": gro})) as gen:
+            low = gen.measure(20_000, 0.25)
+            assert low.rx_packets == low.tx_packets == 5000 and low.dut_drops == {} and low.mismatched_packets == 0
+            full[gro] = gen.measure(None, 0.5)
+    assert full["on"].socket_datagrams_per_skb > 4 and full["on"].knobs == {"gro": "on"}
+    assert full["off"].socket_datagrams_per_skb == 1.0
+
+
+def test_host_traffic_needs_a_generator_that_counts_at_a_socket():
+    with pytest.raises(ConfigError) as err:
+        create("sim", Scenario(params={"direction": "host"}))
+    assert err.value.field == "traffic"
+
+
 @pytest.mark.parametrize("knob, says", [
     ({"lro": "on"}, "knob lro=on"),                         # veth: large-receive-offload [fixed]
     ({"ring.rx": "512"}, "knob ring.rx refused"),           # veth has no rings (ethtool -g: not supported)
@@ -162,6 +182,7 @@ def test_the_findings_campaign_is_three_grids_with_one_knob_changed_in_each():
     assert {s.knobs["steering"] for s in c.scenarios() if s.dut_cores == 2} == {"dataplane", "5tuple"}
     assert {(s.frame_size, s.params["udp_csum"]) for s in c.scenarios() if s.params["direction"] == "dl"} == \
         {(f, csum) for f in (64, 256, 512, 1024, 1424) for csum in (False, True)}
+
 
 
 @pytest.mark.parametrize("parts, field", [

@@ -588,3 +588,38 @@ def test_a_session_table_design_is_a_scenario_parameter_and_a_knob():
     with pytest.raises(ConfigError) as err:
         Scenario("pgwu", params={"session_table": "btree"})
     assert err.value.field == "session_table"
+
+
+@pytest.mark.parametrize("vlan", [False, True])
+def test_host_traffic_is_checksummed_udp_to_our_address_that_the_program_passes_to_the_kernel(vlan):
+    """``direction=host``: UDP to the PGW-U's GTP-U address on another port than 2152, whose real UDP
+    checksum (GRO aggregates no datagram without one) the field engine keeps right for every flow;
+    the program passes every such frame to the kernel, and the traffic says which socket gets it."""
+    params = {"direction": "host", "sessions": 0, "udp_csum": False, "vlan": vlan, "session_table": "hash"}
+    traffic = DATAPLANE.traffic(128, 16, params)
+    assert traffic.ingress == "a" and traffic.to_socket == (traffic.config.gtpu_addr, 9)
+    assert DATAPLANE.forwarding(traffic) == {"pass"}
+    engine, template = traffic.field_engine(), traffic.packet(0)
+    with Pgwu.load(max_sessions=1024) as pg:
+        pg.configure(traffic.config)
+        for f in range(16):
+            frame = engine_frame(engine, template, engine_values(engine, f))
+            assert frame == traffic.packet(f), f"flow {f}"
+            ip = Ether(frame)[IP]
+            udp = ip[UDP]
+            assert (ip.dst, udp.dport, udp.sport) == (traffic.config.gtpu_addr, 9, 10000 + f)
+            assert udp.chksum != 0
+            raw = bytes(ip)
+            pseudo = raw[12:20] + struct.pack("!BBH", 0, 17, len(raw) - 20)
+            assert ones_sum(pseudo + raw[20:]) == 0xFFFF, f"flow {f}: the UDP checksum does not verify"
+            res = pg.program.test_run(frame)
+            assert res.verdict == "XDP_PASS"
+        assert pg.stats()["pass"].packets == 16
+
+
+def test_host_traffic_has_no_kernel_timed_figure_and_forwarded_host_traffic_is_a_mismatch():
+    params = {"direction": "host", "sessions": 0, "udp_csum": False, "vlan": False, "session_table": "hash"}
+    with pytest.raises(ConfigError, match="^direction: "):
+        DATAPLANE.bench_spec(64, params)
+    traffic = DATAPLANE.traffic(64, 1, params)
+    assert "passed to its kernel" in DATAPLANE.check_output(traffic, traffic.packet(0))

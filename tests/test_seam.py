@@ -120,7 +120,7 @@ def test_every_dataplane_is_registered_and_complete() -> None:
 def test_parameters_are_validated_by_their_dataplane() -> None:
     with pytest.raises(ConfigError, match=r"pgwu parameter: 'protocol' is not allowed; allowed: direction, session_table, sessions"):
         Scenario("pgwu", params={"protocol": "tcp"})
-    with pytest.raises(ConfigError, match=r"^direction: 'up' is not allowed; allowed: ul, dl$"):
+    with pytest.raises(ConfigError, match=r"^direction: 'up' is not allowed; allowed: ul, dl, host$"):
         Scenario("pgwu", params={"direction": "up"})
     with pytest.raises(ConfigError, match=r"^sessions: -1 is not allowed; allowed: an integer 0 <= n$"):
         Scenario("pgwu", params={"sessions": -1})
@@ -307,6 +307,8 @@ def test_a_labs_mac_addresses_reach_every_frame(name: str) -> None:
         src, dst = macs.into(traffic.ingress)
         frame = traffic.packet(1)
         assert frame[:12] == mac_bytes(dst) + mac_bytes(src), (name, value)
+        if traffic.to_socket:  # for the DUT's kernel: nothing comes out
+            continue
         out = traffic.expected_output(1)
         src, dst = macs.out_of(egress)
         assert out[:12] == mac_bytes(dst) + mac_bytes(src), (name, value)

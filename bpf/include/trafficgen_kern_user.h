@@ -236,6 +236,13 @@ struct sink_totals {
 	__u64 max_gap_ns;	/* longest time between two arrivals on this CPU */
 };
 
+/* The socket sink's counters (socksink.bpf.c), one per CPU: what the kernel delivered to a socket. */
+struct socksink_totals {
+	__u64 datagrams;	/* a GRO packet counts as its segments */
+	__u64 skbs;		/* what reached the socket: fewer than datagrams when GRO aggregated */
+	__u64 bytes;		/* UDP bytes, headers included */
+};
+
 struct sink_capture {
 	__u32 len;		/* frame length */
 	__u32 caplen;		/* bytes in data */

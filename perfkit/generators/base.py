@@ -27,6 +27,9 @@ class Generator(ABC):
     kernel_reference_ns: float | None = None
     #: Whether the generator sets the scenario's system knobs (``perfkit.knobs``) on the DUT.
     sets_knobs: bool = False
+    #: Whether it counts traffic the dataplane passes to the DUT's kernel, at a socket there
+    #: (``Traffic.to_socket``).
+    counts_at_socket: bool = False
 
     def __init__(self, scenario: Scenario):
         if scenario.knobs and not self.sets_knobs:
@@ -34,6 +37,11 @@ class Generator(ABC):
             raise ConfigError("--knob", f"{name}={value}", f"only with a generator that sets knobs on its DUT "
                               f"(xdp: the local testbed; lab: the DUT host), not {self.name}")
         knobs.check_measurable(scenario.knobs)
+        socket = scenario.traffic().to_socket
+        if socket and not self.counts_at_socket:
+            raise ConfigError("traffic", f"to a socket on the DUT at {socket[0]}:{socket[1]}",
+                              f"traffic out of the DUT's egress port: {self.name} has no socket sink on the DUT "
+                              "(xdp, the local testbed, has)")
         self.scenario = scenario
 
     @abstractmethod

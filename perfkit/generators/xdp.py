@@ -40,6 +40,7 @@ from perfkit.stl import profile as stlprofile
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
+from perfkit.testbed.socksink import SocketSink
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.shield import Shield
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
@@ -103,6 +104,7 @@ class XdpGenerator(Generator):
 
     name = "xdp"
     sets_knobs = True
+    counts_at_socket = True
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
@@ -148,6 +150,8 @@ class XdpGenerator(Generator):
         self.coreshare: CoreShare | None = None
         self.confinement: Confinement | None = None
         self.knobs: Knobs | None = None
+        #: Where traffic the dataplane passes to the DUT's kernel is counted (``Traffic.to_socket``).
+        self.socket_sink: SocketSink | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
@@ -158,6 +162,10 @@ class XdpGenerator(Generator):
             if scenario.knobs:  # once the DUT runs: what they are read as is what it runs with otherwise
                 self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
                                    scenario.knobs)
+            if self.profile.to_socket:
+                dut_in = self.testbed.a if self.profile.ingress == "a" else self.testbed.b
+                addr, port = self.profile.to_socket
+                self.socket_sink = SocketSink(dut_in.ns, addr, port, self.profile.wire_frame_size, dev=dut_in.dev)
             self.sink = Sink(self.capture_count)
             sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
@@ -223,6 +231,9 @@ class XdpGenerator(Generator):
         if self.shield:
             self.shield.refresh()
         self.sink.reset(self.capture_count)
+        if self.socket_sink:
+            self.socket_sink.reset()
+        skbs0 = self.socket_sink.skbs() if self.socket_sink else 0
         self.gen.reset()
         if self.confinement and self.coreshare:
             self.coreshare.set_perfkit(self.confinement.refresh())
@@ -246,7 +257,8 @@ class XdpGenerator(Generator):
         stalled = (stallprobe.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
                    if self.stalls and mark else {})
         end = time.time()
-        rep = self.sink.read()
+        rep = (self.socket_sink or self.sink).read()
+        skbs = self.socket_sink.skbs() - skbs0 if self.socket_sink else 0
         dut1, per_core1 = self.dut.read_counters()
         links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
 
@@ -303,6 +315,7 @@ class XdpGenerator(Generator):
             dut_packets_per_core={str(c): per_core1[c] - per_core0.get(c, 0) for c in per_core1},
             dut_busy_per_core=busy_per_core(thread_ns, self.thread_cores, window1 - window0, self.dut_cores),
             ring_cores=ring_cores,
+            socket_datagrams_per_skb=rep.packets / skbs if skbs else None,
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns
@@ -319,10 +332,11 @@ class XdpGenerator(Generator):
 
     def _drain(self) -> None:
         """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""
-        assert self.sink
+        sink = self.socket_sink or self.sink
+        assert sink
         deadline, last, quiet_since = time.monotonic() + DRAIN_MAX, -1, time.monotonic()
         while time.monotonic() < deadline:
-            frames = self.sink.totals()[0]
+            frames = sink.totals()[0]
             if frames != last:
                 last, quiet_since = frames, time.monotonic()
             elif time.monotonic() - quiet_since >= DRAIN_QUIET:
@@ -364,13 +378,15 @@ class XdpGenerator(Generator):
         if self.confinement is not None:
             self.confinement.release()
         # the knobs first: restored to what they were read as, with the DUT's program still attached
-        for part in (self.knobs, self.shield, self.coreshare, self.stalls, self.gen, self.sink, self.dut):
+        for part in (self.knobs, self.shield, self.coreshare, self.stalls, self.gen, self.socket_sink, self.sink,
+                     self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
         self.knobs = self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = None
+        self.socket_sink = None
         self.dut = None
         self.testbed.down()
         try:

@@ -134,6 +134,7 @@ class DutSide:
             self.close()
             raise
         self.egress = [p[1] if traffic.ingress == "a" else p[0] for p in pairs]
+        self.forwarding = scenario.dp.forwarding(traffic)
         self.thread_cores = thread_cores(self.packet_threads)
         self._begin: dict[str, Any] = {}
 
@@ -181,9 +182,8 @@ class DutSide:
         from perfkit.host.stallprobe import evidence
         stalls = evidence(self.stalls.since(b["stalls"]), self.cores, []) if self.stalls and b["stalls"] else {}
         shares = core_share_fields(self.coreshare.since(b["share"], self.cores)) if self.coreshare and b["share"] else {}
-        forwarding = self.scenario.dp.forward_counters
         drops = {k: counters1[k] - b["counters"].get(k, 0) for k in counters1
-                 if k not in forwarding and counters1[k] != b["counters"].get(k, 0)}
+                 if k not in self.forwarding and counters1[k] != b["counters"].get(k, 0)}
         runs, ns = runs1 - b["runtime"][0], ns1 - b["runtime"][1]
         thread_ns = {p: threads1[p] - b["threads"][p] for p in threads1 if p in b["threads"]}
         window = window1 - b["window"]
@@ -193,7 +193,7 @@ class DutSide:
                 "dut_busy_per_core": busy_per_core(thread_ns, self.thread_cores, window, self.cores),
                 "dut_wakeups": sum(slices1[p] - b["slices"][p] for p in slices1 if p in b["slices"]),
                 "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
-                "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in forwarding},
+                "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in self.forwarding},
                 **shares,
                 **{k: v for k, v in stalls.items() if k != "tester_stall_us"}}
 

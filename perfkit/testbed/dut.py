@@ -146,12 +146,12 @@ class Dut:
         for counts in per_cpu.values():
             for name, n in counts.items():
                 totals[name] = totals.get(name, 0) + n
-        forwarding = self.dataplane.forward_counters
+        forwarding = self.dataplane.forwarding(self.traffic)
         return totals, {c: sum(n for k, n in per_cpu.get(c, {}).items() if k in forwarding) for c in self.cores}
 
     def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         """Counters that rose between two ``counters()`` readings and are not forwarding ones."""
-        forwarding = self.dataplane.forward_counters
+        forwarding = self.dataplane.forwarding(self.traffic)
         return {k: after[k] - before.get(k, 0) for k in after
                 if k not in forwarding and after[k] != before.get(k, 0)}
 

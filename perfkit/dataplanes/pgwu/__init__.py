@@ -5,7 +5,8 @@
 - ``traffic``: the frames a scenario offers (scapy) and their field engine;
 - ``layouts``: the mirror of ``bpf/include/pgwu_kern_user.h``.
 
-Scenario parameters: ``direction`` (ul: GTP-U in, decapsulated out; dl: IP in, GTP-U out),
+Scenario parameters: ``direction`` (ul: GTP-U in, decapsulated out; dl: IP in, GTP-U out; host:
+UDP to the PGW-U's own address, passed to its kernel and delivered to a socket there),
 ``sessions`` (installed; 0 = as many as flows), ``udp_csum`` (outer UDP checksum on
 encapsulation; off = zero, TS 29.281) and ``vlan`` (802.1Q on both sides: S5 VLAN and one SGi VLAN
 per tenant). ``frame_size`` is the user-side (SGi) frame, FCS included, untagged; uplink frames on
@@ -28,8 +29,9 @@ from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted,
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
 from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES
-from perfkit.dataplanes.pgwu.traffic import S5_VLAN, PgwuTraffic
+from perfkit.dataplanes.pgwu.traffic import DIRECTIONS, S5_VLAN, PgwuTraffic
 from perfkit.encap import Encap, Steering, Word
+from perfkit.errors import ConfigError
 
 #: Sessions installed at least, so that tables are never trivially small.
 MIN_TABLE = 1024
@@ -68,8 +70,9 @@ class PgwuDataplane(Dataplane):
     name = "pgwu"
     title = "PGW-U"
     params = (
-        Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out",
-              choices=("ul", "dl")),
+        Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out; host: UDP "
+              "to the PGW-U's own address, passed to its kernel (XDP_PASS) and delivered to a socket there",
+              choices=DIRECTIONS),
         Param("sessions", 0, "sessions installed in the DUT (0: as many as flows); more than 130560 are spread "
               "over 1000 tenant VLANs (vlan on; flows walking them all: 1000 x U with U coprime to 1000, e.g. "
               "1001000)", kind=int, minimum=0),
@@ -80,7 +83,7 @@ class PgwuDataplane(Dataplane):
               "teid_array (uplink: an array indexed by our TEID)", choices=tuple(SESSION_TABLES), build=True),
     )
     variant = "direction"
-    variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)"}
+    variant_labels = {"ul": "UL (GTP-U decap)", "dl": "DL (GTP-U encap)", "host": "to the host (XDP_PASS)"}
     forward_counters = frozenset({"ul_fwd", "dl_fwd"})
     # the TEID of GTP-U packets (a tunnel's outer addresses and ports are the same for all bearers),
     # else the destination address (downlink: the UE's)
@@ -115,13 +118,23 @@ class PgwuDataplane(Dataplane):
         assert isinstance(traffic, PgwuTraffic)
         return emit(frame, _on_testbed_ports(traffic.config), traffic.plan)
 
+    def forwarding(self, traffic: Traffic) -> frozenset[str]:
+        """Host traffic's path is the pass to the kernel."""
+        assert isinstance(traffic, PgwuTraffic)
+        return frozenset({"pass"}) if traffic.direction == "host" else self.forward_counters
+
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
         assert isinstance(traffic, PgwuTraffic)
+        if traffic.direction == "host":
+            return "forwarded a frame it should have passed to its kernel"
         return check_output(frame, traffic.direction, traffic.config, traffic.plan)
 
     def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
         """One flow's frame; every session hit once per pass, in random order: UL rewrites the TEID and
         inner source, DL the inner destination and (tagged) the tenant VLAN."""
+        if params["direction"] == "host":
+            raise ConfigError("direction", "host", "ul or dl (host traffic's cost is the kernel's: measure it on "
+                              "the testbed, where the socket gets it)")
         sessions = max(int(params["sessions"]), 1)
         vlan = bool(params["vlan"]) or sessions > UE_POOL
         params = {**params, "sessions": sessions, "vlan": vlan}

@@ -5,7 +5,11 @@ Frames (seed 001), ``frame_size`` = user-side frame with FCS, without tag:
 
 - UL: ``Ether / [Dot1Q s5_vlan] / IP(sgw -> gtpu_addr) / UDP(2152, 2152, chksum=0) /
   GTP_U_Header(teid) / IP(ue -> server) / UDP|TCP / signature / padding``;
-- DL: ``Ether / [Dot1Q tenant] / IP(server -> ue) / UDP|TCP / signature / padding``.
+- DL: ``Ether / [Dot1Q tenant] / IP(server -> ue) / UDP|TCP / signature / padding``;
+- host: ``Ether / [Dot1Q s5_vlan] / IP(sgw -> gtpu_addr) / UDP(sport, HOST_PORT, checksummed) /
+  signature / padding``: UDP to the PGW-U's own address that is not GTP-U, which it passes to its
+  kernel (XDP_PASS), for a socket there (``to_socket``). The UDP checksum is a real one, because GRO
+  aggregates no datagram without one.
 
 Flow f is session f of the plan (``SessionPlan``: UE ``f mod U`` of tenant ``f mod T``), with inner
 source port ``SPORT_BASE + UE index`` (16 bits). With several tenants the generator walks the
@@ -39,6 +43,9 @@ S5_VLAN = 10
 INNER_L4 = ("udp", "tcp")
 GTPU_OVERHEAD = 36
 SPORT_BASE = 10000
+#: The UDP port of the socket that ``host`` traffic is delivered to (discard, RFC 863).
+HOST_PORT = 9
+DIRECTIONS = ("ul", "dl", "host")
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,8 @@ class PgwuTraffic(Traffic):
     """Uplink G-PDUs carry a PDU session container extension header (E flag, 5G N3 style)."""
 
     def __post_init__(self) -> None:
-        if self.direction not in ("ul", "dl"):
-            raise ConfigError("direction", self.direction, ("ul", "dl"))
+        if self.direction not in DIRECTIONS:
+            raise ConfigError("direction", self.direction, DIRECTIONS)
         if self.inner_l4 not in INNER_L4:
             raise ConfigError("inner_l4", self.inner_l4, INNER_L4)
         if self.flows < 1 or self.flows > self.plan.count:
@@ -96,8 +103,13 @@ class PgwuTraffic(Traffic):
 
     @property
     def ingress(self) -> str:  # type: ignore[override]
-        """Uplink enters the DUT at its S5 port (``a``), downlink at its SGi port (``b``)."""
-        return "a" if self.direction == "ul" else "b"
+        """Uplink (and host traffic) enters the DUT at its S5 port (``a``), downlink at its SGi port (``b``)."""
+        return "b" if self.direction == "dl" else "a"
+
+    @property
+    def to_socket(self) -> tuple[str, int] | None:
+        """Host traffic goes to a UDP socket at the PGW-U's GTP-U address, port ``HOST_PORT``."""
+        return (self.config.gtpu_addr, HOST_PORT) if self.direction == "host" else None
 
     def on_ports(self, macs: PortMacs) -> PgwuTraffic:
         """S5 is the DUT's port ``a`` (its peer the tester's ``p0``), SGi its ``b`` (peer ``p1``)."""
@@ -135,6 +147,8 @@ class PgwuTraffic(Traffic):
         """The frame the generator offers for ``flow`` (without FCS)."""
         s = self.session(flow)
         cfg = self.config
+        if self.direction == "host":
+            return self._host_packet(flow, seq, stream, ts)
         inner = self.inner(flow, seq, stream, ts)
         if self.direction == "dl":
             l2 = Ether(src=cfg.sgi_dst_mac, dst=cfg.sgi_src_mac)
@@ -152,6 +166,17 @@ class PgwuTraffic(Traffic):
             gtp = gtp / GTPPDUSessionContainer(type=1, QFI=9)
         outer = IP(src=s.sgw_addr, dst=cfg.gtpu_addr, id=0, ttl=64) / UDP(sport=GTPU_PORT, dport=GTPU_PORT, chksum=0)
         return bytes(l2 / outer / gtp / inner)
+
+    def _host_packet(self, flow: int, seq: int, stream: int, ts: int) -> bytes:
+        cfg = self.config
+        l2 = Ether(src=cfg.s5_dst_mac, dst=cfg.s5_src_mac)
+        if cfg.s5_vlan:
+            l2 = l2 / Dot1Q(vlan=cfg.s5_vlan)
+        sport = (SPORT_BASE + flow % self.flows) & 0xFFFF  # as the field engine writes it
+        hdr = IP(src=self.session(0).sgw_addr, dst=cfg.gtpu_addr, id=0, flags="DF", ttl=64) / UDP(sport=sport, dport=HOST_PORT)
+        pad = self.inner_len - len(hdr) - SIGNATURE.size
+        sig = SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts)
+        return bytes(l2 / IP(bytes(hdr / Raw(sig + b"\0" * pad))))
 
     # -- per-packet variation --------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
@@ -179,6 +204,10 @@ class PgwuTraffic(Traffic):
         """
         off = self.offsets()
         ip, l4 = off["inner_ip"], off["inner_l4"]
+        if self.direction == "host":  # flows are source ports; the UDP checksum covers them and the signature
+            writes = [("udp.sport", l4, 2, SPORT_BASE)] if self.flows > 1 else []
+            return flow_engine(writes, self.flows, [l4 + 6], [[(l4, len(self.packet(0)))]], off["signature"],
+                               flow_op, l3_offset=ip, l4_offset=l4)
         csums = [ip + 10] + ([l4 + 16] if self.inner_l4 == "tcp" else [])
         # checksum i covers these byte ranges (TCP: pseudo-header addresses and the segment)
         covers = [[(ip, l4)]] + ([[(ip + 12, ip + 20), (l4, len(self.packet(0)))]] if self.inner_l4 == "tcp" else [])
