@@ -171,18 +171,20 @@ def test_a_campaigns_knobs_are_an_axis_and_build_options_go_to_params():
 
 
 # -- campaigns of several grids (parts) ------------------------------------------------------------
-def test_the_findings_campaign_is_three_grids_with_one_knob_changed_in_each():
+def test_the_findings_campaign_is_four_grids_with_one_knob_changed_in_each():
     from perfkit.campaign.schema import load_campaign
 
     c = load_campaign("campaigns/findings.yaml", cpus=2)
     keys = [s.key for s in c.scenarios()]
-    assert len(keys) == len(set(keys)) == 16
+    assert len(keys) == len(set(keys)) == 20
     tables = {s.params["session_table"] for s in c.scenarios() if s.flows == 1001000}
     assert tables == {"hash", "percpu_hash", "lru_percpu_hash", "teid_array"}
     assert {s.knobs["steering"] for s in c.scenarios() if s.dut_cores == 2} == {"dataplane", "5tuple"}
     assert {(s.frame_size, s.params["udp_csum"]) for s in c.scenarios() if s.params["direction"] == "dl"} == \
         {(f, csum) for f in (64, 256, 512, 1024, 1424) for csum in (False, True)}
-
+    host = [s for s in c.scenarios() if s.params["direction"] == "host"]
+    assert {(s.flows, s.knobs["gro"]) for s in host} == {(f, g) for f in (1, 16) for g in ("on", "off")}
+    assert all(s.traffic().to_socket and not s.params["vlan"] for s in host)  # untagged: the kernel has no VLAN port
 
 
 @pytest.mark.parametrize("parts, field", [
@@ -199,8 +201,9 @@ def test_a_bad_part_is_refused_naming_it(parts, field):
 
 
 # -- what each knob did (perfkit.analysis.knobs) ---------------------------------------------------
-def _run(rows: list[tuple[dict, dict, float]]):
-    """A run of max-rate trials: (params, knobs, DUT ns per packet) each."""
+def _run(rows: list[tuple[dict, dict, float]], per_skb: float | None = None):
+    """A run of max-rate trials: (params, knobs, DUT ns per packet) each; ``per_skb``: the trials'
+    socket_datagrams_per_skb."""
     import pandas as pd
 
     from perfkit.analysis.run import RunData, trial_frame
@@ -211,7 +214,8 @@ def _run(rows: list[tuple[dict, dict, float]]):
         sc = Scenario("pgwu", 64, params=params, knobs=kn)
         r = TrialResult.for_scenario(sc, wire_frame_size=100, generator="xdp", duration=1.0, intended_pps=1e6,
                                      intended_packets=1_000_000, tx_packets=1_000_000, rx_packets=1_000_000,
-                                     method="maxrate", dut_ns_per_packet=ns, elapsed=1.0)
+                                     method="maxrate", dut_ns_per_packet=ns, elapsed=1.0,
+                                     socket_datagrams_per_skb=per_skb)
         records.append(r.to_record())
     return RunData("r", None, {}, trial_frame(pd.DataFrame(records)), [])
 
@@ -235,6 +239,17 @@ def test_no_effect_beyond_the_noise_is_said_as_such_and_one_trial_has_no_interva
     once = _run([({**UL, "udp_csum": False}, {}, 300.0), ({**UL, "udp_csum": True}, {}, 400.0)])
     e = ak.knob_effects(once)
     assert set(e["knob"]) == {"udp_csum"} and set(e["verdict"]) == {ak.NO_INTERVAL}
+
+
+def test_what_a_socket_on_the_dut_was_delivered_is_shown_only_for_traffic_to_the_kernel():
+    from perfkit.analysis import knobs as ak
+
+    host = {"direction": "host"}
+    run = _run([(host, {"gro": "on"}, ns) for ns in (600, 610, 605)], per_skb=63.5)
+    got = ak.socket_delivery(run)
+    assert list(got["datagrams per socket packet"]) == [63.5] and list(got["trials"]) == [3]
+    assert got["DUT ns per datagram"].iloc[0] == 605 and got["delivered Mpps"].iloc[0] == pytest.approx(1.0)
+    assert ak.socket_delivery(_run([(UL, {}, 300.0)])).empty
 
 
 def test_changed_functions_name_what_got_dearer():

@@ -23,6 +23,9 @@ dataplane's on/off parameter (``Param.kind`` bool).
                          ``host stalls`` ...; ``perfkit.analysis.throughput``): a received rate or
                          loss limited by anything but the DUT is the testbed's, not the dataplane's.
                          The DUT's cost per packet is its own CPU time whatever limited the rate.
+
+``socket_delivery`` -- for traffic the dataplane passes to the DUT's kernel, per scenario: what a
+socket there was delivered, and how many datagrams each packet it received carried (GRO).
 """
 from __future__ import annotations
 
@@ -241,4 +244,27 @@ def work_per_core(run: RunData, method: str = "maxrate") -> pd.DataFrame:
         row["busiest core %"] = 100 * max(total.values()) / packets
         row["cores used"] = sum(1 for n in total.values() if n > 0.05 * packets)
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def socket_delivery(run: RunData, method: str = "maxrate") -> pd.DataFrame:
+    """What the DUT's kernel delivered to a socket, per scenario whose traffic the dataplane passes
+    to it (the trials' ``socket_datagrams_per_skb``): medians over the ``method`` trials of the
+    datagrams delivered [Mpps], the DUT's CPU time per datagram [ns] and the datagrams per packet
+    the socket received (above 1: GRO aggregated them), with what limited the rate."""
+    trials = _counted(run.trials, method)
+    if trials.empty or "socket_datagrams_per_skb" not in trials:
+        return pd.DataFrame()
+    trials = trials[trials["socket_datagrams_per_skb"].notna()]
+    if trials.empty:
+        return pd.DataFrame()
+    limits = _unit_limits(run)
+    rows = []
+    for key, group in trials.groupby("scenario_key", sort=False):
+        rx_mpps = group["rx_packets"] / group["elapsed"].where(group["elapsed"] > 0) / 1e6
+        rows.append({"scenario_key": key, "delivered Mpps": float(rx_mpps.median()),
+                     "DUT ns per datagram": float(group["dut_ns_per_packet"].median()),
+                     "datagrams per socket packet": float(group["socket_datagrams_per_skb"].median()),
+                     "trials": len(group),
+                     "limited_by": ", ".join(sorted({limits.get(u, "") for u in group.get("unit", [])} - {""}))})
     return pd.DataFrame(rows)
