@@ -27,7 +27,44 @@ MANY = 1_001_000
 BAR = 1.5
 
 
+#: ``--curve``: teid_array's sessions, from one to seed 001's million: where its cost leaves the
+#: one-session figure is where its table outgrows the caches.
+CURVE = (1, 4096, 16384, 65536, 262144, 1_001_000)
+
+
+def curve(args: argparse.Namespace) -> int:
+    """teid_array's cost by session count (the table's bytes beside it), in one run."""
+    rounds, repeat = (5, 50_000) if args.quick else (15, 200_000)
+    rows = []
+    for sessions in tqdm(CURVE, desc="prog-bench", unit="config", file=sys.stderr):
+        res = prog_bench("pgwu", frame_size=64, rounds=rounds, repeat=repeat,
+                         params={"direction": "ul", "sessions": sessions, "vlan": True, "session_table": "teid_array"})
+        rows.append(res.to_dict() | {"sessions": sessions})
+    one = rows[0]["net_ns_per_packet"]
+    for r in rows:
+        r["table_mib"] = _table_bytes(r["sessions"]) / 2**20
+        r["over_one"] = r["net_ns_per_packet"] / one
+    if args.json:
+        benchcli.print_json({"curve": rows, "bar": BAR})
+        return 0
+    print(f"{'sessions':>10} {'UL table MiB':>13} {'net ns':>8} {'x one':>6}")
+    for r in rows:
+        print(f"{r['sessions']:>10} {r['table_mib']:>13.2f} {r['net_ns_per_packet']:>8.1f} {r['over_one']:>6.2f}")
+    return 0
+
+
+def _table_bytes(sessions: int) -> int:
+    """Bytes of teid_array's uplink array for ``sessions`` (slots x the element, 8-byte aligned)."""
+    import ctypes
+
+    from perfkit.dataplanes.pgwu.control import SessionPlan
+    from perfkit.dataplanes.pgwu.layouts import pgwu_ul_session
+    return SessionPlan(count=sessions, tagged=True).teid_slots * (-(-ctypes.sizeof(pgwu_ul_session) // 8) * 8)
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.curve:
+        return curve(args)
     many = 130_000 if args.quick else MANY
     rounds, repeat = (5, 50_000) if args.quick else (21, 200_000)
     rows = []
@@ -65,4 +102,5 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     ap = benchcli.parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="130000 sessions and fewer rounds (a smoke run)")
+    ap.add_argument("--curve", action="store_true", help="teid_array alone, by session count from 1 to 1001000")
     benchcli.run(main, ap)
