@@ -108,6 +108,11 @@ def _human(d: dict) -> str:
         f"  loss     {d['loss_ratio'] * 100:11.4f} %   (DUT's own: {d['dut_loss_ratio'] * 100:.4f} %)"
         f"   drops: DUT {d['dut_drops'] or '-'}, tester {d['tester_drops'] or '-'}",
     ]
+    if d.get("knobs"):
+        lines.insert(1, "  knobs    " + " ".join(f"{k}={v}" for k, v in d["knobs"].items()))
+    if d.get("socket_datagrams_per_skb") is not None:
+        lines.append(f"  received at a socket on the DUT: {d['socket_datagrams_per_skb']:.1f} datagrams per packet "
+                     "it got (above 1: GRO aggregated)")
     if lat:
         lines.append("  latency  " + "  ".join(f"{k} {v / 1e3:.1f}us" for k, v in lat.items() if k != "mean"))
     lines.append(f"  DUT CPU busy {d['dut_cpu']}, kthreads {d['dut_kthread_cpu']}, "
