@@ -253,12 +253,28 @@ def netns_id() -> int:
     return os.stat("/proc/self/ns/net").st_ino
 
 
+def netns_alive(inode: int) -> bool:
+    """Whether a network namespace with this inode still exists: a process or a name holds it."""
+    holders = [Path("/run/netns").glob("*")] + [(d / "ns" / "net" for d in Path("/proc").iterdir() if d.name.isdigit())]
+    for paths in holders:
+        for path in paths:
+            try:
+                if os.stat(path).st_ino == inode:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def clean(testbed_id: str) -> list[str]:
     """``perfkit clean``: restore what the knobs of ``testbed_id`` changed (their owner is gone).
-    A record written in another network namespace is left to a clean there."""
+    A record written in another network namespace is left to a clean there, while that namespace
+    exists; once it is gone, its devices and their settings went with it, and so does the record."""
     path = record_path(testbed_id)
     rec = owners.read_json(path) or {}
     if rec.get("netns", netns_id()) != netns_id():
+        if not netns_alive(int(rec["netns"])):
+            path.unlink(missing_ok=True)
         return []
     done = restore(list(rec.get("settings", [])))
     path.unlink(missing_ok=True)

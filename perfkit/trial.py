@@ -338,7 +338,7 @@ class TrialResult:
         for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
                      "kernel_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
                      "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps", "dut_wakeups", "dut_perfkit_share",
-                     "dut_others_share"):
+                     "dut_others_share", "socket_datagrams_per_skb"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)

@@ -110,9 +110,46 @@ def test_gro_on_a_kernel_path_aggregates_what_the_socket_gets_and_gro_off_does_n
 
 
 def test_host_traffic_needs_a_generator_that_counts_at_a_socket():
+    from perfkit.campaign.backend import preflight
+    from perfkit.campaign.schema import parse_campaign
+
     with pytest.raises(ConfigError) as err:
         create("sim", Scenario(params={"direction": "host"}))
     assert err.value.field == "traffic"
+    campaign = parse_campaign("name: t\ndataplane: pgwu\nparams: {direction: host}\nframe_sizes: [64]\n"
+                              "generator: {backend: sim}\n"
+                              "methods: [{method: maxrate}]\n")
+    with pytest.raises(ConfigError) as err:   # before the campaign starts
+        preflight(campaign)
+    assert err.value.field.startswith("campaign.traffic")
+
+
+def test_a_knob_record_of_another_namespace_is_kept_while_it_lives_and_forgotten_once_it_is_gone():
+    from perfkit import owners
+
+    rid, ns = "test-other-ns", f"pkknob{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        inode = os.stat(f"/run/netns/{ns}").st_ino
+        owners.write_json(knobs.record_path(rid), {"owner": {"pid": 2**22 + 1, "start": 0}, "netns": inode, "settings": [
+            {"kind": "ethtool", "name": "gro", "ns": "", "dev": "a1", "target": "generic-receive-offload", "value": "on"}]})
+        assert knobs.clean(rid) == [] and knobs.record_path(rid).exists()    # a clean there restores it
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
+    try:
+        assert knobs.clean(rid) == [] and not knobs.record_path(rid).exists()  # gone with its namespace
+    finally:
+        knobs.record_path(rid).unlink(missing_ok=True)
+
+
+def test_a_socket_figure_read_back_as_nan_is_none():
+    from perfkit.trial import TrialResult
+
+    sc = Scenario(params={"direction": "host"})
+    rec = TrialResult.for_scenario(sc, wire_frame_size=64, generator="xdp", duration=1.0, intended_pps=1.0,
+                                   intended_packets=1, tx_packets=1, rx_packets=1).to_record()
+    rec["socket_datagrams_per_skb"] = float("nan")
+    assert TrialResult.from_record(rec).socket_datagrams_per_skb is None
 
 
 @pytest.mark.parametrize("knob, says", [

@@ -153,8 +153,10 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
                    help="nominal line rate that percentages refer to")
     g.add_argument("--knob", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
                    help="run the DUT under a knob (repeat): an ethtool feature of its ports (gro=off, "
-                        "ethtool.<feature>=on), napi_defer_hard_irqs=N, gro_flush_timeout=NS, sysctl.net.<key>=V, "
-                        "or a dataplane's build option (a parameter marked [build] below); set, read back, restored after")
+                        "ethtool.<feature>=on), channels.<rx|tx|other|combined>=N (ethtool -L), "
+                        "ring.<rx|rx-mini|rx-jumbo|tx>=N (ethtool -G), threaded=on, napi_defer_hard_irqs=N, "
+                        "gro_flush_timeout=NS, sysctl.net.<key>=V, steering=, xdp_mode=, or a dataplane's build "
+                        "option (a parameter marked [build] below); set, read back, restored after")
     d = parser.add_argument_group("dataplane parameters (each dataplane's own; defaults are the dataplane's)")
     for name, owners in dataplanes.all_params().items():
         p = dataplanes.get(owners[0]).param(name)

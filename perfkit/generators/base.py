@@ -32,17 +32,29 @@ class Generator(ABC):
     counts_at_socket: bool = False
 
     def __init__(self, scenario: Scenario):
-        if scenario.knobs and not self.sets_knobs:
+        self.check_knobs_and_path(scenario)
+        self.scenario = scenario
+
+    @classmethod
+    def check_knobs_and_path(cls, scenario: Scenario) -> None:
+        """Refuse knobs this generator does not set or under which the DUT cannot be measured, and
+        traffic for the DUT's kernel when it has no socket sink (a ConfigError naming the field)."""
+        if scenario.knobs and not cls.sets_knobs:
             name, value = next(iter(scenario.knobs.items()))
             raise ConfigError("--knob", f"{name}={value}", f"only with a generator that sets knobs on its DUT "
-                              f"(xdp: the local testbed; lab: the DUT host), not {self.name}")
+                              f"(xdp: the local testbed; lab: the DUT host), not {cls.name}")
         knobs.check_measurable(scenario.knobs)
         socket = scenario.traffic().to_socket
-        if socket and not self.counts_at_socket:
+        if socket and not cls.counts_at_socket:
             raise ConfigError("traffic", f"to a socket on the DUT at {socket[0]}:{socket[1]}",
-                              f"traffic out of the DUT's egress port: {self.name} has no socket sink on the DUT "
+                              f"traffic out of the DUT's egress port: {cls.name} has no socket sink on the DUT "
                               "(xdp, the local testbed, has)")
-        self.scenario = scenario
+
+    @classmethod
+    def check_scenario(cls, scenario: Scenario) -> None:
+        """Refuse, before any testbed comes up, a scenario this generator cannot run (campaigns check
+        every scenario with it before they start)."""
+        cls.check_knobs_and_path(scenario)
 
     @abstractmethod
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:

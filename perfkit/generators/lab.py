@@ -108,7 +108,6 @@ class LabGenerator(Generator):
                  capture_count: int = 64):
         """``testers``: the tester hosts to use, by inventory name (default: every one)."""
         super().__init__(scenario)
-        knobs.system_only(scenario.knobs, LAB_DUT)
         self.lab = lab_inventory.load(inventory)
         chosen = self.lab.role("tester")
         if testers is not None:
@@ -146,6 +145,11 @@ class LabGenerator(Generator):
         except BaseException:
             self.close()
             raise
+
+    @classmethod
+    def check_knobs_and_path(cls, scenario: Scenario) -> None:
+        super().check_knobs_and_path(scenario)
+        knobs.system_only(scenario.knobs, LAB_DUT)
 
     @property
     def dut(self) -> AgentSession:

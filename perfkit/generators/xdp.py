@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from perfkit import stop
 from perfkit.dataplane import Traffic
-from perfkit.errors import BpfError, ConfigError
+from perfkit.errors import BpfError, ConfigError, TestbedError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core, dut_cost, dut_queues, thread_cores
 from perfkit.libbpf import BpfObject, BpfStats
@@ -162,6 +162,10 @@ class XdpGenerator(Generator):
             if scenario.knobs:  # once the DUT runs: what they are read as is what it runs with otherwise
                 self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
                                    scenario.knobs)
+                # a knob that re-creates a port's queues re-creates its NAPI threads, unpinned
+                if any(not os.path.exists(f"/proc/{pid}") for pid in self.dut.packet_threads):
+                    raise TestbedError(f"knobs {dict(scenario.knobs)}: the DUT ports' NAPI threads were re-created, "
+                                       "so the DUT cores no longer run them; perfkit cannot measure the DUT so")
             if self.profile.to_socket:
                 dut_in = self.testbed.a if self.profile.ingress == "a" else self.testbed.b
                 addr, port = self.profile.to_socket
@@ -213,10 +217,9 @@ class XdpGenerator(Generator):
         from perfkit.perf.record import DEFAULT_FREQUENCY, PerfRecorder
         return PerfRecorder(self.dut_cores, frequency or DEFAULT_FREQUENCY)
 
-    @staticmethod
-    def check_scenario(scenario: Scenario) -> None:
-        """Refuse, before any testbed comes up, a scenario this generator cannot run (campaigns check
-        every scenario with it before they start)."""
+    @classmethod
+    def check_scenario(cls, scenario: Scenario) -> None:
+        super().check_scenario(scenario)
         check_frame_size(scenario, scenario.traffic())
 
     # -- one trial -------------------------------------------------------------------------------
@@ -308,7 +311,7 @@ class XdpGenerator(Generator):
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
             dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
-            shared_cores=self.shared, sink_gap_us=rep.max_gap_ns / 1e3,
+            shared_cores=self.shared, sink_gap_us=None if self.socket_sink else rep.max_gap_ns / 1e3,
             **dut_cost(sum(thread_ns.values()), runs, ns, window1 - window0, len(self.dut_cores)),
             dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
             dut_tables=self.dut_tables,

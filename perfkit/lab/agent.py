@@ -14,7 +14,8 @@ Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
 
 - ``hello``: the host's name, perfkit's source id and the host's facts;
 - DUT: ``load`` (the dataplane on a pair of the host's interfaces, or one instance per pair; native
-  XDP preferred, a fall-back to generic XDP is in the answer's ``mode``), ``counters``, ``begin``
+  XDP preferred, a fall-back to generic XDP is in the answer's ``mode``; ``knobs``: system knobs set
+  on those interfaces, read back, and restored on ``unload``), ``counters``, ``begin``
   and ``end`` of a trial (drops, the program's run time and the packet threads' CPU time per packet),
   ``perf_start`` and ``perf_stop`` (``perf record`` of the DUT cores; ``perf script``'s output back);
 - tester: ``tester`` (perfkit's XDP generator and sink on a pair of interfaces, sending the slice
@@ -28,9 +29,10 @@ The agent refuses an interface the inventory does not name for its host (``--con
 ``perfkit lab provision``). What it attaches it takes down on ``unload``, on ``bye``, at the end of
 its stdin (the SSH session closed or cut, the controller killed) and on SIGHUP, SIGTERM or SIGINT.
 Its owner record (``$PERFKIT_STATE_DIR/agents/<pid>.json``, written before it attaches anything)
-names the programs it attached, so that ``perfkit clean`` on the host (or ``python -m
-perfkit.lab.agent --clean``, on a host where provisioning installed only the agent's dependencies)
-detaches them if the agent itself was killed.
+names the programs it attached, and its knob record (``knobs/agent<pid>.json``) the settings it
+changed, so that ``perfkit clean`` on the host (or ``python -m perfkit.lab.agent --clean``, on a
+host where provisioning installed only the agent's dependencies) restores the knobs and detaches
+the programs if the agent itself was killed.
 """
 from __future__ import annotations
 
@@ -114,8 +116,9 @@ class Agent:
             raise PerfkitError(f"host {self.host}: a dataplane is loaded already (unload it first)")
         pairs = interfaces if interfaces and isinstance(interfaces[0], list) else [interfaces]
         pairs = [self._pair(p) for p in pairs]
+        knobs_mod.system_only(knobs or {}, LAB_DUT)   # before the scenario, which judges steering by its cores
         scenario = self._scenario(dataplane, frame_size, flows, params, knobs)
-        knobs_mod.system_only(scenario.knobs, LAB_DUT)
+        knobs_mod.check_measurable(scenario.knobs)
         self._write_record()
         self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record,
                            macs=[_macs(m) for m in macs] if macs else None)
@@ -268,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perfkit.lab.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, help="the host's lab.json (perfkit lab provision writes it)")
-    p.add_argument("--clean", action="store_true", help="detach what killed agents left attached (as perfkit clean "
-                   "does), print it as JSON, and exit")
+    p.add_argument("--clean", action="store_true", help="restore the knobs and detach the programs killed agents "
+                   "left (as perfkit clean does), print it as JSON, and exit")
     args = p.parse_args(argv)
     if args.clean:
         print(json.dumps(clean()))

@@ -124,10 +124,13 @@ class DutSide:
                     self.modes[name] = mode
                     if on_attach:
                         on_attach(self.attached)
-            self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
-            if scenario.knobs:   # the interfaces are the inventory's: the agent refused any other
+            # the knobs before the NAPI threads are pinned: on a NIC, ethtool -L/-G (and some -K)
+            # re-create the queues and their threads. The interfaces are the inventory's: the agent
+            # refused any other.
+            if scenario.knobs:
                 self.knobs = Knobs(f"agent{os.getpid()}", tuple(KnobPort("", i) for p in pairs for i in p),
                                    scenario.knobs)
+            self.packet_threads = threaded_napi([i for p in pairs for i in p], self.cores)
             self.stalls = _stall_probe(self.cores, self.packet_threads)
             self.coreshare = _core_share(self.packet_threads)
         except BaseException:
@@ -218,10 +221,18 @@ class DutSide:
                 "lost_events": profile.lost_events}
 
     def close(self) -> list[str]:
-        """Detach this side's programs (only if still its own) and close them; returns the interfaces."""
-        if self.knobs is not None:
-            self.knobs.close()
-            self.knobs = None
+        """Detach this side's programs (only if still its own) and close them; returns the interfaces.
+        A knob that cannot be restored is raised after everything else is taken down."""
+        knobs, self.knobs = self.knobs, None
+        try:
+            if knobs is not None:
+                knobs.close()
+        except BaseException:
+            self._take_down()
+            raise
+        return self._take_down()
+
+    def _take_down(self) -> list[str]:
         if self.perf is not None:
             self.perf.abort()
             self.perf = None

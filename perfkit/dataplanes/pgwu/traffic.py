@@ -70,6 +70,9 @@ class PgwuTraffic(Traffic):
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ConfigError("direction", self.direction, DIRECTIONS)
+        if self.direction == "host" and (self.vlan or self.plan.tagged):
+            raise ConfigError("vlan", True, "off with direction host: the DUT's kernel has no VLAN port, so it "
+                              "would drop every tagged frame passed to it")
         if self.inner_l4 not in INNER_L4:
             raise ConfigError("inner_l4", self.inner_l4, INNER_L4)
         if self.flows < 1 or self.flows > self.plan.count:
