@@ -87,6 +87,7 @@ def chase(exe: Path, size: int, steps: int, huge: bool, cpu: int) -> float:
 def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(Path(tmp))
+        chase(exe, SIZES[0], args.steps, False, args.cpu)  # warm-up: the core's clock and caches, not measured
         configs = [(size, huge) for huge in (False, True) for size in SIZES]
         ns = {c: chase(exe, c[0], args.steps, c[1], args.cpu)
               for c in tqdm(configs, desc="pointer chase", unit="size", file=sys.stderr)}

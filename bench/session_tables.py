@@ -54,12 +54,15 @@ def curve(args: argparse.Namespace) -> int:
 
 
 def _table_bytes(sessions: int) -> int:
-    """Bytes of teid_array's uplink array for ``sessions`` (slots x the element, 8-byte aligned)."""
+    """Bytes of teid_array's uplink array for ``sessions`` (slots, at least the DUT's smallest table,
+    x the element, 8-byte aligned)."""
     import ctypes
 
+    from perfkit.dataplanes.pgwu import MIN_TABLE
     from perfkit.dataplanes.pgwu.control import SessionPlan
     from perfkit.dataplanes.pgwu.layouts import pgwu_ul_session
-    return SessionPlan(count=sessions, tagged=True).teid_slots * (-(-ctypes.sizeof(pgwu_ul_session) // 8) * 8)
+    slots = max(SessionPlan(count=sessions, tagged=True).teid_slots, MIN_TABLE)
+    return slots * (-(-ctypes.sizeof(pgwu_ul_session) // 8) * 8)
 
 
 def main(args: argparse.Namespace) -> int:
