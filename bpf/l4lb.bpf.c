@@ -127,6 +127,67 @@ static __always_inline int egress(struct l4lb_config *cfg)
 	return bpf_redirect(cfg->egress_ifindex, 0);
 }
 
+#define TCPOPT_EOL 0
+#define TCPOPT_NOP 1
+#define TCPOPT_MSS 2
+/* Options walked before the MSS must have been found. Every stack puts MSS first in its SYNs; 10
+ * allows 9 before it. Each option (NOP or not) doubles the paths the verifier walks: 40 (every byte
+ * a NOP) exhausts it. */
+#define TCP_OPTIONS_WALK 10
+
+/* Seed 004: TCP through the tunnel relied on MSS clamping. Lower the MSS option of a TCP SYN to
+ * what fits the tunnel, mtu - IPIP - IPv4 - TCP headers, so that the real's segments back never need
+ * fragmenting; the checksum is updated, not recomputed. A malformed option list is left as it is.
+ * A global function: the verifier checks it once, on its own, instead of walking its option loop
+ * again on every path of the program that reaches it. Returns 1 if the MSS was lowered. */
+__attribute__((noinline)) int l4lb_clamp_mss(struct xdp_md *ctx, __u32 ihl, __u32 tot_len, __u32 mtu)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct tcphdr *tcp = data + sizeof(struct ethhdr) + (ihl & 0x3c);
+	__u16 clamp = mtu - IPIP_ENCAP_LEN - sizeof(struct iphdr) - sizeof(struct tcphdr);
+	__u32 optlen, off = 0;
+
+	if ((void *)(tcp + 1) > data_end || !tcp->syn || ihl + tcp->doff * 4 > tot_len)
+		return 0;
+	optlen = tcp->doff * 4 > sizeof(*tcp) ? tcp->doff * 4 - sizeof(*tcp) : 0;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < TCP_OPTIONS_WALK; i++) {
+		__u8 *opt = (__u8 *)(tcp + 1) + (off & 0x3f);
+		__u16 old, word_old, word_new;
+		__u8 len;
+
+		if (off >= optlen || (void *)(opt + 1) > data_end || opt[0] == TCPOPT_EOL)
+			return 0;
+		if (opt[0] == TCPOPT_NOP) {
+			off++;
+			continue;
+		}
+		if ((void *)(opt + 2) > data_end)
+			return 0;
+		len = opt[1];
+		if (len < 2 || off + len > optlen)
+			return 0;
+		if (opt[0] != TCPOPT_MSS) {
+			off += len;
+			continue;
+		}
+		if (len != 4 || (void *)(opt + 4) > data_end)
+			return 0;
+		old = (__u16)opt[2] << 8 | opt[3];
+		if (old <= clamp)
+			return 0;
+		/* the value at an odd offset from the header straddles two checksummed words */
+		word_old = off & 1 ? __builtin_bswap16(old) : old;
+		word_new = off & 1 ? __builtin_bswap16(clamp) : clamp;
+		opt[2] = clamp >> 8;
+		opt[3] = clamp & 0xff;
+		tcp->check = bpf_htons(csum_replace_word(bpf_ntohs(tcp->check), word_old, word_new));
+		return 1;
+	}
+	return 0;
+}
+
 /* A TCP/UDP packet to a VIP: pick the real, encapsulate, send. */
 static __always_inline int handle_vip(struct xdp_md *ctx, struct l4lb_config *cfg, struct vip_meta *vip,
 				      struct iphdr *iph, __be32 ports, __u32 ihl, __u32 tot_len,
@@ -148,6 +209,9 @@ static __always_inline int handle_vip(struct xdp_md *ctx, struct l4lb_config *cf
 			return count(L4LB_DROP_INTERNAL, XDP_DROP, frame_len);
 		return count(L4LB_ICMP_FRAG_NEEDED, XDP_TX, frame_len);
 	}
+
+	if ((vip->flags & L4LB_VIP_F_MSS_CLAMP) && iph->protocol == IPPROTO_TCP)
+		l4lb_clamp_mss(ctx, ihl, tot_len, cfg->egress_mtu ? cfg->egress_mtu : L4LB_DEFAULT_MTU);
 
 	ring = bpf_map_lookup_elem(&ch_rings, &vip->vip_num);
 	slot = flow_slot(iph, ports);

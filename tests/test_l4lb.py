@@ -156,6 +156,77 @@ def test_a_flow_always_goes_to_the_same_real(lb):
     assert len(first) == 1 and again == first
 
 
+# -- MSS clamping (seed 004: TCP relied on it) -----------------------------------------------------
+VIP_CLAMP = Vip("198.19.0.4", 80, "tcp", mss_clamp=True)
+
+
+@pytest.fixture(scope="module")
+def clamp_lb():
+    with L4lb.load(max_vips=8) as lb:
+        lb.configure(CFG)
+        lb.add_vip(VIP_CLAMP, REALS)
+        lb.add_vip(VIP_TCP, REALS)
+        yield lb
+
+
+def syn(options, flags="S", dst=VIP_CLAMP.addr):
+    """A TCP segment to the VIP with ``options``: scapy's list, or raw bytes (a layout scapy would not
+    build, malformed ones included)."""
+    if isinstance(options, bytes):
+        l4 = TCP(sport=40002, dport=80, flags=flags, dataofs=5 + len(options) // 4) / Raw(options)
+    else:
+        l4 = TCP(sport=40002, dport=80, flags=flags, options=options)
+    return client(dst=dst, l4=l4, payload=0)
+
+
+def _tcp_of(tunnel: bytes) -> tuple[bytes, bytes]:
+    """The inner IPv4 header's addresses and the TCP segment of a tunnel frame."""
+    inner = tunnel[34:]
+    ihl = (inner[0] & 0xF) * 4
+    return inner[12:20], inner[ihl:struct.unpack_from("!H", inner, 2)[0]]
+
+
+# description, TCP options (scapy's, or raw bytes), flags, egress MTU, the MSS that must come out
+# (None: the segment leaves untouched)
+CLAMP_CASES = [
+    ("MSS above the clamp is lowered to MTU - 60", [("MSS", 1460)], "S", 0, 1440),
+    ("at an odd offset, after a NOP", b"\x01\x02\x04\x05\xb4\x01\x01\x01", "S", 0, 1440),
+    ("after SACK-permitted and timestamps", [("SAckOK", b""), ("Timestamp", (7, 0)), ("MSS", 8960)], "S", 0, 1440),
+    ("a jumbo egress MTU clamps to 8940", [("MSS", 9000)], "S", 9000, 8940),
+    ("a SYN-ACK is a SYN", [("MSS", 1460)], "SA", 0, 1440),
+    ("MSS at or below the clamp is left", [("MSS", 1440)], "S", 0, None),
+    ("not a SYN", [("MSS", 1460)], "A", 0, None),
+    ("an end of list before the MSS", b"\x00\x00\x00\x00\x02\x04\x05\xb4", "S", 0, None),
+    ("a malformed option length before the MSS", b"\x08\x01\x00\x00\x02\x04\x05\xb4", "S", 0, None),
+    ("an MSS option of the wrong length", b"\x02\x06\x05\xb4\x00\x00\x01\x01", "S", 0, None),
+    ("the 10th option is walked", b"\x01" * 9 + b"\x02\x04\x05\xb4" + b"\x00" * 3, "S", 0, 1440),
+    ("the 11th is not", b"\x01" * 10 + b"\x02\x04\x05\xb4" + b"\x00" * 2, "S", 0, None),
+]
+
+
+@pytest.mark.parametrize("desc,options,flags,mtu,want", CLAMP_CASES, ids=[c[0] for c in CLAMP_CASES])
+def test_mss_clamping_in_the_kernel_as_the_model_and_scapy_say(clamp_lb, desc, options, flags, mtu, want):
+    frame = syn(options, flags)
+    cfg = L4lbConfig(egress_ifindex=7, egress_mtu=mtu)
+    verdict, out, rose = run(clamp_lb, frame, cfg)
+    assert verdict == "XDP_REDIRECT" and rose == {"fwd": 1}
+    assert out == emit(bytes(frame), cfg, clamp_lb.pools).out                   # the model, byte for byte
+    addrs, seg = _tcp_of(out)
+    pseudo = addrs + struct.pack("!BBH", 0, 6, len(seg))
+    assert ones_sum(pseudo + seg) == 0xFFFF, "the TCP checksum no longer verifies"
+    got = dict((k, v) for k, v in TCP(seg).options if isinstance(k, str)).get("MSS")
+    if want is None:
+        assert seg == bytes(frame[TCP])
+    else:
+        assert got == want and seg[:16] == bytes(frame[TCP])[:16]               # only the MSS and the checksum
+
+
+def test_a_vip_without_mss_clamping_leaves_the_syn_alone(clamp_lb):
+    frame = syn([("MSS", 1460)], dst=VIP_TCP.addr)
+    verdict, out, _ = run(clamp_lb, frame)
+    assert verdict == "XDP_REDIRECT" and _tcp_of(out)[1] == bytes(frame[TCP])
+
+
 # -- PMTUD (seed 004) ---------------------------------------------------------------------------
 MTU_CFG = L4lbConfig(egress_ifindex=7, egress_mtu=1500)
 
@@ -460,7 +531,8 @@ def test_layouts_match_the_compiled_header(tmp_path):
         for f, *_ in cls._fields_:
             lines.append(f'printf("{name}.{f} %zu %zu\\n", offsetof(struct {name}, {f}), '
                          f'sizeof(((struct {name} *)0)->{f}));')
-    consts = ["L4LB_RING_SIZE", "L4LB_MAX_VIPS", "L4LB_MAX_REALS", "L4LB_NO_REAL", "L4LB_HASH_SEED", "L4LB_F_XDP_TX"]
+    consts = ["L4LB_RING_SIZE", "L4LB_MAX_VIPS", "L4LB_MAX_REALS", "L4LB_NO_REAL", "L4LB_HASH_SEED", "L4LB_F_XDP_TX",
+              "L4LB_VIP_F_MSS_CLAMP", "L4LB_DEFAULT_MTU"]
     for c in consts + [m.name for e in layouts.ENUMS.values() for m in e]:
         lines.append(f'printf("{c} %lld\\n", (long long){c});')
     lines.append("return 0; }")
@@ -555,7 +627,7 @@ DP = dataplanes.get("l4lb")
 
 def test_the_registry_has_the_load_balancer():
     assert "l4lb" in dataplanes.names() and isinstance(DP, L4lbDataplane) and DP.name == "l4lb"
-    assert DP.variant == "protocol" and DP.validate({}) == {"protocol": "udp", "vips": 1, "reals": 16}
+    assert DP.variant == "protocol" and DP.validate({}) == {"protocol": "udp", "vips": 1, "reals": 16, "mss_clamp": False}
     assert DP.forward_counters == {"fwd"} and DP.steering == BY_FLOW
     assert DP.variant_label("tcp") == "TCP (:80)"
 
@@ -688,7 +760,7 @@ def test_cli_offers_the_parameters_and_runs_prog_bench(perfkit_module):
     """``python -m perfkit prog-bench`` (forked: ``tests/script_forks.py``)."""
     helptext = perfkit_module.run(["prog-bench", "--help"])
     assert helptext.returncode == 0, helptext.stderr
-    assert all(f"--{p.name}" in helptext.stdout for p in DP.params)
+    assert all(f"--{p.name.replace('_', '-')}" in helptext.stdout for p in DP.params)
     out = perfkit_module.run(["prog-bench", "--dataplane", "l4lb", "--protocol", "tcp", "--frame-size", "70",
                               "--rounds", "3", "--repeat", "2000", "--json"])
     assert out.returncode == 0, out.stderr

@@ -22,6 +22,17 @@ static __always_inline __u16 csum_fold(__u64 sum)
 	return (__u16)~sum;
 }
 
+/* A checksum after one 16-bit word it covers changed from old to new (RFC 1624, eqn. 3); all three
+ * in host order of their network-order words. */
+static __always_inline __u16 csum_replace_word(__u16 check, __u16 old, __u16 new)
+{
+	__u32 sum = (__u16)~check + (__u16)~old + (__u32)new;
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
 /* Header checksum of an option-less IPv4 header (the checksum field must be 0). */
 static __always_inline __u16 ipv4_csum(struct iphdr *iph)
 {

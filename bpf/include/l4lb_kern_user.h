@@ -42,6 +42,11 @@
 /* l4lb_config.flags */
 #define L4LB_F_XDP_TX (1U << 0)	/* bounce out of the ingress port (one-armed) instead of redirecting */
 
+/* vip_meta.flags */
+#define L4LB_VIP_F_MSS_CLAMP (1U << 0)	/* lower the MSS option of TCP SYNs to what fits the tunnel */
+/* The path MTU MSS clamping assumes when l4lb_config.egress_mtu is 0 (unchecked): Ethernet's. */
+#define L4LB_DEFAULT_MTU 1500
+
 /* Run-time configuration: the single entry of the l4lb_config array map. */
 struct l4lb_config {
 	__be32 lb_addr;		/* outer source of the tunnels; traffic to it goes to the host */
@@ -64,7 +69,7 @@ struct vip_key {
 /* What a VIP is configured with. */
 struct vip_meta {
 	__u32 vip_num;		/* row of ch_rings and index of vip_stats, < max VIPs */
-	__u32 flags;		/* reserved for per-VIP options, 0 */
+	__u32 flags;		/* L4LB_VIP_F_* */
 };
 
 /* vips value: one slot of the VIP table. */

@@ -77,6 +77,8 @@ class L4lbDataplane(Dataplane):
         Param("vips", 1, "VIPs installed (flow i goes to VIP i mod vips)", kind=int, minimum=1, maximum=L4LB_MAX_VIPS),
         Param("reals", DEFAULT_REALS, "reals per VIP (each VIP its own)", kind=int, minimum=1,
               maximum=MAX_REALS_TOTAL),
+        Param("mss_clamp", False, "the VIPs lower the MSS option of TCP SYNs to what fits the tunnel (egress MTU "
+              "- 60; seed 004)", kind=bool),
     )
     variant = "protocol"
     variant_labels = {"udp": "UDP (QUIC, :443)", "tcp": "TCP (:80)"}
@@ -95,11 +97,13 @@ class L4lbDataplane(Dataplane):
         after = [f"{params['vips']}vip"] if params["vips"] > 1 else []
         if params["reals"] != DEFAULT_REALS:
             after.append(f"{params['reals']}real")
+        if params["mss_clamp"]:
+            after.append("mssclamp")
         return [params["protocol"]], after
 
     def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> L4lbTraffic:
         return L4lbTraffic(frame_size=frame_size, flows=flows, proto=params["protocol"], vips=params["vips"],
-                           reals=params["reals"])
+                           reals=params["reals"], mss_clamp=params["mss_clamp"])
 
     def load(self, traffic: Traffic, ifindex_a: int, ifindex_b: int, cpumap: bool = False) -> L4lbDut:
         assert isinstance(traffic, L4lbTraffic)
@@ -125,7 +129,7 @@ class L4lbDataplane(Dataplane):
         params = self.validate(params)
         traffic = L4lbTraffic(frame_size=frame_size, flows=BENCH_FLOWS // params["vips"] * params["vips"],
                               proto=params["protocol"], vips=params["vips"], reals=params["reals"],
-                              config=L4lbConfig(egress_ifindex=1))
+                              mss_clamp=params["mss_clamp"], config=L4lbConfig(egress_ifindex=1))
         frame = traffic.packet(0)
         ip, l4 = 14, 34
         fields = [(ip + 12, 4, 0), (ip + 16, 4, 4), (l4, 4, 8), (ip + 10, 2, 12)]

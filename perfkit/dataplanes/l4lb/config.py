@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfkit.dataplanes.l4lb.layouts import L4LB_F_XDP_TX, l4lb_config, vip_key
 from perfkit.errors import ConfigError
@@ -49,6 +49,9 @@ class Vip:
     """Destination port (TCP or UDP)."""
     proto: str = "tcp"
     """tcp or udp."""
+    mss_clamp: bool = field(default=False, compare=False)
+    """Lower the MSS option of TCP SYNs to the VIP to what fits the tunnel: the egress MTU (1500 when
+    unchecked) - 20 (IPIP) - 40 (IPv4 and TCP headers). An option, not part of the VIP's identity."""
 
     def __post_init__(self) -> None:
         if self.proto not in PROTOS:

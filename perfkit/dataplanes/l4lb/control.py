@@ -24,7 +24,7 @@ import numpy as np
 from perfkit.dataplane import BpfControl
 from perfkit.dataplanes.l4lb.config import L4lbConfig, Vip, be32_addr
 from perfkit.dataplanes.l4lb.hashing import vip_home
-from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_MAX_VIPS, L4LB_NO_REAL, L4LB_RING_SIZE,
+from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_VIP_F_MSS_CLAMP, L4LB_MAX_VIPS, L4LB_NO_REAL, L4LB_RING_SIZE,
                                              L4LB_VIP_PROBES, L4LB_VIP_REMOVED, L4lbStat, ch_ring, l4lb_consts,
                                              l4lb_stat_rec, real_def, vip_slot)
 from perfkit.dataplanes.l4lb.maglev import Pool
@@ -139,6 +139,7 @@ class L4lb(BpfControl):
                               f"({len(self.slot_of)} VIPs in {self.vip_slots} slots)")
         entry = vip_slot()
         entry.meta.vip_num = self.vip_nums[vip]
+        entry.meta.flags = L4LB_VIP_F_MSS_CLAMP if vip.mss_clamp else 0
         if slot in self.removed_slots:
             entry.key.proto = L4LB_VIP_REMOVED
         m, k = self.map("vips"), struct.pack("=I", slot)

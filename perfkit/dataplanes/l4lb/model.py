@@ -13,7 +13,12 @@ frames with ``check_output``. The rules, in order:
 4. no VIP for (destination, destination port, protocol): ``pass``;
 5. ``egress_mtu`` set and total length + 20 above it: with DF an ICMP frag-needed goes back to the
    client (``icmp_frag_needed``, XDP_TX), without DF ``drop_too_big``;
-6. VIP without reals: ``drop_no_real``; else IPIP to the real Maglev picks for the flow's hash
+6. a TCP SYN to a VIP with ``mss_clamp``: an MSS option above the egress MTU (1500 when
+   unchecked) - 60 is lowered to it, the TCP checksum updated (RFC 1624); options are walked as
+   RFC 9293 lays them out (EOL ends them, NOP is one byte, any other kind has a length >= 2), the
+   first ``OPTIONS_WALKED`` only (every stack sends MSS first); a malformed list, or a TCP header
+   past the IP packet, is left alone;
+7. VIP without reals: ``drop_no_real``; else IPIP to the real Maglev picks for the flow's hash
    (``fwd``): Ethernet padding removed, outer header lb_addr -> real, TOS and DF of the inner
    header, id 0, TTL 64.
 """
@@ -26,11 +31,15 @@ from perfkit.checksum import csum, ones_sum
 from perfkit.dataplane import Emitted
 from perfkit.dataplanes.l4lb.config import ENCAP_LEN, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.hashing import flow_slot
+from perfkit.dataplanes.l4lb.layouts import L4LB_DEFAULT_MTU
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.layouts import ETH_P_IP, IP_DF, IP_MF, IP_OFFSET, IPPROTO_IPIP, IPPROTO_TCP, IPPROTO_UDP
 from perfkit.netaddr import int2ip, ip2int, mac_bytes
 
 L4_MIN = {IPPROTO_TCP: 20, IPPROTO_UDP: 8}
+TCP_SYN = 0x02
+#: Options walked looking for the MSS (NOPs count); an MSS after them is left alone.
+OPTIONS_WALKED = 10
 #: ICMP errors: precedence "internetwork control" (RFC 1812 4.3.2.5, as Linux), TTL 64.
 ICMP_TOS, ICMP_TTL = 0xC0, 64
 
@@ -81,6 +90,9 @@ def emit(frame: bytes, config: L4lbConfig, vips: Vips) -> Emitted:
         if not frag & IP_DF:
             return drop("drop_too_big")
         return Emitted("XDP_TX", "icmp_frag_needed", frag_needed(f, config.egress_mtu - ENCAP_LEN))
+    options = next(v for v in vips if v == vip)
+    if options.mss_clamp and proto == IPPROTO_TCP:
+        f = clamp_mss(f, off + ihl, tot_len - ihl, config.egress_mtu or L4LB_DEFAULT_MTU)
     pool = pool_of(vips[vip])
     real = pool.real(flow_slot(int.from_bytes(saddr, "big"), int.from_bytes(daddr, "big"), sport, dport, proto,
                                pool.size))
@@ -89,6 +101,45 @@ def emit(frame: bytes, config: L4lbConfig, vips: Vips) -> Emitted:
     outer = ipv4_header(tos, tot_len + ENCAP_LEN, frag & IP_DF, 64, IPPROTO_IPIP, ip_bytes(config.lb_addr), ip_bytes(real))
     out = mac_bytes(config.dst_mac) + mac_bytes(config.src_mac) + struct.pack("!H", ETH_P_IP) + outer
     return Emitted("XDP_TX" if config.xdp_tx else "XDP_REDIRECT", "fwd", out + f[off:off + tot_len])
+
+
+def clamp_mss(frame: bytes, tcp: int, seg_len: int, mtu: int) -> bytes:
+    """``frame`` with the MSS option of the TCP SYN at offset ``tcp`` (``seg_len`` bytes of TCP)
+    lowered to ``mtu`` - IPIP - IPv4 - TCP headers, or as it is."""
+    clamp = mtu - ENCAP_LEN - 40
+    flags, doff = frame[tcp + 13], frame[tcp + 12] >> 4
+    if not flags & TCP_SYN or doff * 4 > seg_len:
+        return frame
+    opts = frame[tcp + 20:tcp + doff * 4]
+    i = 0
+    for _ in range(OPTIONS_WALKED):
+        if i >= len(opts) or opts[i] == 0:          # 0: end of the option list
+            return frame
+        if opts[i] == 1:                            # no-operation
+            i += 1
+            continue
+        if i + 1 >= len(opts) or opts[i + 1] < 2 or i + opts[i + 1] > len(opts):
+            return frame                            # malformed: left alone
+        if opts[i] == 2:                            # MSS
+            if opts[i + 1] != 4:
+                return frame
+            old = int.from_bytes(opts[i + 2:i + 4], "big")
+            if old <= clamp:
+                return frame
+            at = tcp + 20 + i + 2
+            out = bytearray(frame)
+            out[at:at + 2] = clamp.to_bytes(2, "big")
+            # RFC 1624 eqn. 3 over the 16-bit words of the segment: at an odd offset the value's bytes
+            # fall into two words, each as the other byte of its word
+            swap = (lambda v: (v >> 8) | ((v & 0xFF) << 8)) if (at - tcp) % 2 else (lambda v: v)
+            check = struct.unpack_from("!H", frame, tcp + 16)[0]
+            total = (~check & 0xFFFF) + (~swap(old) & 0xFFFF) + swap(clamp)
+            total = (total & 0xFFFF) + (total >> 16)
+            total = (total & 0xFFFF) + (total >> 16)
+            struct.pack_into("!H", out, tcp + 16, ~total & 0xFFFF)
+            return bytes(out)
+        i += opts[i + 1]
+    return frame
 
 
 def ip_bytes(addr: str) -> bytes:

@@ -57,6 +57,8 @@ class L4lbTraffic(Traffic):
     """VIPs installed; the flows spread over them (flow i goes to VIP i % vips)."""
     reals: int = 16
     """Reals per VIP (each VIP has its own)."""
+    mss_clamp: bool = False
+    """The VIPs clamp the MSS option of TCP SYNs (``Vip.mss_clamp``)."""
     config: L4lbConfig = field(default_factory=L4lbConfig)
     ingress: str = "a"
     macs: PortMacs = field(default_factory=PortMacs)
@@ -83,7 +85,7 @@ class L4lbTraffic(Traffic):
 
     # -- what the LB is configured with -------------------------------------------------------------
     def vip(self, v: int) -> Vip:
-        return Vip(int2ip(VIP_BASE + v), VIP_PORT[self.proto], self.proto)
+        return Vip(int2ip(VIP_BASE + v), VIP_PORT[self.proto], self.proto, mss_clamp=self.mss_clamp)
 
     def real_addrs(self, v: int) -> tuple[str, ...]:
         """The reals of VIP ``v``: 198.19.16.1 upwards, ``reals`` each, VIP after VIP."""
