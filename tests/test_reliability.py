@@ -13,7 +13,8 @@
   searches whose ring-buffer callback is slowed so that signals land in it, and of runs, each run
   resumed until it completes. Every signal must end the command with 130 (or by the signal itself
   where perfkit's handler is not in place: Python's start-up, or its exit after the result is
-  printed), leave nothing, and leave the run resumable and whole.
+  printed; or, for a SIGINT while CPython imports its site module, before any perfkit code ran,
+  with CPython's own exit 1), leave nothing, and leave the run resumable and whole.
 - Torn and corrupt files: each is recovered with a note or refused in one line (exit 2), never a
   traceback.
 - Metrics servers dying mid-run: the run goes on and loses nothing, ``perfkit push --run`` backfills
@@ -483,6 +484,8 @@ class Stop:
                 out.append("a traceback")
             if not lines or lines[-1] not in ("perfkit: interrupted", SEARCH_STOPPED):
                 out.append(f"last line {lines[-1] if lines else None!r}")
+        elif self.during_python_init():
+            pass
         elif self.returncode != -self.sig or not (self.during_start_up() or self.during_exit()):
             out.append(f"exit {self.returncode}")
         return [f"{self.command} {self.sig.name} at {self.delay:.2f} s: {p}" + (
@@ -493,6 +496,14 @@ class Stop:
         SIGINT once Python set its own handler up, Python's KeyboardInterrupt."""
         text = self.stderr.strip()
         return not self.stdout and (not text or (self.sig == signal.SIGINT and text.endswith("KeyboardInterrupt")))
+
+    def during_python_init(self) -> bool:
+        """Ended by CPython itself before any of perfkit's code ran: a SIGINT while the interpreter
+        imports its ``site`` module is fatal there (exit 1, "Fatal Python error: init_import_site",
+        then the KeyboardInterrupt), and nothing can have been set up."""
+        text = self.stderr.strip()
+        return (self.sig == signal.SIGINT and self.returncode == 1 and not self.stdout
+                and "Fatal Python error: init_import_site" in text and text.endswith("KeyboardInterrupt"))
 
     def during_exit(self) -> bool:
         """Ended by the signal's default action after its work: it had printed its result."""
@@ -577,6 +588,7 @@ def assert_stops_are_clean(stops: list[Stop]) -> None:
     sent = collections.Counter(s.sig.name for s in stops)
     codes = collections.Counter(s.returncode for s in stops)
     ends = collections.Counter("start-up" if s.during_start_up() else "exit" for s in stops if s.returncode < 0)
+    ends.update("python's init" for s in stops if s.during_python_init())
     delays = sorted(s.delay for s in stops)
     print(f"sent {dict(sent)} at {delays[0]:.2f}..{delays[-1]:.2f} s; exit codes {dict(codes)} (by the signal: "
           f"{dict(ends)}); leftovers {sum(len(s.left) for s in stops)}")
