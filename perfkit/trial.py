@@ -114,6 +114,14 @@ class TrialResult:
     """Share of each DUT core's time the DUT's packet threads pinned to it ran [0..1], by cpu
     (``"1"``), as ``dut_busy``: one core can be saturated while the mean is not. Empty when not
     measured."""
+    dut_perf_counts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What ``perf stat`` counted on each DUT core during the trial (``perfkit.perf.stat``): CPU (as
+    text) -> event -> count, or ``"not available"`` where the CPU has no such event (most VMs have no
+    PMU: cycles, instructions and cache misses). Software events (context switches, CPU migrations)
+    are always there. {}: not counted (perf not installed, or ``perf_stat`` off)."""
+    dut_cycles_per_packet: float | None = None
+    """CPU cycles on the DUT cores per packet the DUT processed, from ``dut_perf_counts`` (seed 003's
+    headline figure). None where the cycles were not available: ``dut_perf_counts`` says so."""
     socket_datagrams_per_skb: float | None = None
     """For traffic the dataplane passes to the DUT's kernel (``Traffic.to_socket``): datagrams the
     socket was delivered per packet it received. Above 1, GRO aggregated them; 1, every datagram
@@ -338,7 +346,7 @@ class TrialResult:
         for name in ("dut_stall_us", "tester_stall_us", "dut_speed_ns_per_step", "speed_reference_ns",
                      "kernel_reference_ns", "sink_gap_us", "gen_slip_us", "dut_ns_per_packet",
                      "kernel_ns_per_packet", "dut_busy", "dut_capacity_pps", "dut_wakeups", "dut_perfkit_share",
-                     "dut_others_share", "socket_datagrams_per_skb"):
+                     "dut_others_share", "socket_datagrams_per_skb", "dut_cycles_per_packet"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
         return cls(**kw)
@@ -354,7 +362,7 @@ OFFER_EPS = 1e-3
 #: The drop reason of a full receive ring, in ``dut_drops`` and ``tester_drops``.
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
-JSON_FIELDS = ("knobs", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
+JSON_FIELDS = ("knobs", "dut_perf_counts", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
                "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After

@@ -228,6 +228,9 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert r.latency_ns["min"] > 0 and r.latency_ns["p50"] >= r.latency_ns["min"]
     # the stall probe ran on the DUT host's DUT core, as on the local testbed
     assert list(r.stalls) == ["1"] and r.dut_stall_us is not None and r.dut_speed_ns_per_step > 0
+    # perf stat counted the DUT host's DUT core: software events always, PMU ones or "not available"
+    assert list(r.dut_perf_counts) == ["1"] and r.dut_perf_counts["1"]["context-switches"] >= 0
+    assert (r.dut_cycles_per_packet is None) == (r.dut_perf_counts["1"]["cycles"] == "not available")
     # who ran on the DUT core, from the DUT host: the packet threads, and not the agent (kept off it)
     assert list(r.dut_core_time) == ["1"] and r.dut_core_time["1"]["packet"] > 0
     assert r.dut_perfkit_share is not None and r.dut_perfkit_share < 0.05 and r.dut_others_share is not None

@@ -19,6 +19,7 @@ from perfkit.generators import create
 from perfkit.perf import flamegraph as perf_flamegraph
 from perfkit.perf import folded as perf_folded
 from perfkit.perf import record as perf_record
+from perfkit.perf import session as perf_session
 from perfkit.perf import report as perf_report
 from perfkit.perf import store as perf_store
 from perfkit.perf import tools as perf_tools
@@ -38,7 +39,7 @@ VETH_NAPI = {"veth_poll", "veth_xdp_rcv", "__napi_poll", "napi_threaded_poll", "
 def _gone(pid: int, within: float = 5.0) -> bool:
     """No ``perf record`` process ``pid`` runs any more (checked until ``within`` seconds passed)."""
     deadline = time.monotonic() + within
-    while pid in perf_record.perf_processes():
+    while pid in perf_session.perf_processes():
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -47,7 +48,7 @@ def _gone(pid: int, within: float = 5.0) -> bool:
 
 def _recorder_dirs() -> set[Path]:
     import tempfile
-    return set(Path(tempfile.gettempdir()).glob(f"{perf_record.TMP_PREFIX}*"))
+    return set(Path(tempfile.gettempdir()).glob(f"{perf_session.TMP_PREFIX}*"))
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_folded_stacks_parse_and_count_every_sample(recorded):
 def test_a_clean_stop_leaves_no_perf_process_and_no_files(recorded):
     rec = recorded["rec"]
     assert rec.pid is not None and _gone(rec.pid, 0.0)
-    assert rec.pid not in perf_record.perf_processes()
+    assert rec.pid not in perf_session.perf_processes()
     assert len(recorded["dirs"]) == 1 and not any(d.exists() for d in recorded["dirs"])
 
 
@@ -130,7 +131,7 @@ def test_an_exception_in_the_trial_kills_perf(ul_gen, exc):
     with pytest.raises(exc):
         with rec:
             pid, made = rec.pid, _recorder_dirs() - before
-            assert pid in perf_record.perf_processes() and made
+            assert pid in perf_session.perf_processes() and made
             raise exc("stop")
     assert rec.profile is None and _gone(pid)
     assert not any(d.exists() for d in made)
@@ -152,16 +153,16 @@ def test_perf_dies_with_a_python_killed_without_clean_up(ul_gen, sig):
                           stdout=subprocess.PIPE, text=True)
     try:
         pid = int(py.stdout.readline())
-        assert pid in perf_record.perf_processes()
+        assert pid in perf_session.perf_processes()
         py.send_signal(sig)                      # no handler: Python ends without running any clean-up
         py.wait(10)
         assert _gone(pid), "perf outlived the process that started it"
     finally:
         py.kill()
         py.wait()
-    perf_record.remove_stale_dirs()                     # what the next recorder does first
-    assert not any(json.loads((d / perf_record.OWNER_FILE).read_text())["pid"] == py.pid
-                   for d in _recorder_dirs() if (d / perf_record.OWNER_FILE).exists())
+    perf_session.remove_stale_dirs()                     # what the next recorder does first
+    assert not any(json.loads((d / perf_session.OWNER_FILE).read_text())["pid"] == py.pid
+                   for d in _recorder_dirs() if (d / perf_session.OWNER_FILE).exists())
 
 
 def test_perf_that_cannot_record_is_a_one_line_error_and_leaves_nothing(ul_gen):
@@ -224,7 +225,7 @@ def test_cli_sigterm_during_a_perf_trial_stops_perf(tmp_path):
     try:
         deadline, pids = time.monotonic() + 60, []
         while not pids and time.monotonic() < deadline:
-            pids = [p for p in perf_record.perf_processes() if _ppid(p) == cli.pid]
+            pids = [p for p in perf_session.perf_processes() if _ppid(p) == cli.pid]
             time.sleep(0.1)
         assert pids, "perf never started"
         time.sleep(0.5)
@@ -366,3 +367,46 @@ def test_report_page_shows_tables_and_flame_graphs_only_with_perf_data(recorded,
     assert page.count("<iframe") == 1 and "data:image/svg+xml;base64," in page
     empty = (tmp_path / "reports" / "without-perf" / "perf.html").read_text()
     assert "No perf data in this run" in empty and "<iframe" not in empty
+
+
+# -- perf stat: counters per trial ---------------------------------------------------------------------
+from perfkit.perf import stat as perf_stat  # noqa: E402
+
+
+def test_perf_stat_output_is_read_per_cpu_and_an_event_the_cpu_lacks_is_said_in_words():
+    text = ("CPU1,8,,context-switches,201947044,100.00,,\nCPU1,1,,cpu-migrations,201946423,100.00,,\n"
+            "CPU1,<not supported>,,cycles,0,100.00,,\nCPU2,12,,context-switches,201947044,100.00,,\n"
+            "CPU2,<not supported>,,cycles,0,100.00,,\n# a comment\n")
+    counts = perf_stat.parse(text)
+    assert counts.per_cpu == {"1": {"context-switches": 8.0, "cpu-migrations": 1.0, "cycles": perf_stat.NOT_AVAILABLE},
+                              "2": {"context-switches": 12.0, "cycles": perf_stat.NOT_AVAILABLE}}
+    assert counts.total("context-switches") == 20.0 and counts.total("cycles") == perf_stat.NOT_AVAILABLE
+    assert counts.per_packet("cycles", 1000) is None and counts.per_packet("context-switches", 10) == 2.0
+
+
+def test_perf_stat_counts_a_cpus_context_switches_and_leaves_no_perf_behind():
+    cpu = max(os.sched_getaffinity(0))
+    sleeper = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
+                                "import time\nfor _ in range(200): time.sleep(0.001)"])
+    with perf_stat.PerfCounter([cpu]) as counter:
+        sleeper.wait()
+    counts = counter.counts
+    assert counts is not None and counts.total("context-switches") >= 100   # each sleep switches twice
+    for event in perf_stat.HARDWARE_EVENTS:   # a number where the CPU has a PMU, else words: never 0
+        value = counts.per_cpu[str(cpu)][event]
+        assert value == perf_stat.NOT_AVAILABLE or value > 0, (event, value)
+    assert not perf_session.perf_processes("stat")
+
+
+def test_a_trial_carries_the_dut_cores_counts_and_cycles_per_packet_where_there_are_cycles(ul_gen):
+    from perfkit.trial import TrialResult
+
+    r = ul_gen.measure(100_000, 0.5)
+    counts = r.dut_perf_counts[str(ul_gen.dut_cores[0])]
+    assert counts["context-switches"] >= 0 and counts["cpu-migrations"] >= 0
+    if counts["cycles"] == perf_stat.NOT_AVAILABLE:
+        assert r.dut_cycles_per_packet is None
+    else:
+        assert r.dut_cycles_per_packet > 0
+    back = TrialResult.from_record(r.to_record())
+    assert back.dut_perf_counts == r.dut_perf_counts and not perf_session.perf_processes("stat")

@@ -117,12 +117,24 @@ def _human(d: dict) -> str:
         lines.append("  latency  " + "  ".join(f"{k} {v / 1e3:.1f}us" for k, v in lat.items() if k != "mean"))
     lines.append(f"  DUT CPU busy {d['dut_cpu']}, kthreads {d['dut_kthread_cpu']}, "
                  f"BPF {d['bpf_ns_per_packet'] or 0:.1f} ns/packet")
+    if d.get("dut_perf_counts"):
+        lines.append("  " + _human_counts(d["dut_perf_counts"], d.get("dut_cycles_per_packet")))
     lines.append(f"  sequence: reordered {d['reordered']}, duplicates {d['duplicates']}; "
                  f"mismatched packets {d['mismatched_packets']}")
     lines += [f"  note: {n}" for n in d["notes"]]
     if "perf" in d:
         lines += _human_perf(d["perf"])
     return "\n".join(lines)
+
+
+def _human_counts(counts: dict, cycles_per_packet: float | None) -> str:
+    """perf stat's counts on the DUT cores, summed: software events, then cycles per packet or why not."""
+    def total(event: str) -> str:
+        values = [c.get(event) for c in counts.values()]
+        return "not available" if any(not isinstance(v, (int, float)) for v in values) else f"{sum(values):.0f}"
+    cycles = f"{cycles_per_packet:.0f}" if cycles_per_packet is not None else f"{total('cycles')} (no PMU)"
+    return (f"counted  context switches {total('context-switches')}, CPU migrations {total('cpu-migrations')}, "
+            f"cycles per packet {cycles}")
 
 
 def _human_perf(p: dict) -> list[str]:

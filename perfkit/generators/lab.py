@@ -214,6 +214,7 @@ class LabGenerator(Generator):
             bpf_ns_per_packet=dut["bpf_ns_per_packet"], dut_ns_per_packet=dut.get("dut_ns_per_packet"),
             kernel_ns_per_packet=dut.get("kernel_ns_per_packet"), dut_busy=dut.get("dut_busy"),
             dut_capacity_pps=dut.get("dut_capacity_pps"), dut_busy_per_core=dut["dut_busy_per_core"],
+            dut_perf_counts=dut.get("dut_perf_counts", {}), dut_cycles_per_packet=dut.get("dut_cycles_per_packet"),
             # which core's queue overflowed cannot be told from a port's counters: every DUT core's
             dut_wakeups=dut["dut_wakeups"], ring_cores=list(self.dut_cores) if ring_in else [],
             sink_gap_us=max(r["max_gap_ns"] for r in reps) / 1e3,

@@ -15,6 +15,7 @@ per-core figures are ``perfkit.generators.xdpcores``'s.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -40,6 +41,7 @@ from perfkit.stl import profile as stlprofile
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
+from perfkit.perf.stat import perf_stat_fields, trial_counter
 from perfkit.testbed.socksink import SocketSink
 from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.shield import Shield
@@ -111,7 +113,8 @@ class XdpGenerator(Generator):
                  batch_size: int | None = None, flow_op: str = "inc", profile: Traffic | None = None,
                  trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
-                 rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None, shield: bool = False):
+                 rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None, shield: bool = False,
+                 perf_stat: bool = True):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
         see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.judging``)
         at a reference CPU speed [ns per probe step], or ``"auto"``: the DUT cores' speed measured at
@@ -119,7 +122,9 @@ class XdpGenerator(Generator):
         path of one, loaded with ``trex_tunables``) whose streams the generator sends instead of the
         scenario's traffic; the scenario still configures the DUT (``perfkit.testbed.stlgen``).
         ``shield``: move every other task that may run elsewhere off the DUT cores while the generator
-        lives (``perfkit.testbed.shield``; not with shared cores, where the tester needs them)."""
+        lives (``perfkit.testbed.shield``; not with shared cores, where the tester needs them).
+        ``perf_stat``: count the DUT cores' events with ``perf stat`` during each trial
+        (``perfkit.perf.stat``: ``dut_perf_counts``, ``dut_cycles_per_packet``)."""
         super().__init__(scenario)
         check_rx_queue(rx_queue)
         self.rx_queue = rx_queue
@@ -128,6 +133,9 @@ class XdpGenerator(Generator):
         self.disturbed_retries = disturbed_retries
         if not isinstance(shield, bool):
             raise ConfigError("shield", shield, "true or false")
+        if not isinstance(perf_stat, bool):
+            raise ConfigError("perf_stat", perf_stat, "true or false")
+        self.perf_stat = perf_stat
         self.profile = profile or scenario.traffic()
         # a TRex STL profile replaces the traffic; the scenario still configures the DUT
         if trex_profile is not None and not isinstance(trex_profile, StlProfile):
@@ -247,7 +255,8 @@ class XdpGenerator(Generator):
         share0 = self.coreshare.mark() if self.coreshare else None  # the window dut_busy is over
         slices0 = cpustat.timeslices(self.dut.packet_threads)
         threads0, window0 = cpustat.runtime_ns(self.dut.packet_threads), time.monotonic_ns()
-        with BpfStats():
+        counter = trial_counter(self.dut_cores) if self.perf_stat else None
+        with BpfStats(), counter or contextlib.nullcontext():
             rt0 = self.dut.runtime()
             sent = self.gen.send(rate_pps, duration, packets)
             self._drain()
@@ -319,6 +328,7 @@ class XdpGenerator(Generator):
             dut_busy_per_core=busy_per_core(thread_ns, self.thread_cores, window1 - window0, self.dut_cores),
             ring_cores=ring_cores,
             socket_datagrams_per_skb=rep.packets / skbs if skbs else None,
+            **perf_stat_fields(counter.counts if counter else None, runs),
             gen_slip_us=max(0.0, sent.elapsed - duration) * 1e6 if rate_pps else None, **stalled, **core_share)
         result.speed_reference_ns = self.speed_reference_ns
         result.kernel_reference_ns = self.kernel_reference_ns

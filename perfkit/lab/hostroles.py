@@ -20,6 +20,7 @@ from perfkit.host import cpustat
 from perfkit.host.housekeeping import Confinement
 from perfkit.knobs import Knobs, Port as KnobPort
 from perfkit.libbpf import BpfStats, prog_info, xdp_attach, xdp_detach, xdp_prog_id
+from perfkit.perf.stat import PerfCounter, perf_stat_fields, trial_counter
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice
 from perfkit.testbed import netns
@@ -103,6 +104,7 @@ class DutSide:
         system knobs are set on the pairs' interfaces once the dataplane runs, and restored on close."""
         self.scenario, self.cores = scenario, list(cores)
         self.knobs: Knobs | None = None
+        self._counter: PerfCounter | None = None
         self.instances: list[Any] = []
         self.attached: dict[str, tuple[int, str, int]] = {}
         self.modes: dict[str, str] = {}
@@ -164,6 +166,10 @@ class DutSide:
                        "out_errors": sum(xmit_errors(d) for d in self.egress)}
         if self.coreshare:
             self.coreshare.set_perfkit(self.confinement.refresh())
+        # perf stat of the DUT cores, started before the common start (it takes ~0.1 s to come up)
+        self._counter = trial_counter(self.cores) if self.cores else None
+        if self._counter:
+            self._counter.start()
         if start_at is not None:
             time.sleep(max(0.0, start_at - time.time()))
         self._begin.update(stalls=self.stalls.mark() if self.stalls else None, window=time.monotonic_ns(),
@@ -177,6 +183,8 @@ class DutSide:
         threads1, window1 = cpustat.runtime_ns(self.packet_threads), time.monotonic_ns()
         slices1 = cpustat.timeslices(self.packet_threads)
         runs1, ns1 = self._runtime()
+        counter, self._counter = self._counter, None
+        counts = counter.stop() if counter else None
         if self._stats:
             self._stats.__exit__(None, None, None)
             self._stats = None
@@ -194,6 +202,7 @@ class DutSide:
         return {"dut_drops": drops, "runs": runs, "bpf_ns_per_packet": ns / runs if runs else None,
                 **dut_cost(sum(thread_ns.values()), runs, ns, window, len(self.cores)),
                 "dut_busy_per_core": busy_per_core(thread_ns, self.thread_cores, window, self.cores),
+                **perf_stat_fields(counts, runs),
                 "dut_wakeups": sum(slices1[p] - b["slices"][p] for p in slices1 if p in b["slices"]),
                 "tester_ring": sum(xmit_errors(d) for d in self.egress) - b["out_errors"],
                 "forwarded": {k: counters1[k] - b["counters"].get(k, 0) for k in counters1 if k in self.forwarding},
@@ -233,6 +242,9 @@ class DutSide:
         return self._take_down()
 
     def _take_down(self) -> list[str]:
+        if self._counter is not None:
+            self._counter.abort()
+            self._counter = None
         if self.perf is not None:
             self.perf.abort()
             self.perf = None
