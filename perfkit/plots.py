@@ -29,6 +29,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter
 
 from perfkit.analysis.run import variant_label
+from perfkit.host import cpustat
 
 #: Axis labels (with units) of the frame columns the figures plot.
 LABELS = {
@@ -321,6 +322,30 @@ def cpu_vs_frame_size(frame: pd.DataFrame, models: Sequence[object], subtitle: s
     fig.tight_layout()
     fig.legend(handles=handles, title="DUT cores", loc="upper left", bbox_to_anchor=(1.0, 0.9))
     _title(fig, title, subtitle)
+    return fig
+
+
+def cpu_mode_heatmap(modes: pd.DataFrame, subtitle: str = "", max_rows: int = 40) -> Figure:
+    """The DUT cores' time by CPU mode (``analysis.cpu_modes_per_core``): one row per scenario and
+    DUT core, one column per mode, the mean share of the core's time [%]."""
+    title = "DUT cores' time by CPU mode, per scenario and core"
+    if modes.empty:
+        return _empty(title, "no /proc/stat figures of the DUT cores in this run")
+    d = modes.assign(row=modes["scenario_key"] + "  cpu " + modes["cpu"].astype(str))
+    order = [m for m in cpustat.MODES if m in set(d["mode"])]
+    rows = list(dict.fromkeys(d["row"]))[:max_rows]
+    grid = d[d["row"].isin(rows)].pivot_table(index="row", columns="mode", values="share_pct", aggfunc="mean")
+    grid = grid.reindex(index=rows, columns=order)
+    fig, ax = plt.subplots(figsize=(1.1 * len(order) + 6, 0.35 * len(rows) + 2))
+    sns.heatmap(grid, annot=True, fmt=".0f", cmap="rocket_r", vmin=0, vmax=100, ax=ax,
+                cbar_kws={"label": "share of the core's time [%]"})
+    ax.set_xlabel("CPU mode (/proc/stat)")
+    ax.set_ylabel("scenario and DUT core")
+    trials = int(modes["trials"].max())
+    ax.legend(handles=[Patch(facecolor="none", edgecolor="none",
+                             label=f"a cell: the mean over the scenario's trials (up to {trials})")],
+              loc="upper left", bbox_to_anchor=(0, -0.12 - 0.6 / max(len(rows), 1)), frameon=False)
+    _title(fig, title, subtitle + (f" (first {max_rows} rows)" if d["row"].nunique() > max_rows else ""))
     return fig
 
 

@@ -513,3 +513,15 @@ def test_a_run_whose_trials_the_load_model_cannot_use_gives_an_empty_frame(tmp_p
         store.append(r)
     frame = analysis.load_frame(analysis.load_run("none", tmp_path))
     assert frame.empty
+
+
+def test_the_dut_cores_time_by_mode_is_a_heatmap_with_title_units_and_legend():
+    from perfkit import plots
+
+    modes = pd.DataFrame([{"scenario_key": "s1", "cpu": 1, "mode": m, "share_pct": v, "trials": 3}
+                          for m, v in (("system", 20.0), ("softirq", 70.0), ("idle", 8.0), ("steal", 2.0))])
+    fig = plots.cpu_mode_heatmap(modes, "run r")
+    assert plots.problems(fig) == []
+    grid = np.ma.masked_invalid(fig.axes[0].collections[0].get_array())
+    assert sorted(float(v) for v in grid.compressed()) == [2.0, 8.0, 20.0, 70.0]
+    assert plots.problems(plots.cpu_mode_heatmap(modes.iloc[:0], "run r")) == []

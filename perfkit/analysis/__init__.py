@@ -22,7 +22,7 @@ Each module documents the columns of its frames.
 """
 from perfkit.analysis.capacity import CapacityAnswer, capacity_answer, load_capacity
 from perfkit.analysis.cost import LoadModel, fit_load, load_frame
-from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_per_trial
+from perfkit.analysis.cpu import CpuSource, cpu_frame, cpu_modes_per_core, cpu_per_trial
 from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, MIN_CV_GROUPS, TARGET_UNITS, WEAK_R2, CpuModels,
                                      LinearFit, capacity_pivot, capacity_table, capacity_tables, coefficients_table,
                                      correlation_table, correlations, drop_generator_limited, fit_cpu_models,
@@ -38,7 +38,7 @@ __all__ = [
     "CapacityAnswer", "CpuModels", "CpuSource", "LinearFit", "LoadModel", "RunData", "capacity_answer",
     "capacity_pivot", "drop_generator_limited", "fit_load", "load_capacity", "load_frame", "r2_words",
     "capacity_table", "capacity_tables",
-    "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_per_trial", "disturbed_table",
+    "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_modes_per_core", "cpu_per_trial", "disturbed_table",
     "fit_cpu_models", "fit_linear", "frame_sizes", "goals", "latency_table", "limits_table", "load_run",
     "run_notes", "run_summary", "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",
     "variant_label",

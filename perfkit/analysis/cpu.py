@@ -18,6 +18,9 @@ named by ``CpuSource.missing_note``: the frame then takes every trial's CPU from
                      cores are added, so it is linear in the offered rate)
     cpu_busy_pct, cpu_softirq_pct, cpu_system_pct   per DUT core, mean over the DUT cores [%]
     cpu_cores_seen   DUT cores the source had figures for
+
+``cpu_modes_per_core`` -- scenario x DUT core x mode: the mean share of the core's time per CPU
+mode (user, system, softirq, steal ...) [%], for the report's heatmap.
 """
 from __future__ import annotations
 
@@ -146,3 +149,23 @@ def cpu_frame(run: RunData, methods: Sequence[str] | None = ("maxrate",), max_lo
     frame = sel[keep].merge(cpu, on="trial_id", how="inner")
     frame["inv_frame_size"] = 1.0 / frame["frame_size"]
     return frame.reset_index(drop=True), source
+
+
+def cpu_modes_per_core(run: RunData, methods: Sequence[str] | None = ("maxrate",)) -> pd.DataFrame:
+    """The DUT cores' time by CPU mode, per scenario (the trials' /proc/stat snapshots): one row per
+    scenario x DUT core x mode, ``share_pct`` the mean share of the core's time [%] over the scenario's
+    ``methods`` trials (all trials: None), with ``trials`` the number of them."""
+    cols = ["scenario_key", "cpu", "mode", "share_pct", "trials"]
+    frame = run.store.cpu_frame()
+    if frame.empty:
+        return pd.DataFrame(columns=cols)
+    t = run.trials
+    if methods is not None and "method_name" in t:
+        t = t[t["method_name"].isin(methods)]
+    d = frame[frame["dut_core"].astype(bool) & frame["trial_id"].isin(set(t["trial_id"]))]
+    if d.empty:
+        return pd.DataFrame(columns=cols)
+    out = d.groupby(["scenario_key", "cpu", "mode"], sort=False).agg(
+        share_pct=("fraction", "mean"), trials=("trial_id", "nunique")).reset_index()
+    out["share_pct"] *= 100
+    return out[cols]
