@@ -137,16 +137,8 @@ class PerfRecorder(PerfSession):
         self._enabled_at = 0.0
         self._cpu0: float | None = None
 
-    # context manager: start on entry; on exit fold the stacks, or, after an exception, only clean up
-    def __enter__(self) -> PerfRecorder:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.profile = self.stop()
-        else:
-            self.abort()
+    def keep(self, result: PerfProfile) -> None:
+        self.profile = result
 
     def start(self) -> None:
         """Start perf with its events disabled, then enable them; returns when perf acknowledged."""

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Self
 
 from perfkit import owners
 from perfkit.errors import ConfigError
@@ -94,6 +94,27 @@ class PerfSession:
         self._dir: Path | None = None
         self._ctl: int | None = None
         self._ack: int | None = None
+
+    # context manager: start on entry; on a clean exit keep what stop() gives, else only clean up
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.keep(self.stop())
+        else:
+            self.abort()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> Any:
+        raise NotImplementedError
+
+    def keep(self, result: Any) -> None:
+        """Store what a clean ``stop`` gave (``PerfRecorder.profile``, ``PerfCounter.counts``)."""
+        raise NotImplementedError
 
     def launch(self, setpriv: str, argv: list[str]) -> None:
         """Start ``argv`` (perf and its options; the control options are added) with its events

@@ -80,15 +80,8 @@ class PerfCounter(PerfSession):
         self.events = tuple(events)
         self.counts: PerfCounts | None = None
 
-    def __enter__(self) -> PerfCounter:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.counts = self.stop()
-        else:
-            self.abort()
+    def keep(self, result: PerfCounts) -> None:
+        self.counts = result
 
     def start(self) -> None:
         tools = check_available(fold=False)
