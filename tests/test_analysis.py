@@ -78,10 +78,24 @@ def test_search_path_is_each_units_trials_in_order(run):
         assert len(g) == len(summary["trial_ids"])
 
 
-def test_latency_table_has_percentiles_of_the_figure_trials(run):
+def test_latency_is_measured_at_the_goals_found(run):
+    """smoke.yaml's ndrpdr measures latency at 100 % of its NDR and PDR once it has found them."""
+    tp = analysis.throughput_table(run)
+    at = analysis.goal_latency_table(run)
+    searches = tp[tp["goal"] != "max"]
+    assert len(at) == len(searches) and set(at["load"]) == {"100% of NDR", "100% of PDR0.5%"}
+    figures = searches.set_index(["unit", "goal"])
+    for row in at.to_dict("records"):
+        figure = figures.loc[(row["unit"], row["goal"])]
+        assert row["throughput_mpps"] == pytest.approx(figure["throughput_mpps"])
+        assert row["rate_mpps"] == pytest.approx(row["throughput_mpps"], rel=1e-6)
+        assert row["at_least"] == figure["at_least"] and row["limited_by"] == figure["limited_by"]
+        assert 0 < row["latency_p50_us"] <= row["latency_p99_us"] <= row["latency_max_us"]
+        trial = run.trials[run.trials["trial_id"] == row["trial_id"]].iloc[0]
+        assert trial["phase"] == f"latency {row['goal']} 100%" and trial["trial_id"] != figure["trial_id"]
     lat = analysis.latency_table(run)
     assert set(lat["percentile"]) == {"p50", "p90", "p99", "p99.9", "max"}
-    assert set(lat["load"]) == {"max rate", "NDR", "PDR0.5%"}
+    assert set(lat["load"]) == {"100% of NDR", "100% of PDR0.5%"}
     assert (lat["latency_us"] > 0).all()
 
 

@@ -266,6 +266,42 @@ def test_ndrpdr_on_a_dut_that_never_loses() -> None:
     assert all(g.lower_bound == 5e6 and g.upper_bound is None for g in res.goals)
 
 
+def test_ndrpdr_measures_latency_at_each_goal_once_found() -> None:
+    gen = sim("smooth")
+    params = NdrPdr(goals=(0.0, 0.005), final_duration=2.0, latency_fractions=(1.0, 0.5), latency_duration=1.5)
+    res = ndrpdr(gen, params)
+    latency = [t for t in res.trials if t.method.split("/")[1].startswith("latency")]
+    # after every search trial, one per goal and fraction, at that fraction of the goal's lower bound
+    assert res.trials[-len(latency):] == latency and len(latency) == 4
+    for g in res.goals:
+        assert [p.fraction for p in g.latency] == [1.0, 0.5]
+        for point in g.latency:
+            trial = next(t for t in latency if t.trial_id == point.trial_id)
+            assert trial.method == f"ndrpdr/latency {g.name} {point.fraction * 100:g}%"
+            assert trial.duration == 1.5 and point.rate_pps == pytest.approx(g.lower_bound * point.fraction)
+            assert point.latency_ns == trial.latency_ns and {"p50", "p99", "max"} <= set(point.latency_ns)
+            assert not point.at_least  # the sim DUT, not the generator, set the bounds
+        # more load, more queueing: the PDR's point is at a higher rate than the NDR's
+    assert res.goals[1].latency[0].latency_ns["p99"] > res.goals[0].latency[1].latency_ns["p99"]
+    d = res.to_dict()
+    assert d["goals"][0]["latency"][0]["latency_ns"]["p50"] > 0
+    json.dumps(d)
+
+
+def test_ndrpdr_latency_at_a_lower_bound_says_so() -> None:
+    res = ndrpdr(SimGenerator(SCENARIO, threshold=1e8), NdrPdr(max_rate=5e6, final_duration=1.0,
+                                                               latency_fractions=(1.0,)))
+    assert all(g.limited_by in LOWER_BOUNDS and g.latency[0].at_least for g in res.goals)
+
+
+def test_ndrpdr_latency_fractions_are_checked() -> None:
+    for bad in ((0.0,), (1.5,), (1.0, 1.0)):
+        with pytest.raises(ConfigError, match="latency_fractions"):
+            NdrPdr(latency_fractions=bad)
+    with pytest.raises(ConfigError, match="latency_duration"):
+        NdrPdr(latency_fractions=(1.0,), latency_duration=0)
+
+
 def test_ndrpdr_distrusts_short_trials_after_failed_confirmations() -> None:
     gen = sim("buffered")  # 200k packets of buffer: 1 s trials pass up to 1.2 Mpps, 10 s ones 1.02
     res = ndrpdr(gen, NdrPdr(goals=(0.0,), final_duration=10.0))
@@ -394,6 +430,17 @@ def test_cli_json_with_sim_generator(capsys: pytest.CaptureFixture[str], method:
     assert d["scenario"]["dataplane"] == "pgwu" and d["generator"] == "sim"
     if method in ("ndr", "ndrpdr"):
         assert brackets(d["lower_bound"], d["upper_bound"], T)
+
+
+def test_cli_ndrpdr_latency_at_the_goals(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "search", "ndrpdr", *SIM, "--latency-fractions", "100%", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["params"]["latency_fractions"] == [1.0]
+    for g in d["goals"]:
+        (point,) = g["latency"]
+        assert point["rate_pps"] == g["lower_bound"] and point["latency_ns"]["p99.9"] > 0
+    code, out, _ = run_cli(capsys, "search", "ndrpdr", *SIM, "--latency-fractions", "100%")
+    assert code == 0 and "100% of NDR" in out and "100% of PDR0.5%" in out and "p99.9 [us]" in out
 
 
 def test_cli_human_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,8 +23,16 @@
     disturbed_seconds     their traffic time [s]
 
 ``latency_table`` -- trial x percentile with latency: scenario columns, label, ``load`` (``10% of
-NDR`` for latency trials, ``NDR`` / ``max`` for the figure trials), percentile (p50, p90, p99,
-p99.9, max), latency_us.
+NDR`` for latency trials, ``100% of NDR`` / ``100% of PDR0.5%`` for an ndrpdr's latency at its goals,
+else ``NDR`` / ``max`` for the figure trials), at_least (the load is a fraction of a throughput that
+is only a lower bound), percentile (p50, p90, p99, p99.9, max), latency_us.
+
+``goal_latency_table`` -- unit x goal x fraction, for the latency ndrpdr measured at its goals once
+found (``latency_fractions``; seed 003's latency at NDR and PDR): unit, scenario columns, label,
+repeat, goal, fraction [1], load (``100% of NDR``), throughput_mpps (the goal's lower bound),
+at_least (that throughput is only a lower bound, so the load is a fraction of a lower bound of the
+NDR/PDR), limited_by (what set the throughput), rate_mpps (offered), loss_ratio, latency_<p>_us for
+p50, p90, p99, p999 (p99.9), max, ipdv_<p>_us for p50, p99, max (NaN if not measured), trial_id.
 
 ``disturbed_table`` -- one row per disturbed trial: unit, scenario columns, label, phase,
 offered_mpps, lost_packets, dut_stall_us, tester_stall_us, steal_us (summed over the trial's probed
@@ -170,7 +178,8 @@ def throughput_table(run: RunData) -> pd.DataFrame:
                    "upper_pps": upper,
                    "relative_width": (upper - lower) / upper if lower is not None and upper else math.nan,
                    "limited_by": g.get("limited_by") or _goal_limit(res, lower, upper, ut)}
-            _row_from_trial(row, _figure_trial(ut, lower, g["loss_tolerance"]))
+            _row_from_trial(row, _figure_trial(ut[~ut["phase"].str.startswith("latency ")], lower,
+                                               g["loss_tolerance"]))
             rows.append(row)
     columns = ["unit", *SCENARIO_COLUMNS, "shared_cores", "label", "method", "repeat", "goal", "loss_tolerance",
                "throughput_pps", "throughput_mpps", "throughput_gbps", "upper_pps", "upper_mpps", "relative_width", "trial_id",
@@ -241,16 +250,19 @@ def limits_table(tp: pd.DataFrame) -> pd.DataFrame:
 def latency_table(run: RunData) -> pd.DataFrame:
     """Latency percentiles, tidy (see module doc): latency-method trials, else the figure trials."""
     t = run.trials
-    cols = [*SCENARIO_COLUMNS, "label", "load", "percentile", "latency_us"]
+    cols = [*SCENARIO_COLUMNS, "label", "load", "at_least", "percentile", "latency_us"]
     if t.empty or "latency_p50_ns" not in t:
         return pd.DataFrame(columns=cols)
     lat = t[(t["method_name"] == "latency") & t["in_result"] & t["phase"].str.endswith("%")].copy()
-    if not lat.empty:
-        lat["load"] = lat["phase"] + " of NDR"
-    else:
+    lat["load"] = lat["phase"] + " of NDR"
+    lat["at_least"] = False
+    at_goals = goal_latency_table(run)
+    if not at_goals.empty:
+        lat = pd.concat([lat, t.merge(at_goals[["trial_id", "load", "at_least"]], on="trial_id")])
+    if lat.empty:
         tp = throughput_table(run)
         ids = tp.dropna(subset=["trial_id"])
-        lat = t.merge(ids[["trial_id", "goal"]], on="trial_id")
+        lat = t.merge(ids[["trial_id", "goal", "at_least"]], on="trial_id")
         lat["load"] = lat["goal"].str.upper().where(lat["goal"] != "max", "max rate")
     rows = []
     for rec in lat.to_dict("records"):
@@ -258,8 +270,40 @@ def latency_table(run: RunData) -> pd.DataFrame:
             v = rec.get(f"latency_{suffix}_ns")
             if v is not None and pd.notna(v):
                 rows.append({**{k: rec[k] for k in SCENARIO_COLUMNS}, "label": rec["label"], "load": rec["load"],
-                             "percentile": name, "latency_us": float(v) / 1e3})
+                             "at_least": bool(rec["at_least"]), "percentile": name, "latency_us": float(v) / 1e3})
     return pd.DataFrame(rows, columns=cols)
+
+#: ``goal_latency_table``'s percentile columns: latency, then IPDV (column suffix, key in the trial's map).
+GOAL_LATENCY = (("latency", (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))),
+                ("ipdv", (("p50", "p50"), ("p99", "p99"), ("max", "max"))))
+
+
+def goal_latency_table(run: RunData) -> pd.DataFrame:
+    """Latency at the goals an ndrpdr found, one row per unit x goal x fraction (see module doc)."""
+    pct_cols = [f"{kind}_{suffix}_us" for kind, pcts in GOAL_LATENCY for suffix, _ in pcts]
+    cols = ["unit", *SCENARIO_COLUMNS, "label", "repeat", "goal", "fraction", "load", "throughput_mpps", "at_least",
+            "limited_by", "rate_mpps", "loss_ratio", *pct_cols, "trial_id"]
+    trials = run.trials.set_index("trial_id") if not run.trials.empty else run.trials
+    rows = []
+    for s in run.searches:
+        for g in s["result"].get("goals", []):
+            for p in g.get("latency", []):
+                if p["trial_id"] not in trials.index:
+                    continue
+                t = trials.loc[p["trial_id"]]
+                row = {"unit": s["unit"], **{k: t[k] for k in SCENARIO_COLUMNS}, "label": s.get("label", s["method"]),
+                       "repeat": int(s.get("repeat", 1)), "goal": g["name"], "fraction": p["fraction"],
+                       "load": f"{p['fraction'] * 100:g}% of {g['name'].upper()}",
+                       "throughput_mpps": g["lower_bound"] / 1e6, "at_least": bool(p["at_least"]),
+                       "limited_by": g.get("limited_by", ""), "rate_mpps": p["offered_pps"] / 1e6,
+                       "loss_ratio": p["loss_ratio"], "trial_id": p["trial_id"]}
+                for kind, pcts in GOAL_LATENCY:
+                    for suffix, key in pcts:
+                        v = p[f"{kind}_ns"].get(key)
+                        row[f"{kind}_{suffix}_us"] = v / 1e3 if v is not None else math.nan
+                rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
 
 def disturbed_table(run: RunData) -> pd.DataFrame:
     """The trials host stalls disturbed (see module doc), in the order they ran."""

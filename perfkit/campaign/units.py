@@ -16,7 +16,7 @@ overhead) and, per scenario, the generator's set-up time. Expected trial counts 
   many short trials and 1 confirmation. A real DUT (any backend but ``sim``) rarely confirms at
   once: per goal, 2 failed confirmations are added, then 3 probe + long pairs (on the veth testbed
   an NDR search at 2 % took 18 trials on average, 10 without this allowance). Never more than
-  ``max_trials``.
+  ``max_trials``; then one latency trial per goal and ``latency_fractions`` entry.
 
 These are planning figures; a run prints the estimate first and records it in its metadata.
 """
@@ -157,7 +157,9 @@ def expected_trials(method: MethodSpec, noisy: bool = True) -> tuple[float, floa
         n = short + final
         if n > built.max_trials:
             short, final = short * built.max_trials / n, final * built.max_trials / n
-        return float(short + final), short * built.initial_duration + final * built.final_duration
+        latency = len(built.goals) * len(built.latency_fractions)
+        return (float(short + final + latency), short * built.initial_duration + final * built.final_duration
+                + latency * (built.latency_duration or built.final_duration))
     return 10.0, 10.0 * 2.0  # an unknown method: a guess
 
 

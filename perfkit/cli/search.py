@@ -132,13 +132,20 @@ def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
     g.add_argument("--relative-width", default="0.5%", help="target relative width (default 0.5%%)")
     g.add_argument("--initial-duration", type=seconds, default=1.0, help="short trial duration (default 1 s)")
     g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
+    g.add_argument("--latency-fractions", default="", metavar="FRACTIONS",
+                   help="then measure latency at these fractions of each goal found, e.g. 100%%,50%% "
+                        "(default none)")
+    g.add_argument("--latency-duration", type=seconds, default=None,
+                   help="length of each latency trial (default: --duration)")
 
 
 def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Params:
     return dict(goals=parse_fractions("goals", args.goals),
                 relative_width=parse_fraction("relative_width", args.relative_width),
                 initial_duration=args.initial_duration, final_duration=_duration(args, 10.0),
-                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
+                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
+                latency_fractions=parse_fractions("latency_fractions", args.latency_fractions),
+                latency_duration=args.latency_duration)
 
 
 def opts_latency(p: argparse.ArgumentParser) -> None:
@@ -180,6 +187,7 @@ def human(d: dict[str, Any]) -> str:
         for g in d["goals"]:
             lines.append(f"{g['name']:10s} {_mpps(g['lower_bound']):>12s} {_mpps(g['upper_bound']):>12s} "
                          f"{_gbps(g['lower_bound'], d):>15s} {_pct(g['relative_width']):>7s}")
+        lines += _goal_latency(d["goals"])
     elif d["method"] == "maxrate":
         lines.append(f"offered {_mpps(d['upper_bound'])} Mpps, received {_mpps(d['lower_bound'])} Mpps")
     elif d["method"] == "sweep":
@@ -203,6 +211,26 @@ def _trial_table(trials: list[dict[str, Any]]) -> list[str]:
         rows.append(f"{t['phase']:8s} {t['intended_pps'] / 1e6:11.4f} {t['rx_pps'] / 1e6:10.4f} "
                     f"{_pct(t['loss_ratio'], 4):>9s} {_us(lat.get('p50')):>9s} {_us(lat.get('p99')):>9s} "
                     f"{_pct(cpu, 0):>7s}")
+    return rows
+
+
+def _goal_latency(goals: list[dict[str, Any]]) -> list[str]:
+    """Latency at the goals found (ndrpdr's ``latency_fractions``): one line per goal and fraction."""
+    points = [(g, p) for g in goals for p in g.get("latency", [])]
+    if not points:
+        return []
+    rows = [f"{'latency at':18s} {'rate [Mpps]':>11s} {'loss':>9s} {'p50 [us]':>9s} {'p90 [us]':>9s} "
+            f"{'p99 [us]':>9s} {'p99.9 [us]':>10s} {'max [us]':>9s} {'IPDV p99 [us]':>13s}"]
+    for g, p in points:
+        at = f"{p['fraction'] * 100:g}% of {g['name'].upper()}" + (" (>=)" if p["at_least"] else "")
+        lat = p["latency_ns"]
+        rows.append(f"{at:18s} {p['offered_pps'] / 1e6:11.4f} {_pct(p['loss_ratio'], 4):>9s} "
+                    + " ".join(f"{_us(lat.get(k)):>{w}s}" for k, w in (("p50", 9), ("p90", 9), ("p99", 9),
+                                                                      ("p99.9", 10), ("max", 9)))
+                    + f" {_us(p['ipdv_ns'].get('p99')):>13s}")
+    if any(p["at_least"] for _, p in points):
+        rows.append("(>=): the goal's throughput is only a lower bound (not the DUT limited it), so the "
+                    "latency is at a fraction of a lower bound of it")
     return rows
 
 

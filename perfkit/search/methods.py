@@ -56,8 +56,8 @@ def _build(cls: type, kw: dict[str, Any]) -> Any:
     unknown = sorted(set(kw) - names)
     if unknown:
         raise ConfigError(unknown[0], kw[unknown[0]], f"a parameter of {cls.__name__}: {', '.join(sorted(names))}")
-    if cls is NdrPdr and "goals" in kw:
-        kw = {**kw, "goals": tuple(kw["goals"])}
+    if cls is NdrPdr:
+        kw = {**kw, **{k: tuple(kw[k]) for k in ("goals", "latency_fractions") if k in kw}}
     if cls is LatencyAt and "fractions" in kw:
         kw = {**kw, "fractions": tuple(kw["fractions"])}
     return cls(**kw)

@@ -36,6 +36,7 @@ from perfkit.search.limits import OFFER_SHORTFALL
 from perfkit.search.measurer import Measurer, OnTrial
 from perfkit.search.params import check_positive, check_rate_range, check_ratio, resolve_max_rate
 from perfkit.search.result import Bounds, SearchResult, goal_name
+from perfkit.search.simple import latency_at_goals
 from perfkit.search.trials import TrialLog
 from perfkit.trial import TrialResult
 
@@ -61,6 +62,11 @@ class NdrPdr:
     """Lowest rate offered [pps]; None = max_rate / 1000."""
     max_trials: int = 200
     """Safety stop: give up (with a note) after this many trials [1]."""
+    latency_fractions: tuple[float, ...] = ()
+    """Once the search ends, measure latency at these fractions of every goal's throughput (1.0: at
+    the NDR and PDR themselves) [1]; empty: none."""
+    latency_duration: float | None = None
+    """Length of every latency trial [s]; None = ``final_duration``."""
 
     def __post_init__(self) -> None:
         if not self.goals:
@@ -79,6 +85,13 @@ class NdrPdr:
         check_rate_range(self.min_rate, self.max_rate)
         if not (isinstance(self.max_trials, int) and self.max_trials >= 1):
             raise ConfigError("max_trials", self.max_trials, "an integer >= 1")
+        for f in self.latency_fractions:
+            if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1):
+                raise ConfigError("latency_fractions", f, "fractions of the throughput found, 0 < x <= 1")
+        if len(set(self.latency_fractions)) != len(self.latency_fractions):
+            raise ConfigError("latency_fractions", self.latency_fractions, "distinct fractions")
+        if self.latency_duration is not None:
+            check_positive("latency_duration", self.latency_duration, "s")
 
     def resolved(self, measurer: Measurer) -> NdrPdr:
         """A copy with the rate defaults filled in and the goals sorted, strictest first."""
@@ -309,10 +322,12 @@ class _Search:
 def ndrpdr(measurer: Measurer, params: NdrPdr = NdrPdr(), *, on_trial: OnTrial | None = None,
            progress: bool = False) -> SearchResult:
     """NDR and PDRs in one search (see module doc). ``lower_bound``/``upper_bound`` are the
-    strictest goal's (NDR's); ``goals`` holds one bracket per loss ratio."""
+    strictest goal's (NDR's); ``goals`` holds one bracket per loss ratio, and the latency measured
+    at ``latency_fractions`` of it once the search has ended."""
     p = params.resolved(measurer)
     with TrialLog(measurer, "ndrpdr", on_trial, progress) as log:
         bounds = _Search(p, log).run()
         notes = sorted({n for b in bounds for n in b.notes})
-        return log.result("ndrpdr", bounds[0].lower_bound, bounds[0].upper_bound, p,
-                          goals=bounds, notes=notes)
+        result = log.result("ndrpdr", bounds[0].lower_bound, bounds[0].upper_bound, p, goals=bounds, notes=notes)
+        latency_at_goals(log, result, p.latency_fractions, p.latency_duration or p.final_duration)
+        return result

@@ -10,6 +10,30 @@ from perfkit.trial import TrialResult
 
 
 @dataclass
+class LatencyPoint:
+    """Latency measured at a fraction of a goal's throughput, once the search found it."""
+
+    fraction: float
+    """Of the goal's lower bound [1] (1.0: at the NDR or PDR itself)."""
+    rate_pps: float
+    """The rate asked for: ``fraction`` x the lower bound [pps]."""
+    offered_pps: float
+    """What the generator really offered [pps]."""
+    loss_ratio: float
+    """The trial's loss (lost / offered) [1]: latency at a rate that lost is still shown, with it."""
+    latency_ns: dict[str, float]
+    """One-way latency percentiles [ns] (``min``, ``p50``, ``p90``, ``p99``, ``p99.9``, ``max``,
+    ``mean``; empty if the generator measures none)."""
+    ipdv_ns: dict[str, float]
+    """|IPDV| (RFC 3393 delay variation of consecutive packets) percentiles [ns]."""
+    trial_id: str
+    """The trial measured (one of the result's trials, phase ``latency <goal> <percent>``)."""
+    at_least: bool = False
+    """The goal's throughput is only a lower bound (what limited it was not the DUT), so this rate is
+    a fraction of a lower bound of the NDR/PDR, not of the NDR/PDR itself."""
+
+
+@dataclass
 class Bounds:
     """The bracket one goal (a loss tolerance, or a best/worst-of-N rule) ended with."""
 
@@ -28,6 +52,9 @@ class Bounds:
     """``limited_by``'s evidence, in words: for a loss, what the judged trials at ``upper_bound``
     lost, by the DUT's drop counter (``dut_drops``: ``rx_ring_full`` its receive queue, any other
     its program), and what no counter explains (``loss_reason``)."""
+    latency: list[LatencyPoint] = field(default_factory=list)
+    """Latency at fractions of ``lower_bound`` (ndrpdr's ``latency_fractions``), measured after the
+    search; these trials judge nothing."""
 
     @property
     def relative_width(self) -> float | None:

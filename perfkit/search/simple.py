@@ -16,8 +16,10 @@ from perfkit.errors import ConfigError, SearchError
 from perfkit.search.judging import is_good, offered_rate
 from perfkit.search.measurer import Measurer, OnTrial
 from perfkit.search.params import check_positive, check_ratio, resolve_max_rate
-from perfkit.search.result import SearchResult
+from perfkit.search.limits import LOWER_BOUNDS
+from perfkit.search.result import Bounds, LatencyPoint, SearchResult
 from perfkit.search.trials import TrialLog
+from perfkit.trial import TrialResult
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,32 @@ def latency_at(measurer: Measurer, throughput: float | SearchResult, params: Lat
         result.wall_seconds += found.wall_seconds
     result.params["throughput"] = rate
     return result
+
+
+def latency_phase(goal: str, fraction: float) -> str:
+    """The phase of a latency trial at ``fraction`` of goal ``goal``: ``latency ndr 100%``."""
+    return f"latency {goal} {fraction * 100:g}%"
+
+
+def latency_at_goals(log: TrialLog, result: SearchResult, fractions: tuple[float, ...], duration: float) -> None:
+    """Latency at ``fractions`` of every goal's lower bound, once the search has ended (seed 003's
+    methodology 4: latency at the NDR and PDR found).
+
+    One ``duration`` trial per goal and fraction, phase ``latency_phase``; they judge nothing (the
+    bounds and what limited them are settled before), and each goal's ``latency`` lists them. A goal
+    without a lower bound has no latency. ``result`` gets the trials and the time they took.
+    """
+    for goal in result.goals:
+        if goal.lower_bound is None:
+            continue
+        for fraction in fractions:
+            trial = log.run(goal.lower_bound * fraction, duration, latency_phase(goal.name, fraction))
+            goal.latency.append(_point(goal, fraction, trial))
+    result.trials = list(log.trials)
+    result.wall_seconds = log.wall_seconds
+
+
+def _point(goal: Bounds, fraction: float, trial: TrialResult) -> LatencyPoint:
+    return LatencyPoint(fraction=fraction, rate_pps=goal.lower_bound * fraction, offered_pps=offered_rate(trial),
+                        loss_ratio=trial.loss_ratio, latency_ns=dict(trial.latency_ns), ipdv_ns=dict(trial.ipdv_ns),
+                        trial_id=trial.trial_id, at_least=goal.limited_by in LOWER_BOUNDS)
