@@ -210,22 +210,52 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
     return g.figure
 
 
-def _mark_lower_bounds(g: sns.FacetGrid, d: pd.DataFrame, order: list, hue_order: list, row: str | None) -> bool:
+def _mark_lower_bounds(g: sns.FacetGrid, d: pd.DataFrame, order: list, hue_order: list, row: str | None,
+                       col: str = "flow_mode", hue: str = "variant") -> bool:
     """Hatch the bars whose figure is only a lower bound (``at_least``) and write ``≥`` above them."""
     if "at_least" not in d or not d["at_least"].any():
         return False
     for key, ax in g.axes_dict.items():
         row_val, col_val = key if row else (None, key)
-        facet = d[d["flow_mode"] == col_val] if row is None else d[(d["flow_mode"] == col_val) & (d[row] == row_val)]
+        facet = d[d[col] == col_val] if row is None else d[(d[col] == col_val) & (d[row] == row_val)]
         for hue_val, bars in zip(hue_order, ax.containers):
             for x_val, bar in zip(order, bars):
-                rows = facet[(facet["variant"] == hue_val) & (facet["frame_size"] == x_val)]
+                rows = facet[(facet[hue] == hue_val) & (facet["frame_size"] == x_val)]
                 if not rows.empty and rows["at_least"].any():
                     bar.set_hatch("//")
                     bar.set_edgecolor("black")
                     ax.annotate("≥", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                                 va="bottom", fontsize=9)
     return True
+
+
+def best_worst_bars(bw: pd.DataFrame, subtitle: str = "") -> Figure:
+    """Seed 003's bars: best-of-N, single-run and worst-of-N throughput [Mpps] vs frame size, one panel
+    per dataplane variant (two dataplanes side by side). ``bw``: ``analysis.best_worst_single``."""
+    title = "Throughput vs frame size: best-of-N, single run, worst-of-N (vNet-SLA binary search)"
+    d = bw.dropna(subset=["throughput_mpps"])
+    if d.empty:
+        return _empty(title, "no best/worst-of-N search in this run (method bestworst)")
+    d = _variants(d)
+    d["panel"] = d["dataplane"] + ": " + d["variant"]
+    order = list(dict.fromkeys(d.sort_values("frame_size")["frame_size"]))
+    hue_order = [s for s in dict.fromkeys(bw["series"]) if s in set(d["series"])]
+    panels = list(dict.fromkeys(d["panel"]))
+    g = sns.catplot(data=d, kind="bar", x="frame_size", y="throughput_mpps", hue="series", col="panel",
+                    col_order=panels, col_wrap=min(len(panels), 2), errorbar=None, height=3.4, aspect=1.5,
+                    order=order, hue_order=hue_order, sharey=False)
+    g.set_axis_labels(LABELS["frame_size"], LABELS["throughput_mpps"])
+    g.set_titles(col_template="{col_name}")
+    marked = _mark_lower_bounds(g, d, order, hue_order, None, col="panel", hue="series")
+    if g.legend is not None:
+        g.legend.remove()
+    handles = [Patch(facecolor=c, label=v) for v, c in zip(hue_order, sns.color_palette(n_colors=len(hue_order)))]
+    if marked:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="≥: a lower bound (the generator\n"
+                             "or the maximum rate set it,\nnot the DUT)"))
+    g.figure.legend(handles=handles, title="search", loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    _title(g.figure, title, subtitle)
+    return g.figure
 
 
 def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle: str = "") -> Figure:

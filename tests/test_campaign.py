@@ -521,3 +521,63 @@ def test_local_stack_is_started_used_and_stopped(tmp_path):
     assert "local stack started" in out.metrics["note"]
     assert store.pushed_trial_ids() == set(store.trials()["trial_id"])
     assert not stack.status(stack_dir).components, "the stack the run started is stopped again"
+
+
+# -- two dataplanes side by side (parts with their own dataplane) ---------------------------------
+SIDE_BY_SIDE = """
+name: side
+dataplane: pgwu
+params: {direction: dl, sessions: 1}
+frame_sizes: [64, 512]
+flows: [1]
+dut_cores: [1]
+parts:
+  - name: PGW-U
+  - name: L4 LB
+    dataplane: l4lb
+    params: {protocol: udp}
+generator:
+  backend: sim
+  options: {model: noisy, threshold: 1.2Mpps, sigma: 0.02, seed: 3}
+methods:
+  - method: ndr
+    label: single
+    params: {duration: 0.5, relative_width: 0.05}
+  - method: bestworst
+    params: {n: 3, duration: 0.5, relative_width: 0.05}
+metrics: {enabled: false}
+"""
+
+
+def test_a_part_may_measure_another_dataplane():
+    c = parse_campaign(SIDE_BY_SIDE)
+    assert c.dataplanes == ("pgwu", "l4lb")
+    by_dp = {}
+    for sc in c.scenarios():
+        by_dp.setdefault(sc.dataplane, []).append(sc)
+    assert [s.frame_size for s in by_dp["pgwu"]] == [s.frame_size for s in by_dp["l4lb"]] == [64, 512]
+    assert all(s.params["direction"] == "dl" for s in by_dp["pgwu"])
+    # the L4 LB's part takes its own params only: the PGW-U's direction is not one of its parameters
+    assert all(s.params["protocol"] == "udp" and "direction" not in s.params for s in by_dp["l4lb"])
+    raw = yaml.safe_load(SIDE_BY_SIDE)
+    raw["parts"][1]["dataplane"] = "nope"
+    with pytest.raises(ConfigError, match=r"campaign\.parts\[1\]\.dataplane"):
+        from_mapping(raw)
+    raw["parts"][1] = {"dataplane": "l4lb", "params": {"direction": "ul"}}
+    with pytest.raises(ConfigError, match=r"campaign\.parts\[1\]\.params"):
+        from_mapping(raw)
+
+
+def test_best_worst_and_single_run_per_frame_size_for_both_dataplanes(tmp_path):
+    from perfkit import analysis, plots
+    out = run_campaign(parse_campaign(SIDE_BY_SIDE), run_id="side", root=tmp_path, progress=False, say=lambda m: None)
+    assert out.status == "complete"
+    run = analysis.load_run("side", tmp_path)
+    bw = analysis.best_worst_single(analysis.throughput_table(run))
+    assert set(bw["dataplane"]) == {"pgwu", "l4lb"}
+    for _, g in bw.groupby("scenario_key"):
+        assert list(g["series"]) == ["best-of-N", "single run", "worst-of-N"]
+        best, single, worst = g["throughput_pps"]
+        assert worst <= best   # worst-of-N calls a rate good only after N good trials
+    fig = plots.best_worst_bars(bw, run.title)
+    assert {ax.get_title() for ax in fig.axes} >= {"pgwu: DL (GTP-U encap)", "l4lb: UDP (QUIC, :443)"}

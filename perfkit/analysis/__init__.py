@@ -30,7 +30,7 @@ from perfkit.analysis.models import (FEATURE_UNITS, FEATURES, MIN_CV_GROUPS, TAR
 from perfkit.analysis.notes import run_notes
 from perfkit.analysis.run import (SCENARIO_COLUMNS, RunData, frame_sizes, load_run, run_summary, trial_frame,
                                   variant_label)
-from perfkit.analysis.throughput import (PERCENTILES, disturbed_table, goal_latency_table, goals, latency_table,
+from perfkit.analysis.throughput import (PERCENTILES, best_worst_single, disturbed_table, goal_latency_table, goals, latency_table,
                                          limits_table,
                                          search_path, search_table, throughput_pivot, throughput_table)
 
@@ -40,7 +40,7 @@ __all__ = [
     "capacity_pivot", "drop_generator_limited", "fit_load", "load_capacity", "load_frame", "r2_words",
     "capacity_table", "capacity_tables",
     "coefficients_table", "correlation_table", "correlations", "cpu_frame", "cpu_modes_per_core", "cpu_per_trial", "disturbed_table",
-    "fit_cpu_models", "fit_linear", "frame_sizes", "goal_latency_table", "goals", "latency_table", "limits_table", "load_run",
+    "best_worst_single", "fit_cpu_models", "fit_linear", "frame_sizes", "goal_latency_table", "goals", "latency_table", "limits_table", "load_run",
     "run_notes", "run_summary", "search_path", "search_table", "throughput_pivot", "throughput_table", "trial_frame",
     "variant_label",
 ]

@@ -34,6 +34,10 @@ at_least (that throughput is only a lower bound, so the load is a fraction of a 
 NDR/PDR), limited_by (what set the throughput), rate_mpps (offered), loss_ratio, latency_<p>_us for
 p50, p90, p99, p999 (p99.9), max, ipdv_<p>_us for p50, p99, max (NaN if not measured), trial_id.
 
+``best_worst_single`` -- seed 003's bars: per bestworst unit, its best-of-N and worst-of-N rows, and
+the single-run binary searches (``ndr``/``pdr`` methods) of the same scenario and loss tolerance:
+``throughput_table``'s columns plus series (``best-of-N``, ``single run``, ``worst-of-N``).
+
 ``disturbed_table`` -- one row per disturbed trial: unit, scenario columns, label, phase,
 offered_mpps, lost_packets, dut_stall_us, tester_stall_us, steal_us (summed over the trial's probed
 CPUs), retried (run again; else its loss counted), disturbance (the evidence).
@@ -272,6 +276,26 @@ def latency_table(run: RunData) -> pd.DataFrame:
                 rows.append({**{k: rec[k] for k in SCENARIO_COLUMNS}, "label": rec["label"], "load": rec["load"],
                              "at_least": bool(rec["at_least"]), "percentile": name, "latency_us": float(v) / 1e3})
     return pd.DataFrame(rows, columns=cols)
+
+#: ``best_worst_single``'s series, in the order its bars are drawn.
+BEST_WORST_SERIES = ("best-of-N", "single run", "worst-of-N")
+
+
+def best_worst_single(tp: pd.DataFrame) -> pd.DataFrame:
+    """Best-of-N, single-run and worst-of-N throughput per scenario (see module doc); ``tp``:
+    ``throughput_table``. Empty without a bestworst unit."""
+    bw = tp[tp["method"] == "bestworst"]
+    if bw.empty:
+        return tp.iloc[0:0].assign(series=pd.Series(dtype=str))
+    series = bw["goal"].str.extract(r"^(best|worst)(\d+)$")
+    bw = bw.assign(series=series[0] + "-of-N")
+    tolerances = set(bw["loss_tolerance"])
+    single = tp[tp["method"].isin(["ndr", "pdr"]) & tp["loss_tolerance"].isin(tolerances)
+                & tp["scenario_key"].isin(set(bw["scenario_key"]))].assign(series="single run")
+    out = pd.concat([bw, single], ignore_index=True)
+    out["series"] = pd.Categorical(out["series"], BEST_WORST_SERIES, ordered=True)
+    return out.sort_values(["dataplane", "variant", "frame_size", "series"], kind="stable").reset_index(drop=True)
+
 
 #: ``goal_latency_table``'s percentile columns: latency, then IPDV (column suffix, key in the trial's map).
 GOAL_LATENCY = (("latency", (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))),

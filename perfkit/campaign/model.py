@@ -97,6 +97,8 @@ class Part:
     frame_sizes: tuple[int, ...]
     flows: tuple[int, ...]
     dut_cores: tuple[int, ...]
+    dataplane: str = ""
+    """The part's dataplane; empty: the campaign's."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,13 @@ class Campaign:
     combination is a scenario. A dataplane's build options written under ``knobs:`` are in ``params``."""
     parts: tuple[Part, ...] = ()
     """Several grids instead of one (``parts:``): each part's scenarios, in order; a scenario in two
-    parts runs once. Empty: the one grid of the axes above."""
+    parts runs once. Empty: the one grid of the axes above. A part may measure another dataplane
+    (``Part.dataplane``): two dataplanes side by side in one run."""
+
+    @property
+    def dataplanes(self) -> tuple[str, ...]:
+        """The dataplanes the campaign measures, in run order (``dataplane``, or its parts')."""
+        return tuple(dict.fromkeys(p.dataplane or self.dataplane for p in self.parts)) or (self.dataplane,)
 
     def scenarios(self) -> list[Scenario]:
         """Every scenario, in run order: part by part (``parts``), each a grid of the parameters
@@ -150,8 +158,8 @@ class Campaign:
             for values in itertools.product(*(v for _, v in g.params)):
                 for kv in itertools.product(*(v for _, v in g.knobs)):
                     for fs, fl, c in itertools.product(g.frame_sizes, g.flows, g.dut_cores):
-                        sc = Scenario(self.dataplane, fs, fl, c, self.line_rate, dict(zip(names, values)),
-                                      dict(zip(knob_names, kv)))
+                        sc = Scenario(g.dataplane or self.dataplane, fs, fl, c, self.line_rate,
+                                      dict(zip(names, values)), dict(zip(knob_names, kv)))
                         out.setdefault(sc.key, sc)
         return list(out.values())
 

@@ -251,12 +251,13 @@ def _params(dataplane: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     return tuple(out)
 
 
-PART_KEYS = ("name", "params", "knobs", "frame_sizes", "flows", "dut_cores")
+PART_KEYS = ("name", "dataplane", "params", "knobs", "frame_sizes", "flows", "dut_cores")
 
 
 def _with_parts(campaign: Campaign, raw: Mapping[str, Any], backend: str, cpus: int) -> Campaign:
     """``parts:``: several grids, each the campaign's axes with the keys it gives replaced (a part's
-    ``params`` and ``knobs`` replace those of the same names only)."""
+    ``params`` and ``knobs`` replace those of the same names only). A part with another
+    ``dataplane`` takes only its own ``params`` (the campaign's are another dataplane's)."""
     items = raw["parts"]
     if not isinstance(items, list) or not items:
         raise ConfigError("campaign.parts", items, "a list of mappings with keys " + ", ".join(PART_KEYS))
@@ -266,11 +267,13 @@ def _with_parts(campaign: Campaign, raw: Mapping[str, Any], backend: str, cpus: 
         if not isinstance(item, Mapping):
             raise ConfigError(where, item, "a mapping with keys " + ", ".join(PART_KEYS))
         check_keys(where, item, PART_KEYS)
-        params = {**(_default(raw, "params", DEFAULTS) or {}), **(item.get("params") or {})}
+        dataplane = _choice(f"{where}.dataplane", item.get("dataplane", campaign.dataplane), dataplanes.names())
+        inherited = _default(raw, "params", DEFAULTS) if dataplane == campaign.dataplane else {}
+        params = {**(inherited or {}), **(item.get("params") or {})}
         knob_raw = {**(raw.get("knobs") or {}), **(item.get("knobs") or {})}
         try:
-            grid_params = _params(campaign.dataplane, _with_build_knobs(campaign.dataplane, params, knob_raw))
-            grid_knobs = _knobs(campaign.dataplane, knob_raw, backend)
+            grid_params = _params(dataplane, _with_build_knobs(dataplane, params, knob_raw))
+            grid_knobs = _knobs(dataplane, knob_raw, backend)
             sizes = _frame_sizes(item["frame_sizes"]) if "frame_sizes" in item else campaign.frame_sizes
             flows = _flows(item["flows"]) if "flows" in item else campaign.flows
             cores = campaign.dut_cores
@@ -280,7 +283,7 @@ def _with_parts(campaign: Campaign, raw: Mapping[str, Any], backend: str, cpus: 
         except ConfigError as err:
             raise ConfigError(err.field.replace("campaign.", f"{where}.", 1), err.value, err.allowed) from None
         parts.append(Part(_str(f"{where}.name", item.get("name", f"part {i + 1}")), grid_params, grid_knobs, sizes,
-                          flows, cores))
+                          flows, cores, "" if dataplane == campaign.dataplane else dataplane))
     return dataclasses.replace(campaign, parts=tuple(parts), shared_cores=tuple(sorted(shared)))
 
 

@@ -47,8 +47,9 @@ def plan_markdown(campaign: Campaign) -> str:
                "the local Prometheus/Pushgateway/node-exporter stack" if ms.start_local else "the configured endpoints")
     return "\n".join([
         f"**{campaign.name}**" + (f": {campaign.description}" if campaign.description else ""),
-        f"- dataplane `{campaign.dataplane}`, parameters "
-        + ", ".join(f"{n}={list(v) if len(v) > 1 else v[0]!r}" for n, v in campaign.params),
+        (f"- dataplanes {', '.join(f'`{d}`' for d in campaign.dataplanes)} (one per part)"
+         if len(campaign.dataplanes) > 1 else f"- dataplane `{campaign.dataplane}`, parameters "
+         + ", ".join(f"{n}={list(v) if len(v) > 1 else v[0]!r}" for n, v in campaign.params)),
         f"- {len(campaign.scenarios())} scenarios x {len(campaign.methods)} methods "
         f"({', '.join(m.label for m in campaign.methods)}) x {campaign.repeats} repeats = {len(expand(campaign))} units",
         f"- generator `{gen.backend}`" + (f" ({options})" if options else ""),
