@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter
 
-from perfkit.analysis.run import variant_label
+from perfkit.analysis.run import frame_axis, variant_label
 from perfkit.host import cpustat
 
 #: Axis labels (with units) of the frame columns the figures plot.
@@ -190,8 +190,9 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
     if d.empty:
         return _empty(title, _no_figure(rows, goal))
     d = _variants(d)
+    d["frame_size"] = frame_axis(d)  # a frame mix after the fixed sizes
     many_cores = d["dut_cores"].nunique() > 1
-    order, hue_order = sorted(d["frame_size"].unique()), sorted(d["variant"].unique())
+    order, hue_order = _frame_order(d), sorted(d["variant"].unique())
     g = sns.catplot(data=d, kind="bar", x="frame_size", y=value, hue="variant", col="flow_mode",
                     row="dut_cores" if many_cores else None, errorbar="sd", height=3.4, aspect=1.4,
                     order=order, hue_order=hue_order,
@@ -208,6 +209,14 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
         g.figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     _title(g.figure, title, subtitle)
     return g.figure
+
+
+def _frame_order(d: pd.DataFrame) -> list:
+    """The x order of frame sizes: ascending, a frame mix last (``analysis.run.frame_axis``)."""
+    col = d["frame_size"]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return [c for c in col.cat.categories if c in set(col)]
+    return sorted(col.unique())
 
 
 def _mark_lower_bounds(g: sns.FacetGrid, d: pd.DataFrame, order: list, hue_order: list, row: str | None,
@@ -238,7 +247,8 @@ def best_worst_bars(bw: pd.DataFrame, subtitle: str = "") -> Figure:
         return _empty(title, "no best/worst-of-N search in this run (method bestworst)")
     d = _variants(d)
     d["panel"] = d["dataplane"] + ": " + d["variant"]
-    order = list(dict.fromkeys(d.sort_values("frame_size")["frame_size"]))
+    d["frame_size"] = frame_axis(d)  # a frame mix after the fixed sizes
+    order = _frame_order(d)
     hue_order = [s for s in dict.fromkeys(bw["series"]) if s in set(d["series"])]
     panels = list(dict.fromkeys(d["panel"]))
     g = sns.catplot(data=d, kind="bar", x="frame_size", y="throughput_mpps", hue="series", col="panel",
@@ -265,6 +275,10 @@ def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle:
     if d.empty:
         return _empty(title, "no throughput results in this run")
     d = _variants(d)
+    if "frame_mix" in d:  # a frame size axis: a mix has no place on it (the bar plots show it)
+        d = d[d["frame_mix"].fillna("") == ""]
+        if d.empty:
+            return _empty(title, "only frame mixes in this run: see the bar plots")
     d["goal"] = d["goal"].map(lambda g: "max rate" if g == "max" else g.upper())
     d["DUT cores"] = d["dut_cores"].astype(str)
     g = sns.relplot(data=d, kind="line", x="frame_size", y=value, hue="variant", style="flow_mode",
@@ -290,8 +304,9 @@ def loss_bars(tp: pd.DataFrame, subtitle: str = "") -> Figure:
         return _empty(title, "no max-rate results in this run")
     d["loss_pct"] = d["loss_ratio"] * 100
     d = _variants(d)
+    d["frame_size"] = frame_axis(d)
     g = sns.catplot(data=d, kind="bar", x="frame_size", y="loss_pct", hue="variant", col="flow_mode",
-                    errorbar="sd", height=3.2, aspect=1.4)
+                    errorbar="sd", height=3.2, aspect=1.4, order=_frame_order(d))
     g.set_axis_labels(LABELS["frame_size"], LABELS["loss_pct"])
     g.set_titles(col_template="{col_name} flow")
     _move_legend(g, "")
@@ -305,8 +320,9 @@ def latency_percentiles(lat: pd.DataFrame, subtitle: str = "") -> Figure:
     if lat.empty:
         return _empty(title, "no latency measured in this run")
     d = _variants(lat)
+    d["frame_size"] = frame_axis(d)
     loads = list(dict.fromkeys(d["load"]))
-    g = sns.catplot(data=d, kind="point", x="frame_size", y="latency_us", hue="percentile", col="variant",
+    g = sns.catplot(data=d, kind="point", x="frame_size", y="latency_us", hue="percentile", col="variant", order=_frame_order(d),
                     row="load" if len(loads) > 1 else None, row_order=loads if len(loads) > 1 else None,
                     errorbar=None, height=3.0, aspect=1.4, dodge=0.3)
     for ax in g.axes.flat:

@@ -93,6 +93,8 @@ def prog_bench(dataplane: str = dataplanes.DEFAULT, frame_size: int = 64, params
     if cpu is not None and cpu not in allowed:
         raise ConfigError("cpu", cpu, f"one of the CPUs this process may use: {allowed}")
     scenario = Scenario(dataplane, frame_size=frame_size, params=dict(params or {}))
+    if scenario.mix:
+        raise ConfigError("frame_size", frame_size, "a size in bytes: prog-bench runs the program on one frame")
     over = scenario.wire_frame_size - FCS_LEN - TEST_RUN_MAX
     if over > 0:  # a longer frame is split over pages (multi-buffer): the program sees only the first
         raise ConfigError("frame_size", frame_size, f"<= {frame_size - over} bytes for this {scenario.dp.title} traffic "

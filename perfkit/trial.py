@@ -78,6 +78,9 @@ class TrialResult:
     """|IPDV| per RFC 5481 (consecutive packets of a stream) percentiles [ns]."""
     reordered: int = 0
     duplicates: int = 0
+    frame_mix: str = ""
+    """The frame mix offered (``perfkit.framemix``: ``imix``; ``frame_size`` is then its mean,
+    rounded, and ``wire_frame_size`` the mean offered frame, rounded); "": frames of one size."""
     mismatched_packets: int = 0
     """Received packets that are not what the DUT should emit for the profile."""
     dut_drops: dict[str, int] = field(default_factory=dict)
@@ -268,6 +271,8 @@ class TrialResult:
 
     @property
     def tx_bps_l1(self) -> float:
+        if self.frame_mix and self.tx_packets and self.tx_bytes:  # the frames sent, not the rounded mean
+            return l1_bps(self.tx_pps, self.tx_bytes / self.tx_packets)
         return l1_bps(self.tx_pps, self.wire_frame_size)
 
     @property
@@ -280,7 +285,8 @@ class TrialResult:
 
     @property
     def scenario_key(self) -> str:
-        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params, self.knobs)
+        return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params, self.knobs,
+                            self.frame_mix)
 
     @property
     def variant(self) -> str:
@@ -291,7 +297,8 @@ class TrialResult:
     @classmethod
     def for_scenario(cls, scenario: Scenario, **kw: Any) -> TrialResult:
         """A result whose scenario fields are ``scenario``'s; ``kw`` are the measured fields."""
-        return cls(dataplane=scenario.dataplane, frame_size=scenario.frame_size, flows=scenario.flows,
+        return cls(dataplane=scenario.dataplane, frame_size=scenario.frame_size, frame_mix=scenario.frame_mix,
+                   flows=scenario.flows,
                    dut_cores=kw.pop("dut_cores", scenario.dut_cores), params=dict(scenario.params),
                    knobs=dict(scenario.knobs), **kw)
 
@@ -340,6 +347,7 @@ class TrialResult:
                      "mismatched_packets"):
             if name in kw:
                 kw[name] = int(kw[name])
+        kw["frame_mix"] = kw.get("frame_mix") if isinstance(kw.get("frame_mix"), str) else ""  # older records
         for name in ("shared_cores", "stalled", "disturbed"):
             if name in kw:
                 kw[name] = bool(kw[name])
@@ -426,6 +434,7 @@ RECORD_COLUMNS = {
     "run_id": "run the trial belongs to ('' outside a run)",
     "method": "what asked for it: trial, maxrate, ndr, pdr, sweep, bestworst, latency, confirm",
     "dataplane, frame_size, flows, dut_cores": "the scenario's generic fields",
+    "frame_mix": "the frame mix offered (imix; frame_size its rounded mean), '' for frames of one size",
     "params": "JSON {name: value}: the dataplane's scenario parameters",
     "<param>": "one column per scenario parameter of the dataplane (Dataplane.params), typed",
     "scenario_key": "Scenario.key: dataplane, variant, frame size, flows, cores and marked parameters",

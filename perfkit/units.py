@@ -15,6 +15,6 @@ FRAME_MIN, FRAME_MAX = 64, MTU_MAX + ETH_HLEN + FCS_LEN
 LINE_RATES = {"1GbE": 1e9, "10GbE": 10e9, "25GbE": 25e9, "40GbE": 40e9, "100GbE": 100e9}
 
 
-def l1_bps(pps: float, wire_frame_size: int) -> float:
-    """Layer-1 bit rate of ``pps`` frames of ``wire_frame_size`` bytes (FCS included)."""
+def l1_bps(pps: float, wire_frame_size: float) -> float:
+    """Layer-1 bit rate of ``pps`` frames of ``wire_frame_size`` bytes (FCS included; of a mix, its mean)."""
     return pps * (wire_frame_size + L1_OVERHEAD) * 8

@@ -28,12 +28,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perfkit import dataplanes
+from perfkit import dataplanes, framemix
 from perfkit.store import DEFAULT_ROOT, RunStore
 from perfkit.trial import TrialResult, judged_pps, speed_factor
 
 #: The columns that say which scenario a row belongs to, in every frame of this package.
-SCENARIO_COLUMNS = ["scenario_key", "dataplane", "variant", "frame_size", "flows", "flow_mode", "dut_cores"]
+SCENARIO_COLUMNS = ["scenario_key", "dataplane", "variant", "frame_size", "frame_mix", "flows", "flow_mode", "dut_cores"]
 
 
 @dataclass
@@ -83,6 +83,8 @@ def trial_frame(trials: pd.DataFrame, searches: Sequence[dict[str, Any]] = ()) -
     if trials.empty:
         return trials
     df = _scenario_fields(trials.copy())
+    mixes = df["frame_mix"] if "frame_mix" in df else pd.Series("", index=df.index)
+    df["frame_mix"] = [m if isinstance(m, str) else "" for m in mixes]  # records older than frame mixes: ""
     if "disturbed" not in df:
         df["disturbed"] = False
     df["disturbed"] = df["disturbed"].fillna(False).astype(bool)
@@ -119,6 +121,19 @@ def _column(df: pd.DataFrame, name: str) -> np.ndarray:
     if name not in df:
         return np.full(len(df), np.nan)
     return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
+
+
+def frame_axis(df: pd.DataFrame) -> pd.Series:
+    """The frame sizes of a frame with ``frame_size`` and ``frame_mix`` as tables and plots show them:
+    with a frame mix among them, ordered labels (``64``, ..., ``1518``, ``imix``: the mixes after the
+    fixed sizes, ``perfkit.framemix``); else ``frame_size`` itself."""
+    mixes = df["frame_mix"] if "frame_mix" in df else pd.Series("", index=df.index)
+    if not any(isinstance(m, str) and m for m in mixes):
+        return df["frame_size"]
+    pairs = list(zip(df["frame_size"], mixes))
+    order = [framemix.label(*p) for p in sorted(set(pairs), key=lambda p: framemix.sort_key(*p))]
+    return pd.Series(pd.Categorical([framemix.label(*p) for p in pairs], categories=list(dict.fromkeys(order)),
+                                    ordered=True), index=df.index, name="frame_size")
 
 
 def frame_sizes(run: RunData) -> list[int]:

@@ -1,10 +1,11 @@
 """Throughput, search and latency frames of a run.
 
 ``throughput_table`` -- unit x goal (maxrate: goal ``max``; ndrpdr: ``ndr``, ``pdr0.5%`` ...):
-    unit, scenario_key, dataplane, variant, frame_size, flows, flow_mode, dut_cores, shared_cores,
-    label, method, repeat, goal, loss_tolerance,
-    throughput_pps/_mpps  the figure: maxrate: received rate; searches: the goal's lower bound
-    throughput_gbps       L1 Gbit/s of ``throughput_pps`` user-side frames ((frame_size + 20) x 8 bits)
+    unit, scenario_key, dataplane, variant, frame_size, frame_mix, flows, flow_mode, dut_cores,
+    shared_cores, label, method, repeat, goal, loss_tolerance,
+    throughput_pps/_mpps  the figure: maxrate: received rate; searches: the goal's lower bound [frames/s]
+    throughput_gbps       L1 Gbit/s of ``throughput_pps`` user-side frames ((frame_size + 20) x 8 bits;
+                          a frame mix (``frame_mix`` imix): its mean frame + 20, 381.83 x 8 bits)
     upper_pps/_mpps       the goal's upper bound (maxrate: the offered rate); relative_width [1]
     trial_id              the trial behind the figure (maxrate: it; searches: the good one at the bound)
     offered_mpps, rx_mpps, rx_gbps, loss_ratio   of that trial (rx_gbps: received L1 Gbit/s)
@@ -56,9 +57,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from perfkit.analysis.run import SCENARIO_COLUMNS, RunData
+from perfkit import framemix
+from perfkit.analysis.run import SCENARIO_COLUMNS, RunData, frame_axis
 from perfkit.search.limits import LIMITS, LOWER_BOUNDS, fell_short, stored_goal_limit, stored_maxrate_limit
-from perfkit.units import L1_OVERHEAD
 
 #: Latency percentiles shown, as (column suffix, label).
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
@@ -199,9 +200,11 @@ def throughput_table(run: RunData) -> pd.DataFrame:
     df["upper_pps"] = pd.to_numeric(df["upper_pps"], errors="coerce")
     df["throughput_mpps"] = df["throughput_pps"] / 1e6
     df["upper_mpps"] = df["upper_pps"] / 1e6
-    df["throughput_gbps"] = df["throughput_pps"] * (df["frame_size"] + L1_OVERHEAD) * 8 / 1e9
-    return df[columns].sort_values(["label", "goal", "dataplane", "variant", "flows", "dut_cores", "frame_size", "repeat"],
-                                   kind="stable").reset_index(drop=True)
+    l1_bytes = [framemix.mean_l1_bytes(f, m) for f, m in zip(df["frame_size"], df["frame_mix"])]
+    df["throughput_gbps"] = df["throughput_pps"] * np.array(l1_bytes) * 8 / 1e9
+    df["_frame_order"] = [framemix.sort_key(f, m) for f, m in zip(df["frame_size"], df["frame_mix"])]
+    return df.sort_values(["label", "goal", "dataplane", "variant", "flows", "dut_cores", "_frame_order", "repeat"],
+                          kind="stable")[columns].reset_index(drop=True)
 
 def search_table(run: RunData) -> pd.DataFrame:
     """``throughput_table`` rows of the searches (everything but maxrate)."""
@@ -220,6 +223,7 @@ def throughput_pivot(tp: pd.DataFrame, value: str = "throughput_mpps", mark: boo
     ``not measured``."""
     if tp.empty:
         return pd.DataFrame()
+    tp = tp.assign(frame_size=frame_axis(tp))  # a frame mix: labelled, after the fixed sizes
     index, columns = ["goal", "dut_cores", "frame_size"], ["variant", "flow_mode"]
     if not mark:
         return tp.pivot_table(index=index, columns=columns, values=value, aggfunc="mean")

@@ -94,7 +94,7 @@ class Part:
     name: str
     params: tuple[tuple[str, tuple[Any, ...]], ...]
     knobs: tuple[tuple[str, tuple[str, ...]], ...]
-    frame_sizes: tuple[int, ...]
+    frame_sizes: tuple[int | str, ...]
     flows: tuple[int, ...]
     dut_cores: tuple[int, ...]
     dataplane: str = ""
@@ -111,8 +111,8 @@ class Campaign:
     params: tuple[tuple[str, tuple[Any, ...]], ...]
     """The dataplane's parameters, each with its values (one value: fixed; several: a grid axis),
     in the dataplane's parameter order; every parameter is present."""
-    frame_sizes: tuple[int, ...]
-    """Frame sizes [bytes], FCS included (the dataplane's frame)."""
+    frame_sizes: tuple[int | str, ...]
+    """Frame sizes [bytes], FCS included (the dataplane's frame), and frame mixes by name (``imix``)."""
     flows: tuple[int, ...]
     """Flow counts; 1 is the single-flow case, more is multi-flow."""
     dut_cores: tuple[int, ...]

@@ -11,7 +11,7 @@ each with. Example (``campaigns/default.yaml`` is the full one)::
       vlan: true
     knobs:                                                # system knobs (perfkit.knobs), an axis like params;
       gro: [on, off]                                      #   a dataplane's build options may be written here
-    frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024]   # the dataplane's frames [bytes], FCS included
+    frame_sizes: [64, 128, 256, 512, 1024, 1424, 3024, imix]  # the dataplane's frames [bytes], FCS included; imix: 7:4:1 of 64/594/1518
     flows: {single: 1, multi: 1024}                       # or a list: [1, 1024]
     dut_cores: auto                                       # or auto+shared, or a list: [1, 2]
     repeats: 1                                            # every unit this many times
@@ -61,7 +61,7 @@ from typing import Any, Hashable, Mapping
 
 import yaml
 
-from perfkit import dataplanes, knobs
+from perfkit import dataplanes, framemix, knobs
 from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec, Part
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
@@ -70,7 +70,7 @@ from perfkit.metrics.config import check_url
 from perfkit.rate import Rate
 from perfkit.search import METHODS
 from perfkit.stl.profile import check_tunables
-from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
+from perfkit.units import LINE_RATES
 from perfkit.yamlload import load_yaml
 
 #: The keys a campaign file may have at the top level.
@@ -372,15 +372,16 @@ def _unique(name: str, items: tuple[Any, ...]) -> None:
             raise ConfigError(f"{name}[{i}]", v, "each value once (it is already in the list)")
 
 
-def _frame_sizes(value: Any) -> tuple[int, ...]:
+def _frame_sizes(value: Any) -> tuple[int | str, ...]:
+    """Frame sizes [bytes] and frame mixes (``imix``: ``perfkit.framemix``), as written."""
     if value is None:
-        raise ConfigError("campaign.frame_sizes", value, f"a list of frame sizes, {FRAME_MIN} .. {FRAME_MAX}")
+        raise ConfigError("campaign.frame_sizes", value, f"a list of frame sizes, {framemix.allowed()}")
     items = _list("campaign.frame_sizes", value)
     out = []
     for i, v in enumerate(items):
-        if isinstance(v, bool) or not isinstance(v, int) or not FRAME_MIN <= v <= FRAME_MAX:
-            raise ConfigError(f"campaign.frame_sizes[{i}]", v, f"{FRAME_MIN} .. {FRAME_MAX}")
-        out.append(v)
+        if isinstance(v, str) and v.strip().lower() not in framemix.MIXES:  # "128" is no size in YAML
+            raise ConfigError(f"campaign.frame_sizes[{i}]", v, framemix.allowed())
+        out.append(framemix.parse_frame_size(v, f"campaign.frame_sizes[{i}]"))
     _unique("campaign.frame_sizes", tuple(out))
     return tuple(out)
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from perfkit import dataplanes, knobs
+from perfkit import dataplanes, framemix, knobs
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.generators.sim import MODELS
@@ -18,12 +18,20 @@ from perfkit.report import DEFAULT_REPORTS
 from perfkit.scenario import Scenario
 from perfkit.store import DEFAULT_ROOT, list_runs
 from perfkit.testbed.dut import check_rx_queue
-from perfkit.units import FRAME_MAX, FRAME_MIN, LINE_RATES
+from perfkit.units import LINE_RATES
 
 
 # -- option types: a bad value is refused by argparse, in one line naming the option -------------------
 def _refuse(text: str, allowed: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: {allowed}")
+
+
+def frame_size(text: str) -> int | str:
+    """A frame size [bytes] in ``FRAME_MIN .. FRAME_MAX``, or a frame mix's name (``imix``)."""
+    try:
+        return framemix.parse_frame_size(text)
+    except ConfigError:
+        raise _refuse(text, f"a frame size, {framemix.allowed()}") from None
 
 
 def seconds(text: str) -> float:
@@ -144,8 +152,9 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     g = parser.add_argument_group("scenario")
     g.add_argument("--dataplane", default=dataplanes.DEFAULT, choices=dataplanes.names(),
                    help=f"the network function under test (default {dataplanes.DEFAULT})")
-    g.add_argument("--frame-size", type=integer(FRAME_MIN, FRAME_MAX, "a frame size [bytes]"), default=64,
-                   help="frame size in bytes, FCS included (the dataplane's frame: PGW-U the user-side one; default 64)")
+    g.add_argument("--frame-size", type=frame_size, default=64,
+                   help="frame size in bytes, FCS included (the dataplane's frame: PGW-U the user-side one; default 64), "
+                        "or imix: 7:4:1 frames of 64, 594 and 1518 bytes")
     g.add_argument("--flows", type=integer(1), default=1, help="number of flows (default 1)")
     if cores:
         g.add_argument("--dut-cores", type=integer(1), default=1, help="cores for the DUT's receive processing")

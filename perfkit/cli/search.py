@@ -239,7 +239,10 @@ def _mpps(x: float | None) -> str:
 
 
 def _gbps(pps: float | None, d: dict[str, Any]) -> str:
-    wire = d["trials"][0]["wire_frame_size"] if d["trials"] else 0
+    first = d["trials"][0] if d["trials"] else {}
+    wire = first.get("wire_frame_size", 0)
+    if first.get("frame_mix") and first.get("tx_packets") and first.get("tx_bytes"):
+        wire = first["tx_bytes"] / first["tx_packets"]  # a frame mix: its frames as sent, not the rounded mean
     return "-" if pps is None or not wire else f"{l1_bps(pps, wire) / 1e9:.3f}"
 
 

@@ -100,7 +100,8 @@ def check_perf(args: argparse.Namespace) -> Path | None:
 def _human(d: dict) -> str:
     lat = d["latency_ns"]
     lines = [
-        f"{d['dataplane']} {' '.join(f'{k}={v}' for k, v in d['params'].items())} {d['frame_size']}B "
+        f"{d['dataplane']} {' '.join(f'{k}={v}' for k, v in d['params'].items())} "
+        f"{d['frame_mix'] + ' (mean ' if d.get('frame_mix') else ''}{d['frame_size']}B{')' if d.get('frame_mix') else ''} "
         f"(wire {d['wire_frame_size']}B) flows={d['flows']} "
         f"dut_cores={d['dut_cores']} generator={d['generator']}",
         f"  offered  {d['tx_packets']:>12} packets  {d['tx_pps'] / 1e6:9.3f} Mpps   (intended {d['intended_packets']})",

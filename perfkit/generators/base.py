@@ -30,6 +30,8 @@ class Generator(ABC):
     #: Whether it counts traffic the dataplane passes to the DUT's kernel, at a socket there
     #: (``Traffic.to_socket``).
     counts_at_socket: bool = False
+    #: Whether it sends frame mixes (``Scenario.frame_mix``: imix) as their weighted sizes.
+    sends_mixes: bool = False
 
     def __init__(self, scenario: Scenario):
         self.check_knobs_and_path(scenario)
@@ -37,13 +39,17 @@ class Generator(ABC):
 
     @classmethod
     def check_knobs_and_path(cls, scenario: Scenario) -> None:
-        """Refuse knobs this generator does not set or under which the DUT cannot be measured, and
-        traffic for the DUT's kernel when it has no socket sink (a ConfigError naming the field)."""
+        """Refuse knobs this generator does not set or under which the DUT cannot be measured,
+        traffic for the DUT's kernel when it has no socket sink, and a frame mix it does not send (a
+        ConfigError naming the field)."""
         if scenario.knobs and not cls.sets_knobs:
             name, value = next(iter(scenario.knobs.items()))
             raise ConfigError("--knob", f"{name}={value}", f"only with a generator that sets knobs on its DUT "
                               f"(xdp: the local testbed; lab: the DUT host), not {cls.name}")
         knobs.check_measurable(scenario.knobs)
+        if scenario.mix and not cls.sends_mixes:
+            raise ConfigError("frame_size", scenario.frame_mix, f"a size in bytes with the {cls.name} generator "
+                              "(frame mixes: the xdp and sim generators)")
         socket = scenario.traffic().to_socket
         if socket and not cls.counts_at_socket:
             raise ConfigError("traffic", f"to a socket on the DUT at {socket[0]}:{socket[1]}",

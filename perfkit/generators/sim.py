@@ -187,6 +187,7 @@ class SimGenerator(Generator):
     """A generator whose DUT is a ``SimModel``; trials take no time but report their duration."""
 
     name = "sim"
+    sends_mixes = True
 
     def __init__(self, scenario: Scenario, model: str | SimModel = "sharp",
                  threshold: float | str | None = None, sigma: float | None = None,
@@ -210,9 +211,10 @@ class SimGenerator(Generator):
             raise ConfigError("sim model", model, "a model kind when threshold/sigma are given")
         self.model = model
         self.max_offer = _pps(max_offer, scenario) if max_offer is not None else None
-        profile = scenario.traffic()
-        self.wire_frame_size = profile.wire_frame_size
-        self.output_frame_size = profile.output_frame_size
+        # a frame mix: its mean frames, rounded (the model does not look at sizes)
+        mix = scenario.traffics()
+        self.wire_frame_size = round(sum(t.wire_frame_size * w for t, w in mix) / sum(w for _, w in mix))
+        self.output_frame_size = round(sum(t.output_frame_size * w for t, w in mix) / sum(w for _, w in mix))
         self._rng = random.Random(seed)
         self.stalls = stalls
         # the stalls' own draws: the DUT's draws stay those of a host that does not stall

@@ -96,8 +96,9 @@ def check_frame_size(scenario: Scenario, profile: Traffic) -> None:
     ``live_frame_max`` bytes, and native XDP on veth takes an MTU of at most ``xdp_max_mtu``."""
     over = max(needed_mtu(profile) - xdp_max_mtu(), profile.wire_frame_size - FCS_LEN - live_frame_max())
     if over > 0:
-        raise ConfigError("frame_size", scenario.frame_size,
-                          f"<= {scenario.frame_size - over} bytes for this {scenario.dp.title} traffic on the xdp "
+        biggest = profile.frame_size  # of a mix: its largest frames' profile (Scenario.traffic)
+        raise ConfigError("frame_size", scenario.frame_mix or scenario.frame_size,
+                          f"<= {biggest - over} bytes for this {scenario.dp.title} traffic on the xdp "
                           f"testbed (the generator sends frames up to {live_frame_max()} bytes, native XDP on veth "
                           f"takes an MTU up to {xdp_max_mtu()}: one page each)")
 
@@ -107,6 +108,7 @@ class XdpGenerator(Generator):
     name = "xdp"
     sets_knobs = True
     counts_at_socket = True
+    sends_mixes = True
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
                  capture_count: int = CAPTURE_COUNT, mtu: int | None = None, testbed_id: str | None = None,
@@ -177,7 +179,8 @@ class XdpGenerator(Generator):
             if self.profile.to_socket:
                 dut_in = self.testbed.a if self.profile.ingress == "a" else self.testbed.b
                 addr, port = self.profile.to_socket
-                self.socket_sink = SocketSink(dut_in.ns, addr, port, self.profile.wire_frame_size, dev=dut_in.dev)
+                self.socket_sink = SocketSink(dut_in.ns, addr, port, round(scenario.wire_frame_size) if scenario.mix
+                                              else self.profile.wire_frame_size, dev=dut_in.dev)
             self.sink = Sink(self.capture_count)
             sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
@@ -191,8 +194,12 @@ class XdpGenerator(Generator):
             at_a = self.profile.ingress == "a"
             self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
             self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
+            #: A frame mix's traffic per size (``Scenario.traffics``), each checked with its own profile.
+            self.mix = scenario.traffics() if scenario.mix and profile is None and not self.stl else ()
+            self.mix_outputs = {t.output_frame_size - FCS_LEN: t for t, _ in self.mix}
             self.gen = LiveGenerator(self.profile, self.tx, self.testbed.anchor, self.tester_cores,
-                                     batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl)
+                                     batch_size=batch_size, flow_op=flow_op, trivial=trivial_generator, stl=self.stl,
+                                     mix=self.mix)
             # the calling thread on the tester cores; every other thread of perfkit's off the DUT cores
             os.sched_setaffinity(0, set(self.tester_cores))
             self.coreshare = CoreShare(self.dut.packet_threads)
@@ -306,7 +313,7 @@ class XdpGenerator(Generator):
         runs = _runs(rt0, rt1, progs[0])
         ns = sum(rt1[p].run_time_ns - rt0[p].run_time_ns for p in progs)
         caps = self.sink.captures()
-        mismatches = [why for c in caps if (why := self.dut.check_output(c.data))]
+        mismatches = [why for c in caps if (why := self._check_output(c.data))]
         if self.capture_path:
             write_pcap(self.capture_path, caps)
 
@@ -342,6 +349,16 @@ class XdpGenerator(Generator):
         if self.stl and self.trex_profile:
             result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
         return result
+
+    def _check_output(self, frame: bytes) -> str | None:
+        """None when ``frame`` is what the DUT should emit; of a mix, for the traffic of its size."""
+        assert self.dut
+        if not self.mix_outputs:
+            return self.dut.check_output(frame)
+        traffic = self.mix_outputs.get(len(frame))
+        if traffic is None:
+            return f"a frame of {len(frame)} bytes, none of the mix's ({sorted(self.mix_outputs)} without FCS)"
+        return self.scenario.dp.check_output(traffic, frame)
 
     def _drain(self) -> None:
         """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""

@@ -35,14 +35,14 @@ from typing import Callable
 from perfkit import stop
 from perfkit.dataplane import Traffic
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_TEMPLATE_MAX, GenOp,
-                             gen_config, gen_state)
+from perfkit.layouts import (GEN_MAX_CSUMS, GEN_MAX_STREAMS, GEN_MAX_VARS, GEN_MAX_WRITES, GEN_MIX_MAX_STREAMS,
+                             GEN_TEMPLATE_MAX, GenOp, gen_config, gen_state)
 from perfkit.libbpf import XdpMd, num_possible_cpus, xdp_attach
 from perfkit.stl.fieldengine import FieldEngine, FlowSlice, slice_engine
 from perfkit.stl.signature import SIGNATURE
 from perfkit.testbed import netns
 from perfkit.testbed.bpfbuild import load_generator, object_path, specialised
-from perfkit.testbed.stlgen import Compiled
+from perfkit.testbed.stlgen import Compiled, Stream
 from perfkit.testbed.topology import Port, anchor_peer
 from perfkit.units import FCS_LEN
 
@@ -108,6 +108,30 @@ def compile_generator(profile: Traffic, flow_op: str = "inc", flow_slice: FlowSl
     ``flow_slice`` of its flows (compiled once, cached)."""
     engine, _ = slice_engine(profile.field_engine(flow_op), flow_slice)
     return specialised("gen", "GEN_CONFIG", build_config(profile.packet(0), engine))
+
+
+def compile_mix(mix: tuple[tuple[Traffic, int], ...], flow_op: str = "inc",
+                flow_slice: FlowSlice = FlowSlice()) -> Compiled:
+    """A frame mix (``Scenario.traffics``: a traffic profile per frame size, with its weight) as the
+    generator's weighted streams (``bpf/gen.bpf.c``'s ``GEN_MIX``): each size's first packet and field
+    engine, as ``compile_generator`` builds them, sent ``weight`` frames of every ``sum(weights)``,
+    interleaved (smooth weighted round robin). The kernel's frame is the longest; the program trims it
+    to each stream's length, so the shorter frames must equal the longest past the bytes it restores."""
+    if not 1 <= len(mix) <= GEN_MIX_MAX_STREAMS:
+        raise ConfigError("frame mix sizes", len(mix), f"1 .. {GEN_MIX_MAX_STREAMS}")
+    streams = []
+    for traffic, _ in mix:
+        engine, _ = slice_engine(traffic.field_engine(flow_op), flow_slice)
+        frame = traffic.packet(0)
+        streams.append(Stream(build_config(frame, engine), frame, engine.sig_offset))
+    longest = max((s.frame for s in streams), key=len)
+    for st in streams:
+        keep = st.config.restore_len
+        if st.frame[keep:] != longest[keep:len(st.frame)]:
+            raise ConfigError(f"{len(st.frame) + FCS_LEN}-byte frame of the mix", f"bytes {keep}.. differ from the "
+                              f"{len(longest) + FCS_LEN}-byte frame's", "frames that differ only in the bytes the "
+                              "generator restores per frame (their headers)")
+    return Compiled(tuple(streams), tuple(w for _, w in mix))
 
 
 def _neg_words(head: bytes, offset: int, size: int) -> int:
@@ -206,15 +230,19 @@ class LiveGenerator:
 
     def __init__(self, profile: Traffic, tx: Port, anchor: Port, cores: list[int], batch_size: int | None = None,
                  flow_op: str = "inc", trivial: bool = False, stl: Compiled | None = None,
-                 flow_slice: FlowSlice = FlowSlice()):
+                 flow_slice: FlowSlice = FlowSlice(), mix: tuple[tuple[Traffic, int], ...] = ()):
         """``stl``: send a TRex STL stream (``perfkit.testbed.stlgen``) instead of ``profile``'s frames;
-        ``flow_slice``: send only that slice of its flows (one of several generator hosts')."""
+        ``flow_slice``: send only that slice of its flows (one of several generator hosts'); ``mix``: a
+        frame mix (``Scenario.traffics``) sent instead of ``profile``'s frames (``compile_mix``)."""
         if not cores:
             raise ConfigError("tester_cores", cores, "at least one CPU")
         if batch_size is not None and not 1 <= batch_size <= UNPACED_BATCH:
             raise ConfigError("batch_size", batch_size, f"1 .. {UNPACED_BATCH}, or None (automatic)")
+        self.mixed = compile_mix(mix, flow_op, flow_slice) if len(mix) > 1 and not stl else None
+        if self.mixed and trivial:
+            raise ConfigError("trivial_generator", trivial, "off with a frame mix (the trivial generator sends one frame)")
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
-        self.frame = stl.frame if stl else profile.packet(0)
+        self.frame = stl.frame if stl else self.mixed.frame if self.mixed else profile.packet(0)
         # a TRex profile: one sequence space (signature stream) per stream of the profile
         self.flows = 1 << (len(stl.streams) - 1).bit_length() if stl else profile.flows
         self.tx_ifindex = tx.ifindex
@@ -223,7 +251,8 @@ class LiveGenerator:
         if trivial:
             path = object_path("gen_trivial")
         else:
-            path = specialised("gen", "GEN_CONFIG", stl.config, stl.extra()) if stl else \
+            weighted = stl or self.mixed
+            path = specialised("gen", "GEN_CONFIG", weighted.config, weighted.extra()) if weighted else \
                 compile_generator(profile, flow_op, flow_slice)
         # each variable's first position in the slice (unused by a TRex profile's engine)
         self.var_starts = slice_engine(profile.field_engine(flow_op), flow_slice)[1] if not (stl or trivial) else ()
@@ -346,6 +375,10 @@ class LiveGenerator:
 
     @property
     def wire_frame_size(self) -> int:
+        """Bytes per frame sent, FCS included; of a frame mix, the mean over the mix, rounded."""
+        if self.mixed:
+            w = self.mixed.weights
+            return round(sum((len(s.frame) + FCS_LEN) * k for s, k in zip(self.mixed.streams, w)) / sum(w))
         return len(self.frame) + FCS_LEN
 
     def close(self) -> None:
