@@ -280,10 +280,14 @@ def throughput_lines(tp: pd.DataFrame, value: str = "throughput_mpps", subtitle:
         if d.empty:
             return _empty(title, "only frame mixes in this run: see the bar plots")
     d["goal"] = d["goal"].map(lambda g: "max rate" if g == "max" else g.upper())
+    # two methods with a goal of the same name (a single-run NDR and an ndrpdr's) are two panels
+    shared = d.groupby("goal")["label"].transform("nunique") > 1
+    d["goal"] = d["goal"].where(~shared, d["label"] + ": " + d["goal"])
     d["DUT cores"] = d["dut_cores"].astype(str)
     g = sns.relplot(data=d, kind="line", x="frame_size", y=value, hue="variant", style="flow_mode",
                     size="DUT cores" if d["dut_cores"].nunique() > 1 else None, col="goal", markers=True,
-                    errorbar="sd", height=3.4, aspect=1.2, facet_kws={"sharey": False})
+                    errorbar="sd", height=3.4, aspect=1.2, col_wrap=min(d["goal"].nunique(), 4),
+                    facet_kws={"sharey": False})
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
         ticks = sorted(d["frame_size"].unique())

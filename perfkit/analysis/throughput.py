@@ -1,6 +1,7 @@
 """Throughput, search and latency frames of a run.
 
-``throughput_table`` -- unit x goal (maxrate: goal ``max``; ndrpdr: ``ndr``, ``pdr0.5%`` ...):
+``throughput_table`` -- unit x goal (maxrate: goal ``max``; sweep: ``sweep``, its highest step of the
+lossless run from the start; ndrpdr: ``ndr``, ``pdr0.5%`` ...):
     unit, scenario_key, dataplane, variant, frame_size, frame_mix, flows, flow_mode, dut_cores,
     shared_cores, label, method, repeat, goal, loss_tolerance,
     throughput_pps/_mpps  the figure: maxrate: received rate; searches: the goal's lower bound [frames/s]
@@ -171,7 +172,8 @@ def throughput_table(run: RunData) -> pd.DataFrame:
                 "hosts": hosts_text(ut.iloc[0].get("hosts")), "notes": "; ".join(res.get("notes", []))}
         if s["method"] == "maxrate" or not res.get("goals"):
             t = ut.iloc[-1] if not ut.empty else None
-            row = {**base, "goal": "max", "loss_tolerance": math.nan, "throughput_pps": res.get("lower_bound"),
+            # a sweep's figure is its highest lossless step, not what the maximum rate brought through
+            row = {**base, "goal": "sweep" if s["method"] == "sweep" else "max", "loss_tolerance": math.nan, "throughput_pps": res.get("lower_bound"),
                    "upper_pps": res.get("upper_bound"), "relative_width": math.nan,
                    "limited_by": res.get("limited_by") or _maxrate_limit(t)}
             _row_from_trial(row, t)
