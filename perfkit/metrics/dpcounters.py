@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -124,3 +124,17 @@ def counter_increase(endpoints: Endpoints, metric: str, start: float, end: float
             frm = math.nan
         rows.append({"metric": metric, **_labels(s), "increase": inc, "from_time": frm, "to_time": float(ts[j])})
     return pd.DataFrame(rows)
+
+
+def trial_counter_rates(endpoints: Endpoints, trial: Mapping[str, Any], counter: str = "packets_total",
+                        wait: bool = False) -> pd.DataFrame:
+    """``counter_rate_frame`` of the counter ``perfkit_<dataplane>_<counter>`` over one trial (a row of
+    the trial frame: ``dataplane``, ``start_time``, ``end_time``); empty when Prometheus has none
+    (a generator that runs no exporter, or the trial before this version)."""
+    metric = f"perfkit_{trial['dataplane']}_{counter}"
+    try:
+        return counter_rate_frame(endpoints, metric, float(trial["start_time"]), float(trial["end_time"]), wait=wait)
+    except MetricsError as err:
+        if "has no" not in str(err):
+            raise
+        return pd.DataFrame(columns=RATE_COLUMNS)
