@@ -19,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from perfkit import dataplanes
+from perfkit import dataplanes, plots
 from perfkit.dataplanes.l4lb import L4lbDut
 from perfkit.dataplanes.l4lb.config import L4lbConfig
 from perfkit.dataplanes.l4lb.traffic import L4lbTraffic
@@ -190,6 +190,8 @@ def test_prometheus_has_the_lbs_per_vip_counter_and_it_matches_the_sink(tmp_path
             rates = counter_rate_frame(ep, VIP_PACKETS, r.start_time, r.end_time, selector=sel)
             busy = rates[rates["vip"] == "198.19.0.1:443/udp"]
             assert busy["rate"].max() > 5000 and busy["increase"].sum() >= r.rx_packets
+            fig = plots.counter_rate(rates, "", (r.start_time, r.end_time))
+            assert not plots.problems(fig) and "198.19.0.1:443/udp" in plots.describe(fig)
             # the exporter runs off the DUT core
             assert exporter_pid and not set(os.sched_getaffinity(exporter_pid)) & set(gen.dut_cores)
         # the testbed down: the exporter stopped, its target and the description removed
