@@ -16,7 +16,10 @@ The parts:
 - ``BpfControl`` and ``BpfDut``: what every dataplane's control plane and DUT wrapper do alike (load
   ``bpf/<name>.bpf.c``, configure it, read its counters); each dataplane subclasses them with what
   it alone has;
-- ``BenchSpec``: what prog-bench needs to drive the program through its intended path.
+- ``BenchSpec``: what prog-bench needs to drive the program through its intended path;
+- ``CounterSpec`` and ``CounterCell``: the counters the dataplane exports to Prometheus
+  (``Dataplane.counter_specs``: their names, help and labels; ``DutProgram.counter_cells``: where
+  each series lives in the loaded program's maps; ``perfkit exporter`` serves them).
 """
 from __future__ import annotations
 
@@ -188,6 +191,36 @@ class Traffic(ABC):
         return len(self.expected_output(0)) + FCS_LEN
 
 
+@dataclass(frozen=True)
+class CounterSpec:
+    """A counter a dataplane exports to Prometheus (``perfkit exporter``): one metric family."""
+
+    name: str
+    """The metric's name, per Prometheus' naming guide: ``perfkit_<dataplane>_..._total`` in base
+    units (``perfkit_l4lb_vip_packets_total``, ``perfkit_l4lb_vip_bytes_total``)."""
+    help: str
+    labels: tuple[str, ...]
+    """Its label names (``("vip",)``)."""
+    unit: str
+    """packets or bytes."""
+
+
+@dataclass(frozen=True)
+class CounterCell:
+    """Where one series of a ``CounterSpec`` lives in the loaded program: the 64-bit word at byte
+    ``offset`` of entry ``index`` of the array map ``map``, summed over CPUs for a per-CPU map."""
+
+    metric: str
+    """The ``CounterSpec.name`` it belongs to."""
+    labels: tuple[str, ...]
+    """Its label values, in the order of the spec's ``labels``."""
+    map: str
+    """The map's name in the program's object."""
+    index: int
+    offset: int
+    """[bytes] into the entry's value."""
+
+
 class DutProgram(ABC):
     """A dataplane loaded into the kernel and configured for one traffic profile."""
 
@@ -207,6 +240,16 @@ class DutProgram(ABC):
     def tables(self) -> dict[str, float]:
         """What the DUT's tables hold, read back from the kernel after they were filled (PGW-U:
         sessions installed and present, and their ratio); {}: nothing to say."""
+        return {}
+
+    def counter_cells(self) -> list[CounterCell]:
+        """Where every series of the dataplane's ``counter_specs`` lives in this program's maps
+        ([]: nothing exported)."""
+        return []
+
+    def map_ids(self) -> dict[str, int]:
+        """Kernel ids of the maps ``counter_cells`` name (a process that did not load the program, or
+        in another network namespace, opens them by id)."""
         return {}
 
     def close(self) -> None:
@@ -314,6 +357,20 @@ class BpfDut(DutProgram):
 
     def fill(self) -> None:
         """Install the tables the traffic needs (after the configuration)."""
+
+    def counter_cells(self) -> list[CounterCell]:
+        """Every counter of ``<name>_stats``, packets and bytes, by its label (``outcome``); a
+        dataplane's DUT adds its own (per VIP, per real ...)."""
+        name, rec = self.control.name, self.control.stat_rec
+        out = []
+        for s in list(self.control.stat)[:-1]:  # type: ignore[attr-defined]
+            for unit in ("packets", "bytes"):
+                out.append(CounterCell(f"perfkit_{name}_{unit}_total", (s.label,), f"{name}_stats", int(s),
+                                       getattr(rec, unit).offset))
+        return out
+
+    def map_ids(self) -> dict[str, int]:
+        return {m: self.control.map(m).id for m in sorted({c.map for c in self.counter_cells()})}
 
     @property
     def program(self) -> Program:
@@ -440,3 +497,15 @@ class Dataplane(ABC):
     def min_frame_size(self, params: Mapping[str, Any]) -> int:
         """Smallest ``frame_size`` the traffic can carry (with the signature)."""
         return 64
+
+    # -- what it exports to Prometheus -------------------------------------------------------------
+    def counter_specs(self) -> tuple[CounterSpec, ...]:
+        """The counters its loaded program exports (``DutProgram.counter_cells`` says where they are):
+        by default packets and bytes per counter of ``<name>_stats`` (label ``outcome``: ``fwd``, a
+        drop reason ...); a dataplane adds its own."""
+        return (CounterSpec(f"perfkit_{self.name}_packets_total",
+                            f"Packets the {self.title} counted, by what happened to them (outcome).",
+                            ("outcome",), "packets"),
+                CounterSpec(f"perfkit_{self.name}_bytes_total",
+                            f"Frame bytes (as received) the {self.title} counted, by what happened to them.",
+                            ("outcome",), "bytes"))

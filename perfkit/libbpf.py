@@ -34,6 +34,8 @@ XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 XDP_FLAGS_REPLACE = 1 << 4
+#: enum bpf_map_type: the per-CPU maps (PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH)
+PERCPU_MAP_TYPES = (5, 6, 10)
 # BPF_PROG_TEST_RUN flags
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 # XDP verdicts
@@ -70,6 +72,14 @@ class _BatchOpts(ctypes.Structure):
     """struct bpf_map_batch_opts."""
 
     _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+
+
+class _MapInfo(ctypes.Structure):
+    """The head of ``struct bpf_map_info`` (uapi/linux/bpf.h)."""
+
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
+                ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
+                ("name", ctypes.c_char * 16)]
 
 
 class BpfProgInfo(ctypes.Structure):
@@ -142,6 +152,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_obj_get": (i, [cp]),
         "bpf_obj_get_info_by_fd": (i, [i, vp, ctypes.POINTER(u32)]),
         "bpf_prog_get_fd_by_id": (i, [u32]),
+        "bpf_map_get_fd_by_id": (i, [u32]),
         "bpf_enable_stats": (i, [i]),
         "bpf_program__attach": (vp, [vp]),
         "bpf_link__destroy": (i, [vp]),
@@ -207,6 +218,28 @@ class Map:
         self.fd, self.name = fd, name
         self.key_size, self.value_size, self.max_entries = key_size, value_size, max_entries
         self.percpu = percpu
+
+    @classmethod
+    def from_id(cls, map_id: int) -> Map:
+        """The map with kernel id ``map_id``, opened by id (from any network namespace: map ids are
+        global); the caller owns the fd (``close``). ``BpfError`` (ENOENT) once the map is gone."""
+        fd = _check(lib().bpf_map_get_fd_by_id(map_id), f"bpf_map_get_fd_by_id({map_id})")
+        info = _MapInfo()
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        try:
+            _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
+                   f"bpf_obj_get_info_by_fd(map {map_id})")
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, info.name.decode(errors="replace"), info.key_size, info.value_size, info.max_entries,
+                   info.type in PERCPU_MAP_TYPES)
+
+    def close(self) -> None:
+        """Close the fd of a map opened by ``from_id`` (a loaded object's maps close with it)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     @property
     def id(self) -> int:
@@ -389,6 +422,15 @@ def prog_info(fd: int) -> BpfProgInfo:
     return info
 
 
+def prog_loaded(prog_id: int) -> bool:
+    """Whether the program with kernel id ``prog_id`` is still loaded."""
+    fd = lib().bpf_prog_get_fd_by_id(prog_id)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
 class BpfObject:
     """A BPF ELF object opened and loaded through libbpf. Close it (or use ``with``) to unload.
 
@@ -475,7 +517,7 @@ class BpfObject:
     def map(self, name: str) -> Map:
         p = self._map_ptr(name)
         # BPF_MAP_TYPE_PERCPU_HASH=5, PERCPU_ARRAY=6, LRU_PERCPU_HASH=10
-        percpu = lib().bpf_map__type(p) in (5, 6, 10)
+        percpu = lib().bpf_map__type(p) in PERCPU_MAP_TYPES
         return Map(lib().bpf_map__fd(p), name, lib().bpf_map__key_size(p), lib().bpf_map__value_size(p),
                    lib().bpf_map__max_entries(p), percpu)
 

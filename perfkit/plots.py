@@ -399,6 +399,32 @@ def cpu_mode_heatmap(modes: pd.DataFrame, subtitle: str = "", max_rows: int = 40
     return fig
 
 
+# -- the dataplane's own counters ------------------------------------------------------------------
+def counter_rate(rates: pd.DataFrame, subtitle: str = "", window: tuple[float, float] | None = None) -> Figure:
+    """A dataplane counter's rate over a trial (``perfkit.metrics.dpcounters.counter_rate_frame``): one
+    line per series (a VIP, a real, an outcome ...), against the seconds after the trial's start;
+    ``window`` (start, end [unix s]) shades the trial."""
+    metric = str(rates["metric"].iloc[0]) if not rates.empty else "counter"
+    unit = "bytes" if metric.endswith("_bytes_total") else "packets"
+    title = f"{metric}: rate per scrape interval"
+    if rates.empty:
+        return _empty(title, "no samples of this counter in the window (was perfkit exporter scraped?)")
+    labels = [c for c in rates.columns if c not in ("metric", "time", "seconds", "increase", "rate", "dataplane",
+                                                     "testbed")]
+    d = rates.assign(series=[", ".join(f"{k}={r[k]}" for k in labels) or metric for _, r in rates.iterrows()])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, g in d.groupby("series", sort=True):
+        ax.step(g["seconds"], g["rate"], where="pre", label=name)
+    if window is not None:
+        start = float(rates["time"].iloc[0] - rates["seconds"].iloc[0])
+        ax.axvspan(window[0] - start, window[1] - start, color="0.9", zorder=0, label="trial")
+    ax.set_xlabel("time after the trial's start [s]")
+    ax.set_ylabel(f"rate [{unit}/s]")
+    ax.legend(title=", ".join(labels) or "series", fontsize=8)
+    _title(fig, title, subtitle)
+    return fig
+
+
 def residuals(models: Sequence[object], subtitle: str = "") -> Figure:
     """Residuals of each variant's multivariate model vs its prediction, hue = frame size."""
     title = "Multivariate CPU model: residuals vs predicted"

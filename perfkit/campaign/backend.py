@@ -28,10 +28,14 @@ def generator_class(backend: str) -> type:
         raise ConfigError("campaign.generator.backend", backend, f"an available backend ({err})") from None
 
 
-def generator_options(campaign: Campaign, scenario: Scenario, cls: type) -> dict[str, Any]:
+def generator_options(campaign: Campaign, scenario: Scenario, cls: type,
+                      exporter_targets: str | None = None) -> dict[str, Any]:
     """The campaign's options, plus ``mtu`` (``jumbo_mtu`` if set) for scenarios whose frames need more
-    than 1500 bytes, when the backend takes it."""
+    than 1500 bytes, when the backend takes it, and ``exporter_targets`` (the local metrics stack's
+    ``targets/``: its Prometheus scrapes the dataplane's counters) when the backend takes that."""
     options = dict(campaign.generator.options)
+    if exporter_targets and "exporter_targets" in inspect.signature(cls.__init__).parameters:
+        options.setdefault("exporter_targets", exporter_targets)
     if campaign.generator.jumbo_mtu is not None and campaign.needs_jumbo(scenario):
         params = inspect.signature(cls.__init__).parameters
         if "mtu" in params or campaign.generator.backend == "xdp":

@@ -6,7 +6,8 @@
 2. endpoints configured (campaign ``metrics.config``/URLs, or ``$PERFKIT_METRICS_CONFIG``,
    ``$PERFKIT_PUSHGATEWAY_URL``, ``$PERFKIT_PROMETHEUS_URL``): they are used if they answer;
 3. else, with ``start_local`` (the default), the local stack is started (``perfkit.metrics.stack.up``;
-   components already running are left as they are) with this process recorded as one of its owners
+   components already running are left as they are; its Prometheus also scrapes the dataplane's
+   counters from the generator's ``perfkit exporter``, ``exporter_targets``) with this process recorded as one of its owners
    (``perfkit clean`` leaves it alone meanwhile); ``close()`` stops the components started for runs,
    unless another live run still uses them (and never a stack started by hand);
 4. if that fails, or the Pushgateway does not answer: the run goes on without pushing.
@@ -36,6 +37,7 @@ from perfkit.campaign.model import MetricsSpec
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics import stack
 from perfkit.metrics.config import load_endpoints
+from perfkit.metrics.promconfig import targets_dir
 from perfkit.metrics.push import push_trial, run_git_sha
 from perfkit.metrics.query import check_endpoints, cpu_frame
 from perfkit.metrics.retire import retire_runs
@@ -76,6 +78,9 @@ class MetricsSession:
     cpu_note: str = ""
     cpu_missing: dict[str, str] = field(default_factory=dict)
     """Trials long enough for Prometheus that it has no CPU figures for (node-exporter down ...)."""
+    exporter_targets: str | None = None
+    """The local stack's ``targets/`` directory: the generator's ``perfkit exporter`` registers there, so
+    the stack's Prometheus scrapes the dataplane's counters (None: no local stack)."""
     owner: dict[str, Any] | None = None
     """This process as an owner of the local stack (``perfkit.owners``): ``perfkit clean`` leaves the
     stack alone while it lives."""
@@ -127,6 +132,7 @@ class MetricsSession:
         self.owner = owner
         self.started = list(st.started)
         self.endpoints = st.endpoints()
+        self.exporter_targets = str(targets_dir(st.dir))
         self.prometheus_ok = True
         what = f"started {', '.join(st.started)}" if st.started else "already running"
         self.note = (f"metrics: local stack {what} (Prometheus {self.endpoints.prometheus_url}, "

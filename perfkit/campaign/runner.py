@@ -178,7 +178,7 @@ def _execute_locked(store: RunStore, campaign: Campaign, cls: type, *, resumed: 
         bar = tqdm(total=len(units), initial=out.units_done_before, desc=campaign.name, unit="unit",
                    disable=not progress, dynamic_ncols=True)
         for scenario, group in itertools.groupby(todo, key=lambda u: u.scenario):
-            gen = LazyGenerator(cls, scenario, generator_options(campaign, scenario, cls))
+            gen = LazyGenerator(cls, scenario, generator_options(campaign, scenario, cls, ms.exporter_targets))
             try:
                 for unit in group:
                     stop.check()   # a stop pending (perfkit.stop): no unit starts

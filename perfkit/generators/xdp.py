@@ -37,6 +37,7 @@ from perfkit.knobs import SETUP_KNOBS, Knobs, Port as KnobPort
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
+from perfkit.testbed.exporterproc import DutExport
 from perfkit.stl import profile as stlprofile
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
@@ -116,7 +117,7 @@ class XdpGenerator(Generator):
                  trivial_generator: bool = False, disturbed_retries: int = Generator.disturbed_retries,
                  trex_profile: StlProfile | str | Path | None = None, trex_tunables: list[str] | None = None,
                  rx_queue: int = RX_QUEUE, speed_reference: float | str | None = None, shield: bool = False,
-                 perf_stat: bool = True):
+                 perf_stat: bool = True, exporter_targets: str | Path | None = None):
         """``rx_queue``: frames of the DUT's NIC-sized receive queue (0: the veth rings of 256 frames;
         see ``perfkit.testbed.dut``). ``speed_reference``: speed normalization (``perfkit.search.judging``)
         at a reference CPU speed [ns per probe step], or ``"auto"``: the DUT cores' speed measured at
@@ -126,7 +127,10 @@ class XdpGenerator(Generator):
         ``shield``: move every other task that may run elsewhere off the DUT cores while the generator
         lives (``perfkit.testbed.shield``; not with shared cores, where the tester needs them).
         ``perf_stat``: count the DUT cores' events with ``perf stat`` during each trial
-        (``perfkit.perf.stat``: ``dut_perf_counts``, ``dut_cycles_per_packet``)."""
+        (``perfkit.perf.stat``: ``dut_perf_counts``, ``dut_cycles_per_packet``). ``exporter_targets``: a
+        metrics stack's ``targets/`` directory; ``perfkit exporter`` then serves the dataplane's
+        counters while it is loaded, off the DUT cores, registered there for the stack's Prometheus
+        (``perfkit.testbed.exporterproc``)."""
         super().__init__(scenario)
         check_rx_queue(rx_queue)
         self.rx_queue = rx_queue
@@ -162,6 +166,8 @@ class XdpGenerator(Generator):
         self.knobs: Knobs | None = None
         #: Where traffic the dataplane passes to the DUT's kernel is counted (``Traffic.to_socket``).
         self.socket_sink: SocketSink | None = None
+        #: The loaded dataplane described for ``perfkit exporter`` (and the exporter, with targets).
+        self.export: DutExport | None = None
         self._affinity = os.sched_getaffinity(0)
         try:
             self.testbed.up()
@@ -169,6 +175,8 @@ class XdpGenerator(Generator):
             self.dut = Dut(self.testbed, scenario.dp, self.profile, self.dut_cores, rx_queue=rx_queue,
                            nic_cores=self.tester_cores, **setup)
             self.dut_tables = self.dut.tables()
+            self.export = DutExport(scenario.dp, self.dut.nf, self.testbed.rid, exporter_targets,
+                                    cpus=self.tester_cores if not self.shared else None)
             if scenario.knobs:  # once the DUT runs: what they are read as is what it runs with otherwise
                 self.knobs = Knobs(self.testbed.rid, tuple(KnobPort(p.ns, p.dev) for p in (self.testbed.a, self.testbed.b)),
                                    scenario.knobs)
@@ -409,14 +417,14 @@ class XdpGenerator(Generator):
             self.confinement.release()
         # the knobs first: restored to what they were read as, with the DUT's program still attached
         for part in (self.knobs, self.shield, self.coreshare, self.stalls, self.gen, self.socket_sink, self.sink,
-                     self.dut):
+                     self.export, self.dut):
             if part is not None:
                 try:
                     part.close()
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
         self.knobs = self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = None
-        self.socket_sink = None
+        self.socket_sink = self.export = None
         self.dut = None
         self.testbed.down()
         try:

@@ -36,6 +36,8 @@ The pieces: the server processes (``perfkit.metrics.servers``), the configuratio
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,8 +49,8 @@ from perfkit import owners as _owners
 from perfkit import stop
 from perfkit.errors import ConfigError, MetricsError
 from perfkit.metrics.config import Endpoints, STACK_ENDPOINTS_FILE, default_stack_dir, write_endpoints_file
-from perfkit.metrics.promconfig import (SCRAPE_INTERVAL, remove_web_config, scrape_auth, write_prometheus_config,
-                                       write_web_config)
+from perfkit.metrics.promconfig import (SCRAPE_INTERVAL, add_dataplane_job, remove_web_config, scrape_auth,
+                                       targets_dir, write_prometheus_config, write_web_config)
 from perfkit.metrics.servers import (HEALTH_PATHS, check_health, find_binary, free_port, is_ours, port_in_use, spawn,
                                      stop_pid, wait_healthy)
 from perfkit.metrics.stackstate import adopt, forget, locked, read_state, state_path, write_state
@@ -157,6 +159,7 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
             given = {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
                      "node-exporter": node_exporter_port}
             healed = _heal(d, state, given, timeout)
+            _upgrade_config(d, state)
             adopt(d, state, owner, healed.started)
             return healed
         ports = _resolve_ports(host, {"prometheus": prometheus_port, "pushgateway": pushgateway_port,
@@ -164,6 +167,7 @@ def up(stack_dir: str | Path | None = None, host: str = "127.0.0.1", *,
         paths = {name: find_binary(name, binaries) for name in COMPONENTS}
         (d / "logs").mkdir(parents=True, exist_ok=True)
         (d / "prometheus").mkdir(exist_ok=True)
+        targets_dir(d).mkdir(exist_ok=True)
         target_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         web_args: list[str] = []
         pw_file: Path | None = None
@@ -254,6 +258,15 @@ def _heal(d: Path, state: dict[str, Any], given: Mapping[str, int | None], timeo
     result = _status(d, state)
     result.started = started
     return result
+
+
+def _upgrade_config(d: Path, state: Mapping[str, Any]) -> None:
+    """A stack started by an older perfkit: add the ``dataplane`` job to its prometheus.yml and have
+    its Prometheus reload it (SIGHUP)."""
+    targets_dir(d).mkdir(exist_ok=True)
+    rec = state.get("components", {}).get("prometheus", {})
+    if add_dataplane_job(d / "prometheus.yml") and is_ours(rec):
+        os.kill(int(rec["pid"]), signal.SIGHUP)
 
 
 def _wait_scraped(rec: Mapping[str, Any], auth: tuple[str, str] | None, timeout: float) -> None:

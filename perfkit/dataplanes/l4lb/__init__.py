@@ -32,10 +32,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
-from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig
+from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+                               Traffic)
+from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.control import L4lb
-from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat
+from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat, l4lb_stat_rec
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
 from perfkit.encap import BY_FLOW, Encap
@@ -49,6 +50,23 @@ BENCH_FLOWS = CLIENT_POOL
 DEFAULT_REALS = 16
 #: The tunnel to the reals: IPv4 in IPv4 (RFC 2003), no header of its own.
 IPIP = Encap("IPIP", ip_proto=IPPROTO_IPIP)
+#: What the LB exports besides its outcomes (``perfkit exporter``): forwarded packets and bytes per
+#: VIP (``vip_stats``) and per real (``real_stats``).
+COUNTERS = (
+    CounterSpec("perfkit_l4lb_vip_packets_total", "Packets the L4 LB forwarded for a VIP (address:port/protocol).",
+                ("vip",), "packets"),
+    CounterSpec("perfkit_l4lb_vip_bytes_total", "Frame bytes (as received) the L4 LB forwarded for a VIP.",
+                ("vip",), "bytes"),
+    CounterSpec("perfkit_l4lb_real_packets_total", "Packets the L4 LB tunnelled to a real (its address), all VIPs.",
+                ("real",), "packets"),
+    CounterSpec("perfkit_l4lb_real_bytes_total", "Frame bytes (as received) the L4 LB tunnelled to a real.",
+                ("real",), "bytes"),
+)
+
+
+def vip_label(vip: Vip) -> str:
+    """A VIP as the exported series name it: ``198.18.0.1:80/tcp``."""
+    return f"{vip.addr}:{vip.port}/{vip.proto}"
 
 
 class L4lbDut(BpfDut):
@@ -66,6 +84,16 @@ class L4lbDut(BpfDut):
     def fill(self) -> None:
         for vip, pool in self.traffic.pools().items():
             self.control.add_vip(vip, pool.reals)
+
+    def counter_cells(self) -> list[CounterCell]:
+        out = super().counter_cells()
+        for unit in ("packets", "bytes"):
+            offset = getattr(l4lb_stat_rec, unit).offset
+            out += [CounterCell(f"perfkit_l4lb_vip_{unit}_total", (vip_label(v),), "vip_stats", n, offset)
+                    for v, n in sorted(self.control.vip_nums.items(), key=lambda kv: kv[1])]
+            out += [CounterCell(f"perfkit_l4lb_real_{unit}_total", (a,), "real_stats", i, offset)
+                    for a, i in sorted(self.control.real_index.items(), key=lambda kv: kv[1])]
+        return out
 
 
 class L4lbDataplane(Dataplane):
@@ -141,6 +169,9 @@ class L4lbDataplane(Dataplane):
 
     def min_frame_size(self, params: Mapping[str, Any]) -> int:
         return L4lbTraffic(proto=params["protocol"], frame_size=128).min_frame_size
+
+    def counter_specs(self) -> tuple[CounterSpec, ...]:
+        return super().counter_specs() + COUNTERS
 
 
 def _keys(frame: bytes, traffic: L4lbTraffic, seed: int) -> np.ndarray:

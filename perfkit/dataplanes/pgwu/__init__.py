@@ -25,10 +25,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+                               Traffic)
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
-from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES, PgwuStat, pgwu_stat_rec
 from perfkit.dataplanes.pgwu.traffic import DIRECTIONS, S5_VLAN, PgwuTraffic
 from perfkit.encap import Encap, Steering, Word
 from perfkit.errors import ConfigError
@@ -40,6 +41,16 @@ MIN_TABLE = 1024
 #: E a chain of extension headers (length in 4-byte units first, next type last).
 GTPU = Encap("GTP-U", ip_proto=17, udp_dport=GTPU_PORT, header_len=8, flags_offset=0, opt_mask=0x07, opt_len=4,
              ext_mask=0x04, ext_type_offset=11, ext_unit=4)
+
+#: What the PGW-U exports besides its outcomes (``perfkit exporter``): forwarded packets and bytes
+#: per direction (ul: decapsulated, dl: encapsulated); its drop reasons are the outcomes ``drop_*``.
+COUNTERS = (
+    CounterSpec("perfkit_pgwu_forwarded_packets_total", "Packets the PGW-U forwarded, by direction (ul, dl).",
+                ("direction",), "packets"),
+    CounterSpec("perfkit_pgwu_forwarded_bytes_total",
+                "Frame bytes (as received) the PGW-U forwarded, by direction (ul, dl).", ("direction",), "bytes"),
+)
+FORWARDED = {"ul": PgwuStat.PGWU_UL_FWD, "dl": PgwuStat.PGWU_DL_FWD}
 
 
 class PgwuDut(BpfDut):
@@ -56,6 +67,12 @@ class PgwuDut(BpfDut):
 
     def fill(self) -> None:
         self.control.add_sessions(self.traffic.plan)
+
+    def counter_cells(self) -> list[CounterCell]:
+        return super().counter_cells() + [
+            CounterCell(f"perfkit_pgwu_forwarded_{unit}_total", (direction,), "pgwu_stats", int(stat),
+                        getattr(pgwu_stat_rec, unit).offset)
+            for unit in ("packets", "bytes") for direction, stat in FORWARDED.items()]
 
     def tables(self) -> dict[str, float]:
         """Sessions installed, present in each table, missing, and ``residency`` (present / installed,
@@ -156,6 +173,9 @@ class PgwuDataplane(Dataplane):
                          description={"sessions": sessions, "vlan": vlan, "udp_csum": bool(params["udp_csum"]),
                                       "direction": traffic.direction, "session_table": traffic.session_table})
         return spec, dut
+
+    def counter_specs(self) -> tuple[CounterSpec, ...]:
+        return super().counter_specs() + COUNTERS
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,0 +1,236 @@
+"""The dataplane's own counters in Prometheus: what ``perfkit exporter`` serves at ``/metrics``.
+
+A loaded dataplane is described by an ``ExportedDut`` (``describe``): its counters
+(``Dataplane.counter_specs``), where each series lives (``DutProgram.counter_cells``), the kernel ids
+of those maps and of its entry program. The description is JSON (``save``/``load``), so the exporter
+can be another process than the one that loaded the dataplane -- map ids are global, so it reads
+them from the root namespace while the DUT ports live in the testbed's.
+
+``DutCollector`` reads the maps at scrape time (no polling thread: a scrape is the only reader),
+summing per-CPU maps over CPUs; ``serve`` puts it behind prometheus_client's HTTP server. The
+exporter serves while the dataplane is loaded: ``loaded()`` is false once its program is gone.
+
+Prometheus finds exporters through file-based service discovery (``file_sd_configs``, job
+``dataplane``, ``perfkit.metrics.promconfig``): ``register`` writes one target file into the stack's
+``targets/`` directory, ``unregister`` removes it. Every series carries the labels ``dataplane`` and
+``testbed`` itself (the job honors them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from perfkit.owners import STATE_DIR
+from perfkit.dataplane import CounterCell, CounterSpec, Dataplane, DutProgram
+from perfkit.errors import BpfError, ConfigError
+from perfkit.libbpf import Map, prog_info, prog_loaded
+
+_U64 = struct.Struct("=Q")
+#: Where a testbed keeps the description of the dataplane it has loaded, ``<testbed>.json``, while
+#: it is loaded: what ``perfkit exporter`` serves by default.
+DUT_DIR = STATE_DIR / "dataplanes"
+
+
+@dataclass(frozen=True)
+class ExportedDut:
+    """A loaded dataplane, as the exporter needs it."""
+
+    dataplane: str
+    testbed: str
+    """The testbed (or lab DUT host) it is loaded on: a label of every series."""
+    prog_id: int
+    """Kernel id of its entry program: the exporter stops serving once it is unloaded."""
+    map_ids: dict[str, int]
+    specs: tuple[CounterSpec, ...]
+    cells: tuple[CounterCell, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExportedDut:
+        return cls(dataplane=str(d["dataplane"]), testbed=str(d["testbed"]), prog_id=int(d["prog_id"]),
+                   map_ids={str(k): int(v) for k, v in d["map_ids"].items()},
+                   specs=tuple(CounterSpec(s["name"], s["help"], tuple(s["labels"]), s["unit"]) for s in d["specs"]),
+                   cells=tuple(CounterCell(c["metric"], tuple(c["labels"]), c["map"], int(c["index"]),
+                                           int(c["offset"])) for c in d["cells"]))
+
+
+def describe(dataplane: Dataplane, program: DutProgram, testbed: str) -> ExportedDut:
+    """What the exporter needs of ``program`` (``dataplane`` loaded on ``testbed``)."""
+    cells = tuple(program.counter_cells())
+    specs = dataplane.counter_specs()
+    names = {s.name for s in specs}
+    for c in cells:
+        if c.metric not in names:   # a dataplane's cells and specs disagree: its bug, said plainly
+            raise ConfigError("counter cell", c.metric, f"a counter {dataplane.name} declares: {sorted(names)}")
+    return ExportedDut(dataplane.name, testbed, prog_info(program.program.fd).id, program.map_ids(), specs, cells)
+
+
+def save(desc: ExportedDut, path: str | Path) -> Path:
+    """Write ``desc`` as JSON (atomically: a reader sees the old file or the new one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(desc.to_dict(), indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def dut_path(testbed: str) -> Path:
+    """Where testbed ``testbed`` keeps its loaded dataplane's description."""
+    return DUT_DIR / f"{testbed}.json"
+
+
+def find(testbed: str | None = None) -> Path:
+    """The description of the dataplane loaded on ``testbed`` or, without one, of the only loaded
+    dataplane; ``ConfigError`` when there is none, or several to choose from."""
+    if testbed is not None:
+        path = dut_path(testbed)
+        if not path.exists():
+            raise ConfigError("testbed", testbed, f"a testbed with a dataplane loaded: {_loaded_names() or 'none'}")
+        return path
+    names = _loaded_names()
+    if len(names) != 1:
+        raise ConfigError("testbed", None, f"one of {', '.join(names)} (several dataplanes are loaded)" if names else
+                          f"a testbed with a dataplane loaded (none is: no description in {DUT_DIR})")
+    return dut_path(names[0])
+
+
+def _loaded_names() -> list[str]:
+    """Testbeds whose described dataplane is still loaded (stale descriptions of a crash ignored)."""
+    out = []
+    for path in sorted(DUT_DIR.glob("*.json")) if DUT_DIR.is_dir() else ():
+        try:
+            if prog_loaded(load(path).prog_id):
+                out.append(path.stem)
+        except (ConfigError, BpfError):
+            continue
+    return out
+
+
+def load(path: str | Path) -> ExportedDut:
+    """A description ``save`` wrote; ``ConfigError`` naming the file if it is not one."""
+    try:
+        return ExportedDut.from_dict(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        raise ConfigError("dut", str(path), "the description file of a loaded dataplane (it is gone: unloaded?)") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError("dut", str(path), f"a description file perfkit wrote ({type(err).__name__}: {err})") from None
+
+
+class DutCollector(Collector):
+    """The dataplane's counters, read from its maps at each scrape (prometheus_client custom collector)."""
+
+    def __init__(self, desc: ExportedDut):
+        self.desc = desc
+        self._lock = threading.Lock()
+        self._maps: dict[str, Map] = {}
+        try:
+            for name, map_id in desc.map_ids.items():
+                self._maps[name] = Map.from_id(map_id)
+        except BaseException:
+            self.close()
+            raise
+
+    def loaded(self) -> bool:
+        """The dataplane's program is still loaded."""
+        return prog_loaded(self.desc.prog_id)
+
+    def read(self) -> dict[tuple[str, tuple[str, ...]], int]:
+        """Every cell's value now: (metric, label values) -> value (summed over CPUs)."""
+        raw: dict[tuple[str, int], list[bytes]] = {}
+        out: dict[tuple[str, tuple[str, ...]], int] = {}
+        with self._lock:
+            for c in self.desc.cells:
+                m = self._maps[c.map]
+                if (c.map, c.index) not in raw:
+                    value = m.lookup(struct.pack("=I", c.index)) or b""
+                    raw[(c.map, c.index)] = m.percpu_values(value) if m.percpu else [value]
+                total = sum(_U64.unpack_from(v, c.offset)[0] for v in raw[(c.map, c.index)] if len(v) >= c.offset + 8)
+                out[(c.metric, c.labels)] = total & (1 << 64) - 1
+        return out
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        try:
+            values = self.read()
+        except BpfError:
+            return   # the maps went away between two scrapes: no series rather than a failed scrape
+        base = {"dataplane": self.desc.dataplane, "testbed": self.desc.testbed}
+        for spec in self.desc.specs:
+            # prometheus_client adds the _total suffix back to a counter family's name
+            fam = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help,
+                                      labels=[*base, *spec.labels])
+            for c in self.desc.cells:
+                if c.metric == spec.name:
+                    fam.add_metric([*base.values(), *c.labels], values[(c.metric, c.labels)])
+            yield fam
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        self._maps = {}
+
+
+@dataclass
+class Server:
+    """A running exporter: its HTTP server and the collector behind it."""
+
+    collector: DutCollector
+    host: str
+    port: int
+    _httpd: Any = field(repr=False, default=None)
+    _thread: Any = field(repr=False, default=None)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        self.collector.close()
+
+
+def serve(desc: ExportedDut, host: str = "127.0.0.1", port: int = 0) -> Server:
+    """Serve ``desc``'s counters at ``http://host:port/metrics`` (port 0: a free one) from a thread."""
+    collector = DutCollector(desc)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as err:
+        collector.close()
+        raise ConfigError("listen", f"{host}:{port}", f"an address and free port to bind ({err.strerror})") from None
+    return Server(collector, host, httpd.server_port, httpd, thread)
+
+
+# -- discovery by the local Prometheus -------------------------------------------------------------
+def target_path(targets_dir: str | Path, desc: ExportedDut) -> Path:
+    """The target file of ``desc``'s exporter in a stack's ``targets/`` directory."""
+    return Path(targets_dir) / f"dataplane-{desc.testbed}.json"
+
+
+def register(targets_dir: str | Path, desc: ExportedDut, host: str, port: int) -> Path:
+    """Tell Prometheus (file_sd) to scrape the exporter at ``host:port``; returns the target file."""
+    path = target_path(targets_dir, desc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")   # not *.json: Prometheus never reads it half-written
+    tmp.write_text(json.dumps([{"targets": [f"{host}:{port}"], "labels": {}}]))
+    os.replace(tmp, path)
+    return path
+
+
+def unregister(targets_dir: str | Path, desc: ExportedDut) -> None:
+    target_path(targets_dir, desc).unlink(missing_ok=True)

@@ -1,0 +1,99 @@
+"""The testbed's dataplane exporter: the loaded dataplane described for ``perfkit exporter``, and that
+command run beside the testbed while it lives.
+
+``DutExport(dataplane, program, testbed_id)`` writes the description
+(``perfkit.metrics.exporter.dut_path``: a ``perfkit exporter`` started by hand finds it); with
+``targets`` (a metrics stack's ``targets/`` directory) it also starts ``perfkit exporter`` as a child
+process that registers there, so the stack's Prometheus scrapes it. The child:
+
+- runs off the DUT cores (``cpus``: its CPU set from the start);
+- gets SIGTERM when this process dies, however it dies (``PR_SET_PDEATHSIG``), and stops by itself
+  once the dataplane's program is unloaded; it removes its target file on the way out;
+- is stopped by ``close()`` (SIGTERM, then SIGKILL), which also removes the target file and the
+  description, also after a failure.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import perfkit
+from perfkit.dataplane import Dataplane, DutProgram
+from perfkit.errors import MetricsError
+from perfkit.metrics import exporter
+
+#: How long the child may take to start serving [s] (Python and perfkit's imports).
+START_TIMEOUT = 60.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class DutExport:
+    """A loaded dataplane described for the exporter, and the exporter serving it (with ``targets``)."""
+
+    def __init__(self, dataplane: Dataplane, program: DutProgram, testbed_id: str,
+                 targets: str | Path | None = None, cpus: Iterable[int] | None = None):
+        self.desc = exporter.describe(dataplane, program, testbed_id)
+        self.path = exporter.save(self.desc, exporter.dut_path(testbed_id))
+        self.targets = Path(targets) if targets else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        #: Where the exporter serves (``http://127.0.0.1:PORT/metrics``); None without ``targets``.
+        self.url: str | None = None
+        if self.targets is not None:
+            try:
+                self._start(list(cpus) if cpus else None)
+            except BaseException:
+                self.close()
+                raise
+
+    def _start(self, cpus: list[int] | None) -> None:
+        argv = [sys.executable, "-m", "perfkit", "exporter", "--dut", str(self.path), "--listen", "127.0.0.1:0",
+                "--register", str(self.targets), "--json"]
+        # the same perfkit as this process's, wherever the child starts
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(perfkit.__file__).parent.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     env=env, preexec_fn=_die_with_parent)
+        if cpus:
+            os.sched_setaffinity(self.proc.pid, cpus)   # before it has a second thread: they all inherit it
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT)
+        line = self.proc.stdout.readline() if ready else b""
+        try:
+            self.url = json.loads(line)["url"]
+        except (ValueError, KeyError, TypeError):
+            self._stderr.seek(0)
+            why = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise MetricsError(f"perfkit exporter did not start within {START_TIMEOUT:g} s: {why[0]}") from None
+
+    def close(self) -> None:
+        """Stop the exporter and remove its target file and the description (idempotent)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout:
+                proc.stdout.close()
+            self._stderr.close()
+        if self.targets is not None:
+            exporter.unregister(self.targets, self.desc)
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,199 @@
+"""``perfkit exporter``: the dataplanes' counters served to Prometheus while they are loaded.
+
+The must-show (issue 27, item 3): during a trial on the testbed the local stack's real Prometheus
+scrapes the L4 LB's per-VIP packet counter from the exporter, and its increase over the trial equals
+what the sink received for that VIP.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from perfkit import dataplanes, plots
+from perfkit.dataplanes.l4lb import L4lbDut
+from perfkit.dataplanes.l4lb.config import L4lbConfig
+from perfkit.dataplanes.l4lb.traffic import L4lbTraffic
+from perfkit.generators.xdp import XdpGenerator
+from perfkit.metrics import exporter
+from perfkit.metrics.dpcounters import counter_increase, counter_rate_frame
+from perfkit.metrics.promconfig import add_dataplane_job, targets_dir
+from perfkit.scenario import Scenario
+from tests.metrics_fixtures import running_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+VIP_PACKETS = "perfkit_l4lb_vip_packets_total"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Descriptions of loaded dataplanes in a directory of the test's own."""
+    d = tmp_path / "dataplanes"
+    monkeypatch.setattr(exporter, "DUT_DIR", d)
+    return d
+
+
+def _exporter(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "perfkit", "exporter", "--json", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _series(text: str, metric: str) -> dict[str, float]:
+    """``metric``'s series in an exposition text: labels -> value."""
+    return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^{metric}{{(.*)}} (\S+)$", text, re.M)}
+
+
+# -- the declarations --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", dataplanes.names())
+def test_every_dataplane_declares_its_counters_by_the_naming_guide(name: str) -> None:
+    dp = dataplanes.get(name)
+    spec, dut = dp.bench_spec(128, dp.validate({}))
+    try:
+        specs = {s.name: s for s in dp.counter_specs()}
+        cells = dut.counter_cells()
+        assert cells and set(dut.map_ids()) == {c.map for c in cells}
+        for s in specs.values():
+            assert re.fullmatch(rf"perfkit_{name}_[a-z_]+_total", s.name), s.name
+            assert s.unit in ("packets", "bytes") and s.name.endswith(f"_{s.unit}_total"), s.name
+        for c in cells:   # every series belongs to a declared counter, with a value per label
+            assert c.metric in specs and len(c.labels) == len(specs[c.metric].labels), c
+        assert len({(c.metric, c.labels) for c in cells}) == len(cells)
+        assert {"outcome"} <= {lab for s in specs.values() for lab in s.labels}
+    finally:
+        dut.close()
+
+
+def test_the_lb_declares_vips_and_reals_and_the_pgwu_directions() -> None:
+    lb = {s.name: s.labels for s in dataplanes.get("l4lb").counter_specs()}
+    assert lb["perfkit_l4lb_vip_packets_total"] == ("vip",) and lb["perfkit_l4lb_real_bytes_total"] == ("real",)
+    pgwu = {s.name: s.labels for s in dataplanes.get("pgwu").counter_specs()}
+    assert pgwu["perfkit_pgwu_forwarded_packets_total"] == ("direction",)
+
+
+# -- the command, without the testbed ----------------------------------------------------------------
+def _lb(vips: int = 2) -> L4lbDut:
+    traffic = L4lbTraffic(frame_size=128, flows=vips, vips=vips, reals=2, config=L4lbConfig(egress_ifindex=1))
+    return L4lbDut(traffic, 1, 1, cpumap=False)
+
+
+def test_exporter_reads_the_maps_by_id_and_stops_once_the_dataplane_is_unloaded(tmp_path: Path) -> None:
+    dut = _lb()
+    desc = exporter.describe(dataplanes.get("l4lb"), dut, "t3st01")
+    path = exporter.save(desc, tmp_path / "dut.json")
+    targets = tmp_path / "targets"
+    frame = dut.traffic.packet(1)   # flow 1: the second VIP
+    for _ in range(5):
+        assert dut.program.test_run(frame).verdict == "XDP_REDIRECT"
+    proc = _exporter("--dut", str(path), "--register", str(targets))
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["url"].startswith("http://127.0.0.1:") and first["dataplane"] == "l4lb"
+        target = json.loads((targets / "dataplane-t3st01.json").read_text())
+        assert target[0]["targets"] == [first["url"].removeprefix("http://").removesuffix("/metrics")]
+        text = requests.get(first["url"], timeout=5).text
+        vips = _series(text, VIP_PACKETS)
+        assert sorted(vips.values()) == [0.0, 5.0], text
+        assert '# TYPE perfkit_l4lb_vip_packets_total counter' in text
+        assert _series(text, "perfkit_l4lb_packets_total")['dataplane="l4lb",outcome="fwd",testbed="t3st01"'] == 5
+        bytes_ = _series(text, "perfkit_l4lb_vip_bytes_total")
+        assert sorted(bytes_.values()) == [0.0, 5.0 * len(frame)]
+        for _ in range(3):   # read at scrape time: no stale value
+            dut.program.test_run(frame)
+        assert sorted(_series(requests.get(first["url"], timeout=5).text, VIP_PACKETS).values()) == [0.0, 8.0]
+        dut.close()   # the dataplane unloaded: the exporter stops by itself, unregistered
+        assert proc.wait(30) == 0
+        assert not (targets / "dataplane-t3st01.json").exists()
+    finally:
+        dut.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_exporter_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    dut = _lb(1)
+    try:
+        path = exporter.save(exporter.describe(dataplanes.get("l4lb"), dut, "t3st02"), tmp_path / "dut.json")
+        proc = _exporter("--dut", str(path), "--register", str(tmp_path))
+        url = json.loads(proc.stdout.readline())["url"]
+        assert (tmp_path / "dataplane-t3st02.json").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 130
+        assert not (tmp_path / "dataplane-t3st02.json").exists()
+        with pytest.raises(requests.ConnectionError):
+            requests.get(url, timeout=2)
+    finally:
+        dut.close()
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:9435", "198.18.0.1:80", "127.0.0.1:http", "127.0.0.1"])
+def test_exporter_serves_on_loopback_only(listen: str, tmp_path: Path) -> None:
+    proc = _exporter("--listen", listen, "--dut", str(tmp_path / "none.json"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert "listen" in err and listen in err and "loopback" in err
+
+
+def test_exporter_without_a_loaded_dataplane_says_so(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "perfkit", "exporter"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PERFKIT_STATE_DIR": str(tmp_path)}, timeout=60)
+    assert proc.returncode == 2 and "a testbed with a dataplane loaded" in proc.stderr, proc.stderr
+
+
+def test_an_older_stack_config_gets_the_dataplane_job(tmp_path: Path) -> None:
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("# written by perfkit stack up\n" + yaml.safe_dump(
+        {"global": {"scrape_interval": "1s"}, "scrape_configs": [{"job_name": "node"}]}))
+    assert add_dataplane_job(cfg) and not add_dataplane_job(cfg)
+    jobs = {j["job_name"]: j for j in yaml.safe_load(cfg.read_text())["scrape_configs"]}
+    assert jobs["dataplane"]["file_sd_configs"][0]["files"] == [str(targets_dir(tmp_path) / "*.json")]
+    assert cfg.read_text().startswith("# written by perfkit stack up\n")
+
+
+# -- the must-show: Prometheus has the LB's per-VIP counter during a trial -------------------------
+def _wait_for(prom: str, promql: str, n: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = requests.get(prom + "/api/v1/query", params={"query": promql}, timeout=5).json()["data"]["result"]
+        if len(res) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus has no {promql} after {timeout} s")
+
+
+def test_prometheus_has_the_lbs_per_vip_counter_and_it_matches_the_sink(tmp_path: Path, state_dir: Path) -> None:
+    with running_stack(tmp_path / "stack") as st:
+        ep = st.endpoints()
+        scenario = Scenario("l4lb", frame_size=128, flows=1, params={"vips": 2, "reals": 2})
+        with XdpGenerator(scenario, exporter_targets=targets_dir(st.dir)) as gen:
+            assert gen.export and gen.export.url
+            assert (state_dir / f"{gen.testbed.rid}.json").exists()   # `perfkit exporter` finds it by hand too
+            sel = f'testbed="{gen.testbed.rid}"'
+            _wait_for(ep.prometheus_url, f'{VIP_PACKETS}{{{sel},job="dataplane"}}', 2)
+            time.sleep(1.5 * ep.scrape_interval)   # a scrape before the trial: its starting value
+            r = gen.measure(20000, 2.0)
+            exporter_pid = gen.export.proc.pid if gen.export.proc else None
+            assert r.rx_packets > 30000 and r.rx_packets == r.tx_packets, r.notes
+            inc = counter_increase(ep, VIP_PACKETS, r.start_time, r.end_time, selector=sel)
+            by_vip = dict(zip(inc["vip"], inc["increase"]))
+            # flow 0 goes to the first VIP; the second has no client
+            assert by_vip == {"198.19.0.1:443/udp": r.rx_packets, "198.19.0.2:443/udp": 0}
+            rates = counter_rate_frame(ep, VIP_PACKETS, r.start_time, r.end_time, selector=sel)
+            busy = rates[rates["vip"] == "198.19.0.1:443/udp"]
+            assert busy["rate"].max() > 5000 and busy["increase"].sum() >= r.rx_packets
+            fig = plots.counter_rate(rates, "", (r.start_time, r.end_time))
+            assert not plots.problems(fig) and "198.19.0.1:443/udp" in plots.describe(fig)
+            # the exporter runs off the DUT core
+            assert exporter_pid and not set(os.sched_getaffinity(exporter_pid)) & set(gen.dut_cores)
+        # the testbed down: the exporter stopped, its target and the description removed
+        assert not list(targets_dir(st.dir).glob("*.json")) and not list(state_dir.glob("*.json"))
+        assert not Path(f"/proc/{exporter_pid}").exists()
