@@ -28,6 +28,7 @@ from perfkit.perfci.units import interleaved, unit_mapping
 from tests.perfci_fixtures import COMMITS, PLANTED, scratch_repo
 
 ROOT = Path(__file__).resolve().parent.parent
+ACTIONLINT = ROOT / "build" / "tools" / "bin" / "actionlint"
 SIM_CAMPAIGN = """\
 name: perfci-sim
 dataplane: calib
@@ -148,6 +149,68 @@ def test_ab_refuses_a_revision_that_is_not_one(sim_repo, tmp_path):
                   str(ROOT / "campaigns" / "perf-ci.yaml"), cwd=sim_repo)
     assert res.returncode == 2
     assert "--base: 'no-such-branch' is not allowed" in res.stderr
+
+
+# -- the CI definitions ----------------------------------------------------------------------------------
+def actionlint(path: Path) -> subprocess.CompletedProcess:
+    if not ACTIONLINT.exists():
+        pytest.fail(f"{ACTIONLINT} is missing: `make tools` installs it with Go (go install "
+                    "github.com/rhysd/actionlint/cmd/actionlint); without Go the workflow cannot be checked")
+    return subprocess.run([str(ACTIONLINT), "-config-file", str(ROOT / ".github" / "actionlint.yaml"), str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_perf_workflow_passes_actionlint():
+    res = actionlint(ROOT / ".github" / "workflows" / "perf.yml")
+    assert res.returncode == 0 and not res.stdout.strip(), res.stdout + res.stderr
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path):
+    text = (ROOT / ".github" / "workflows" / "perf.yml").read_text()
+    broken = tmp_path / "perf.yml"
+    broken.write_text(text.replace("steps.ab.outputs.code", "steps.abb.outputs.code"))
+    assert actionlint(broken).returncode != 0
+
+
+def test_the_workflow_runs_ab_on_the_dut_runner_and_keeps_one_comment():
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "perf.yml").read_text())
+    assert "pull_request" in wf[True]   # YAML 1.1 reads the key `on` as True
+    job = wf["jobs"]["ab"]
+    assert job["runs-on"] == ["self-hosted", "linux", "perfkit-dut"]
+    steps = {s.get("uses", s.get("name")).split("@")[0]: s for s in job["steps"]}
+    run = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "perfkit ab --base" in run and "github.event.pull_request.base.sha" in str(steps)
+    assert steps["actions/upload-artifact"]["with"]["path"] == "perf-out/"
+    assert COMMENT_MARKER in steps["actions/github-script"]["with"]["script"]
+
+
+def test_the_gitlab_job_has_what_it_needs():
+    ci = yaml.safe_load((ROOT / ".gitlab-ci.yml").read_text())
+    job = ci["perf-ab"]
+    assert job["stage"] in ci["stages"]
+    assert job["tags"] == ["perfkit-dut"]   # the self-hosted root runner (docs/ci.md)
+    assert any("merge_request_event" in r.get("if", "") for r in job["rules"])
+    assert job["variables"]["GIT_DEPTH"] == "0"
+    script = "\n".join(job["script"])
+    assert "make setup" in script and "perfkit ab" in script and "$CI_MERGE_REQUEST_DIFF_BASE_SHA" in script
+    assert "ci/gitlab_note.py perf-out/pr-comment.md" in script and (ROOT / "ci" / "gitlab_note.py").exists()
+    assert script.rstrip().endswith('exit "$(cat perf-out/exit-code)"')
+    assert job["artifacts"]["when"] == "always" and job["artifacts"]["paths"] == ["perf-out/"]
+
+
+def test_the_gitlab_note_updates_its_own_note(tmp_path):
+    sys.path.insert(0, str(ROOT / "ci"))
+    try:
+        import gitlab_note
+    finally:
+        sys.path.pop(0)
+    notes = [{"id": 1, "body": "LGTM"}, {"id": 7, "body": COMMENT_MARKER + "\nold"}]
+    assert gitlab_note.find_note(notes) == 7 and gitlab_note.find_note(notes[:1]) is None
+    assert gitlab_note.MARKER == COMMENT_MARKER
+    log = tmp_path / "ab.log"
+    log.write_text("building\nperfkit: error: head abc does not build: make bpf: error\n")
+    body = gitlab_note.note_body(tmp_path / "missing.md", log, "3")
+    assert body.startswith(COMMENT_MARKER) and "exit 3" in body and "does not build" in body
 
 
 # -- the scratch repository on the real testbed ------------------------------------------------------------
