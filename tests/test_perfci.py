@@ -13,8 +13,10 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,27 @@ def test_ab_of_a_revision_against_itself_is_no_change(sim_repo, tmp_path):
     cmp = perfkit("compare", "--run", d["head"]["run_id"], "--baseline", d["base"]["run_id"], "--root", str(root),
                   cwd=tmp_path)
     assert cmp.returncode == 0, cmp.stderr
+
+
+def test_sigterm_during_ab_removes_the_worktrees(sim_repo, tmp_path):
+    campaign = tmp_path / "sim.yaml"
+    campaign.write_text(SIM_CAMPAIGN)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-P", "-m", "perfkit", "ab", "--base", "HEAD", "--head", "HEAD",
+                              "--repeats", "5", "--out", str(tmp_path / "out"), "--root", str(tmp_path / "runs"),
+                              str(campaign)], cwd=sim_repo, env=env, stderr=subprocess.PIPE, text=True)
+    first = child.stderr.readline()   # "building base HEAD and head HEAD in worktrees under DIR"
+    work = Path(first.rsplit(" ", 1)[1].strip())
+    while not list(work.glob("runs/*/metadata.json")):   # a unit of a side is running or ran
+        assert child.poll() is None, child.stderr.read()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    rest = child.stderr.read()
+    assert child.wait() == 130, rest
+    assert "perfkit: interrupted" in rest
+    assert not work.exists()
+    trees = subprocess.run(["git", "-C", str(sim_repo), "worktree", "list"], capture_output=True, text=True).stdout
+    assert len(trees.splitlines()) == 1, trees
 
 
 def test_a_side_that_does_not_build_is_one_line_naming_the_revision(sim_repo, tmp_path):
