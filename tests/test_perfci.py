@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -26,6 +27,7 @@ from perfkit.campaign.schema import from_mapping, load_campaign
 from perfkit.campaign.units import expand
 from perfkit.perfci.bisect import decide
 from perfkit.perfci.comment import COMMENT_MARKER
+from perfkit.perfci.history import POINT_COLUMNS, _steps
 from perfkit.perfci.units import interleaved, unit_mapping
 from tests.perfci_fixtures import COMMITS, PLANTED, scratch_repo
 
@@ -91,6 +93,15 @@ def test_an_undecided_step_is_skipped_at_the_budget():
     assert decide(logs, 20.0, min_rounds=3, max_rounds=5)[0] == "more"
 
 
+def test_history_flags_a_change_beyond_both_commits_noise():
+    pts = pd.DataFrame({"figure": ["f"] * 4, "position": [0, 1, 2, 3], "value_mpps": [1.0, 0.98, 0.5, 0.52],
+                        "noise_pct": [5.0, 5.0, 5.0, 30.0]})
+    out = _steps(pts.reindex(columns=[c for c in POINT_COLUMNS if c not in ("change_pct", "band_pct", "step")])
+                 .fillna({"figure": "f"}).assign(**{k: pts[k] for k in pts}), 5.0)
+    assert list(out["step"]) == [False, False, True, False]   # -2 %: noise; -49 %: a step; +4 % within 30 %
+    assert out["change_pct"].iloc[2] == pytest.approx(-48.98, abs=0.01)
+
+
 # -- ab end to end, on simulated DUTs --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sim_repo(tmp_path_factory) -> Path:
@@ -123,6 +134,13 @@ def test_ab_of_a_revision_against_itself_is_no_change(sim_repo, tmp_path):
     # the worktrees are gone
     trees = subprocess.run(["git", "-C", str(sim_repo), "worktree", "list"], capture_output=True, text=True).stdout
     assert len(trees.splitlines()) == 1
+    # history finds both sides' runs under the one commit, with one figure and no step
+    hist = perfkit("history", "perfci-sim", "--repo", str(sim_repo), "--root", str(root), "--out", str(tmp_path / "h"),
+                   "--json", cwd=tmp_path)
+    assert hist.returncode == 0, hist.stderr
+    h = json.loads(hist.stdout)
+    assert h["commits"] == [head] and [p["runs"] for p in h["points"]] == [2] and not h["steps"]
+    assert (tmp_path / "h" / "history.png").read_bytes()[:4] == b"\x89PNG"
     # and the merged runs are ordinary runs: perfkit compare reads them
     cmp = perfkit("compare", "--run", d["head"]["run_id"], "--baseline", d["base"]["run_id"], "--root", str(root),
                   cwd=tmp_path)

@@ -71,8 +71,9 @@ def repeats_plot(runs: dict[str, RunData], path: Path) -> Path:
     return _save(fig, path)
 
 
-def history_plot(points: pd.DataFrame, path: Path, title: str) -> Path:
-    """One panel per figure (``history.points`` rows): value [Mpps] per commit, band, lower bounds."""
+def history_figure(points: pd.DataFrame, title: str) -> Figure:
+    """One panel per figure (``history.points`` rows): value [Mpps] per commit, band, lower bounds,
+    the steps circled with their change."""
     figs = list(dict.fromkeys(points["figure"])) if not points.empty else []
     fig = Figure(figsize=(max(6, 0.7 * points["commit"].nunique() + 3) if not points.empty else 6,
                           3 * max(1, len(figs))))
@@ -91,12 +92,24 @@ def history_plot(points: pd.DataFrame, path: Path, title: str) -> Path:
         ax.plot(x[~low], y[~low], "o", color="#1f77b4", label="DUT-limited")
         if low.any():
             ax.plot(x[low], y[low], "^", color="#ff7f0e", label="lower bound (not DUT-limited)")
+        step = d["step"].to_numpy(dtype=bool)
+        if step.any():
+            ax.plot(x[step], y[step], "o", mfc="none", mec="#d62728", ms=13, mew=2, label="step beyond the noise")
+            for xi, yi, c in zip(x[step], y[step], d["change_pct"].to_numpy(dtype=float)[step]):
+                ax.annotate(f"{c:+.0f} %", (xi, yi), textcoords="offset points", xytext=(8, 8), fontsize=8,
+                            color="#d62728")
         ax.set_xticks(x, d["commit_label"], rotation=45, ha="right", fontsize=8)
         ax.set_xlabel("commit (oldest first)")
         ax.set_ylabel("throughput [Mpps]")
         ax.set_title(name, fontsize=9)
-        ax.set_ylim(bottom=0, top=float(np.nanmax(y + band)) * 1.15 if np.isfinite(np.nanmax(y + band)) else None)
+        top = float(np.nanmax(y + band))
+        ax.set_ylim(bottom=0, top=top * 1.2 if np.isfinite(top) and top > 0 else None)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
+
+
+def history_plot(points: pd.DataFrame, path: Path, title: str) -> Path:
+    """``history_figure`` saved as PNG."""
+    return _save(history_figure(points, title), path)
