@@ -37,19 +37,25 @@ def change_plot(cmp: Comparison, path: Path, subtitle: str) -> Path:
     rows = cmp.rows.to_dict("records")
     fig = Figure(figsize=(8, 0.5 * max(2, len(rows)) + 1.2))
     ax = fig.add_subplot()
+    reach = 5.0
     for i, r in enumerate(rows):
         change = r["change_pct"] if pd.notna(r["change_pct"]) else 0.0
-        ax.barh(i, change, color=VERDICT_COLORS.get(r["verdict"], "#7f7f7f"))
-        ax.fill_betweenx([i - 0.4, i + 0.4], -r["band_pct"], r["band_pct"], color="#cccccc", alpha=0.5, zorder=0)
-        ax.annotate(f"{change:+.1f} %", (change, i), va="center", ha="left" if change >= 0 else "right", fontsize=8)
+        ax.fill_betweenx([i - 0.4, i + 0.4], -r["band_pct"], r["band_pct"], color="#cccccc", alpha=0.6, zorder=0)
+        ax.barh(i, change, height=0.5, color=VERDICT_COLORS.get(r["verdict"], "#7f7f7f"), zorder=2)
+        for edge in (-r["band_pct"], r["band_pct"]):
+            ax.plot([edge, edge], [i - 0.4, i + 0.4], "--", color="#555555", lw=1, zorder=3)
+        ax.annotate(f"{change:+.1f} %", (change, i), textcoords="offset points", xytext=(4 if change >= 0 else -4, 0),
+                    va="center", ha="left" if change >= 0 else "right", fontsize=8, zorder=4)
+        reach = max(reach, abs(change), r["band_pct"])
+    ax.set_xlim(-reach * 1.3, reach * 1.3)
     ax.set_yticks(range(len(rows)), [figure_name(r) for r in rows], fontsize=8)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_xlabel("change of head vs base [%]")
     ax.set_title(f"perfkit ab: {subtitle}", fontsize=10)
     handles = [Line2D([], [], color=c, lw=6, label=v) for v, c in VERDICT_COLORS.items()
                if any(r["verdict"] == v for r in rows)]
-    handles.append(Line2D([], [], color="#cccccc", lw=6, label="noise band"))
-    ax.legend(handles=handles, fontsize=8, loc="best")
+    handles.append(Line2D([], [], color="#cccccc", lw=6, label="noise band (dashed: its edges)"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)
 
 
