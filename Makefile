@@ -23,6 +23,8 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping proc
 
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := build/tools/bin/actionlint-$(ACTIONLINT_VERSION)
 
 .PHONY: help setup apt venv bpf tools trex-venv test test-slow test-drills test-lab run jupyter bench report clean distclean cleanup-net
 
@@ -43,8 +45,9 @@ setup: apt venv bpf tools trex-venv
 
 # tools: inferno (flame graphs of `perfkit trial --perf` and the report's perf page), a Rust crate
 # built once into build/tools with the CLI only (about 1.5 min on 2 cores). Without cargo it is
-# left out with a warning: perf data is still recorded, flame graphs are not drawn.
-tools: $(INFERNO)
+# left out with a warning: perf data is still recorded, flame graphs are not drawn. And actionlint,
+# the linter tests/test_perfci.py runs on .github/workflows/perf.yml (a Go module, about 25 s).
+tools: $(INFERNO) $(ACTIONLINT)
 
 $(INFERNO):
 	@cargo=$$(command -v cargo || echo $$HOME/.cargo/bin/cargo); \
@@ -52,6 +55,16 @@ $(INFERNO):
 		$$cargo install inferno --version $(INFERNO_VERSION) --locked --no-default-features --features cli \
 			--root build/tools --quiet; \
 	else echo "warning: no cargo: inferno (flame graphs) not installed; install Rust, then make tools"; fi
+
+# actionlint: installed by `go install` into build/tools/bin, then named with its version (so that a
+# new pin installs again); build/tools/bin/actionlint is a link to it. Without Go: a warning, and the
+# workflow test fails saying so.
+$(ACTIONLINT):
+	@go=$$(command -v go || echo /usr/local/go/bin/go); \
+	if [ -x "$$go" ]; then \
+		GOBIN=$(CURDIR)/build/tools/bin $$go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && \
+		mv build/tools/bin/actionlint $@ && ln -sf $(notdir $@) build/tools/bin/actionlint; \
+	else echo "warning: no go: actionlint (the workflow's linter) not installed; install Go, then make tools"; fi
 
 # trex-venv: TRex's Python client (TRex v3.04, PyPI lbr-trex-client) in an environment of its own,
 # run by perfkit/trex/worker.py: importing it swaps scapy for its bundled 2.4.3, so it cannot

@@ -52,6 +52,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("knobs", "What each knob did",
              "per knob, the change of DUT cost, throughput and loss with confidence intervals; tables held; "
              "work per DUT core; differential flame graphs"),
+    PageSpec("history", "History by commit",
+             "each figure of the run's campaign along the commit order, from every run of it in the store; steps "
+             "beyond the noise"),
 )
 INDEX = PageSpec("index", "Index", "links, run metadata, headline figures")
 
