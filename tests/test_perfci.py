@@ -110,6 +110,7 @@ def sim_repo(tmp_path_factory) -> Path:
     return repo
 
 
+@pytest.mark.slow   # builds two worktrees and runs perfkit in each: 30-70 s
 def test_ab_of_a_revision_against_itself_is_no_change(sim_repo, tmp_path):
     campaign = tmp_path / "sim.yaml"
     campaign.write_text(SIM_CAMPAIGN)
@@ -147,6 +148,7 @@ def test_ab_of_a_revision_against_itself_is_no_change(sim_repo, tmp_path):
     assert cmp.returncode == 0, cmp.stderr
 
 
+@pytest.mark.slow   # builds two worktrees and runs perfkit in each: 30-70 s
 def test_sigterm_during_ab_removes_the_worktrees(sim_repo, tmp_path):
     campaign = tmp_path / "sim.yaml"
     campaign.write_text(SIM_CAMPAIGN)
@@ -168,6 +170,7 @@ def test_sigterm_during_ab_removes_the_worktrees(sim_repo, tmp_path):
     assert len(trees.splitlines()) == 1, trees
 
 
+@pytest.mark.slow   # builds two worktrees and runs perfkit in each: 30-70 s
 def test_a_side_that_does_not_build_is_one_line_naming_the_revision(sim_repo, tmp_path):
     repo = tmp_path / "broken"
     subprocess.run(["git", "clone", "--quiet", "--shared", str(sim_repo), str(repo)], check=True)
@@ -185,6 +188,7 @@ def test_a_side_that_does_not_build_is_one_line_naming_the_revision(sim_repo, tm
                               text=True).stdout.splitlines()) == 1
 
 
+@pytest.mark.slow   # builds two worktrees and runs perfkit in each: 30-70 s
 def test_ab_refuses_a_revision_that_is_not_one(sim_repo, tmp_path):
     res = perfkit("ab", "--base", "no-such-branch", "--head", "HEAD", "--root", str(tmp_path),
                   str(ROOT / "campaigns" / "perf-ci.yaml"), cwd=sim_repo)
