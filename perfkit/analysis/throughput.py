@@ -300,7 +300,10 @@ def best_worst_single(tp: pd.DataFrame) -> pd.DataFrame:
                 & tp["scenario_key"].isin(set(bw["scenario_key"]))].assign(series="single run")
     out = pd.concat([bw, single], ignore_index=True)
     out["series"] = pd.Categorical(out["series"], BEST_WORST_SERIES, ordered=True)
-    return out.sort_values(["dataplane", "variant", "frame_size", "series"], kind="stable").reset_index(drop=True)
+    mixes = out["frame_mix"] if "frame_mix" in out else [""] * len(out)
+    out["_size"] = [framemix.sort_key(fs, mix) for fs, mix in zip(out["frame_size"], mixes)]
+    return (out.sort_values(["dataplane", "variant", "_size", "series"], kind="stable").drop(columns="_size")
+            .reset_index(drop=True))
 
 
 #: ``goal_latency_table``'s percentile columns: latency, then IPDV (column suffix, key in the trial's map).
