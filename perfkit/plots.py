@@ -204,8 +204,7 @@ def throughput_bars(tp: pd.DataFrame, value: str = "rx_gbps", goal: str = "max",
     if marked and g.legend is not None:
         g.legend.remove()
         handles = [Patch(facecolor=c, label=v) for v, c in zip(hue_order, sns.color_palette(n_colors=len(hue_order)))]
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="≥: a lower bound (the generator\n"
-                             "or the maximum rate set it,\nnot the DUT)"))
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label=LOWER_BOUND_LABEL))
         g.figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     _title(g.figure, title, subtitle)
     return g.figure
@@ -217,6 +216,10 @@ def _frame_order(d: pd.DataFrame) -> list:
     if isinstance(col.dtype, pd.CategoricalDtype):
         return [c for c in col.cat.categories if c in set(col)]
     return sorted(col.unique())
+
+
+#: The legend entry of a hatched bar (``analysis`` ``at_least``: ``search.limits.LOWER_BOUNDS`` set it).
+LOWER_BOUND_LABEL = "≥: a lower bound (the generator,\nthe testbed, host stalls or the\nmaximum rate set it, not the DUT)"
 
 
 def _mark_lower_bounds(g: sns.FacetGrid, d: pd.DataFrame, order: list, hue_order: list, row: str | None,
@@ -261,8 +264,7 @@ def best_worst_bars(bw: pd.DataFrame, subtitle: str = "") -> Figure:
         g.legend.remove()
     handles = [Patch(facecolor=c, label=v) for v, c in zip(hue_order, sns.color_palette(n_colors=len(hue_order)))]
     if marked:
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="≥: a lower bound (the generator\n"
-                             "or the maximum rate set it,\nnot the DUT)"))
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label=LOWER_BOUND_LABEL))
     g.figure.legend(handles=handles, title="search", loc="upper left", bbox_to_anchor=(1.0, 0.9))
     _title(g.figure, title, subtitle)
     return g.figure
