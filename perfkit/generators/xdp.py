@@ -38,6 +38,7 @@ from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit.stl import profile as stlprofile
+from perfkit.stl.macs import testbed_macs
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
@@ -139,7 +140,8 @@ class XdpGenerator(Generator):
         self.profile = profile or scenario.traffic()
         # a TRex STL profile replaces the traffic; the scenario still configures the DUT
         if trex_profile is not None and not isinstance(trex_profile, StlProfile):
-            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], stlprofile.port_of(self.profile.ingress))
+            port = stlprofile.port_of(self.profile.ingress)  # sent as TRex sends it from that port of the testbed
+            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], port, macs=testbed_macs(port))
         self.trex_profile = trex_profile
         self.stl = stlgen.for_testbed(trex_profile) if trex_profile else None
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
