@@ -1,6 +1,7 @@
 """``perfkit trex-profile show``: the first frames perfkit's XDP generator sends for a TRex STL
 profile, built by the real generator program (BPF_PROG_TEST_RUN), without a testbed -- to diff
-against TRex's own simulator (``stl-sim``)."""
+against TRex's own simulator (``stl-sim``). The IP addresses are TRex's; ``--testbed-addresses``
+shows them as the local testbed sends them (``perfkit.stl.addresses``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ from typing import Any
 
 from perfkit.cli.options import add_json, check_writable, emit, integer
 from perfkit.errors import ConfigError
+from perfkit.stl import addresses as stladdresses
 from perfkit.stl import macs as stlmacs
 from perfkit.stl import profile as stlprofile
 from perfkit.testbed import stlgen
@@ -29,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--pcap", default=None, metavar="FILE", help="write the frames to this pcap file")
     show.add_argument("--no-signature", action="store_true",
                       help="leave perfkit's signature out: the frames exactly as TRex sends them")
+    show.add_argument("--testbed-addresses", action="store_true",
+                      help="the frames the local testbed sends: IP addresses outside 198.18.0.0/15 and 2001:2::/48 "
+                           "mapped into them (default: the addresses as TRex sends them)")
     macs = show.add_mutually_exclusive_group()
     macs.add_argument("--port-mac", default=None, metavar="SRC[,DST]",
                       help="the TRex port's MAC and the destination its configuration gives (default: the local "
@@ -44,6 +49,9 @@ def run_show(args: argparse.Namespace) -> int:
         check_writable("--pcap", args.pcap)
     macs = port_macs(args.port, args.port_mac, args.trex_cfg)
     profile = stlprofile.load(args.path, args.tunables, args.port, macs=macs)
+    maps: tuple[stladdresses.Mapping, ...] = ()
+    if args.testbed_addresses:
+        profile, maps = stladdresses.for_testbed(profile)
     compiled = stlgen.compile_profile(profile, signature=not args.no_signature)
     frames = stlgen.show(compiled, args.count)
     if args.pcap:
@@ -55,6 +63,7 @@ def run_show(args: argparse.Namespace) -> int:
                for st, c, w in zip(profile.streams, compiled.streams, compiled.weights)]
     out: dict[str, Any] = {"profile": profile.source, "streams": streams, "pcap": args.pcap,
                            "port_mac": macs.src.hex(":"), "dest_mac": macs.dst.hex(":"), "macs_from": macs.origin,
+                           "testbed_addresses": bool(args.testbed_addresses), "address_maps": [str(m) for m in maps],
                            "frames": [f.hex() for f in frames]}
     emit(out, args.json, _human)
     return 0
@@ -74,6 +83,8 @@ def _human(d: dict) -> str:
     lines += [f"  stream {s['name']}: {s['mode']}, weight {s['weight']}, {s['frame_size']}-byte frames (FCS included), signature "
               f"{s['signature']}" + (f" at byte {s['signature_offset']}" if s["signature_offset"] else "")
               for s in d["streams"]]
+    if d["address_maps"]:
+        lines.append(f"  addresses mapped for the testbed: {', '.join(d['address_maps'])}")
     for i, f in enumerate(d["frames"]):
         lines.append(f"{i:6d}  {f}")
     if d["pcap"]:

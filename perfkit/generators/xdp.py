@@ -37,6 +37,7 @@ from perfkit.knobs import SETUP_KNOBS, Knobs, Port as KnobPort
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
+from perfkit.stl import addresses
 from perfkit.stl import profile as stlprofile
 from perfkit.stl.macs import testbed_macs
 from perfkit.stl.profile import StlProfile
@@ -343,6 +344,8 @@ class XdpGenerator(Generator):
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
         if self.stl and self.trex_profile:
             result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
+            if self.stl.address_maps:
+                result.notes.append(addresses.note(self.stl.address_maps))
         return result
 
     def _drain(self) -> None:

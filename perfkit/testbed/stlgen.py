@@ -15,7 +15,7 @@ import ctypes
 import math
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_E
                              GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
                              IPPROTO_UDP, GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
+from perfkit.stl import addresses
+from perfkit.stl.addresses import Mapping
 from perfkit.stl.profile import Instr, StlProfile, StlStream
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.stl.vm import Checksum, checksums, initial, step_of
@@ -66,6 +68,8 @@ class Compiled:
     streams: tuple[Stream, ...]
     weights: tuple[int, ...] = (1,)
     """Frames of each stream per ``sum(weights)`` frames (the relative rates)."""
+    address_maps: tuple[Mapping, ...] = ()
+    """The prefixes mapped into the testbed's address ranges (``perfkit.stl.addresses``)."""
 
     @property
     def config(self) -> gen_config:
@@ -411,8 +415,11 @@ def blank_signature(frame: bytes, sig_offset: int) -> bytes:
 
 
 def for_testbed(profile: StlProfile, encaps: tuple[Encap, ...] | None = None) -> Compiled:
-    """The streams the local generator sends for ``profile``, with perfkit's signature where it fits."""
-    return compile_profile(profile, signature=True, encaps=encaps)
+    """The streams the local generator sends for ``profile``, with perfkit's signature where it fits
+    and every IP address inside the testbed's ranges (``perfkit.stl.addresses``; refusals name the
+    write that cannot be mapped)."""
+    sent, maps = addresses.for_testbed(profile)
+    return replace(compile_profile(sent, signature=True, encaps=encaps), address_maps=maps)
 
 
 def counting_note(profile: StlProfile, compiled: Compiled) -> str:
