@@ -222,3 +222,31 @@ def test_imix_on_the_testbed_sends_only_permitted_addresses(tmp_path):
         assert ipaddress.ip_address(ip.src) in V4 and ipaddress.ip_address(ip.dst) in V4, (ip.src, ip.dst)
     assert any(n.startswith("addresses outside 198.18.0.0/15") and "16.0.0.0/16 -> 198.18.0.0/16" in n
                for n in r.notes), r.notes
+
+
+def test_headers_inside_tunnels_mapped():
+    """Headers behind QinQ + VXLAN, GRE and an IPv6 fragment header are found and mapped, and every
+    checksum comes out as scapy computes it for the mapped frame (outer UDP over the inner frame too)."""
+    from scapy.layers.inet import GRE, IP, TCP, UDP
+    from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrFragment
+    from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
+    from scapy.layers.vxlan import VXLAN
+
+    cases = [
+        (Ether() / Dot1AD(vlan=1) / Dot1Q(vlan=2) / IP(src="10.0.0.1", dst="8.0.0.1") / UDP(dport=4789) / VXLAN()
+         / Ether() / IP(src="16.0.0.9", dst="48.0.0.9") / TCP() / "abc",
+         [("198.18.0.1", "198.19.0.1"), ("198.18.0.9", "198.19.0.9")]),
+        (Ether() / IP(src="1.2.3.4", dst="5.6.7.8") / GRE() / IPv6(src="2001:db8::1", dst="2001:db8:9::1")
+         / ICMPv6EchoRequest(), [("198.18.3.4", "198.19.7.8"), ("2001:2::1", "2001:2:0:1::1")]),
+        (Ether() / IPv6(src="2001:db8::1", dst="2001:2::7") / IPv6ExtHdrFragment() / UDP() / "x",
+         [("2001:2::1", "2001:2::7")]),
+    ]
+    for pkt, want in cases:
+        out, _ = addresses.translate_frame(bytes(pkt))
+        got = Ether(out)
+        assert [(ip.src, ip.dst) for ip in got.iterpayloads() if isinstance(ip, (IP, IPv6))] == want
+        for layer in got.iterpayloads():  # let scapy recompute every checksum
+            for name in ("chksum", "cksum"):
+                if name in layer.fields and not isinstance(layer, VXLAN):
+                    delattr(layer, name)
+        assert bytes(Ether(bytes(got))) == out

@@ -144,7 +144,7 @@ def frame_checksums(frame: bytes) -> list[Checksum]:
             l3 = (off, 4)
         elif isinstance(layer, IPv6):
             l3 = (off, 6)
-        elif l3 is not None and type(layer) in (UDP, TCP) or isinstance(layer, _ICMPv6):
+        elif l3 is not None and (type(layer) in (UDP, TCP) or isinstance(layer, _ICMPv6)):
             proto = 17 if type(layer) is UDP else 6 if type(layer) is TCP else 58
             out.append(l4_checksum(frame, l3[0], off, proto))
             l3 = None
