@@ -37,6 +37,11 @@ static const struct gen_config gen_cfg3 = GEN_CONFIG3_INIT;
 #define GEN_COMPILED_IN 0
 const volatile struct gen_config gen_cfg = {};
 #endif
+#ifdef GEN_MIX_INIT
+#define MIX_TIMED gen_mix.timed
+#else
+#define MIX_TIMED 0
+#endif
 
 /* Compiled in, every offset is a constant below gen_end(), which the first bounds check covers,
  * so the verifier needs no other; each would cost a few instructions per frame. */
@@ -407,10 +412,12 @@ static __always_inline int gen_build(struct xdp_md *ctx, GEN_CFG struct gen_conf
 
 #ifdef GEN_MIX_INIT
 /* Smooth weighted round robin (nginx's): every stream gains its weight, the richest is sent and
- * pays the total, so stream i gets weight[i] of every total frames, evenly spread. */
-static __always_inline int mix_next(struct gen_state *st)
+ * pays the total, so stream i gets weight[i] of every total frames, evenly spread. A stream that
+ * has sent its frames (mix_limit), or waits for its start (ISG) or the end of a gap between
+ * bursts (IBG), leaves its turn idle (-1): the other streams keep their own rates. */
+static __always_inline int mix_next(struct gen_state *st, __u64 rel)
 {
-	int best = 0;
+	int best = 0, i;
 
 #pragma unroll
 	for (int i = 0; i < GEN_MIX_MAX_STREAMS; i++) {
@@ -420,7 +427,17 @@ static __always_inline int mix_next(struct gen_state *st)
 		if (st->mix_cur[i] > st->mix_cur[best])
 			best = i;
 	}
-	st->mix_cur[best & (GEN_MIX_MAX_STREAMS - 1)] -= gen_mix.total;
+	i = best & (GEN_MIX_MAX_STREAMS - 1);
+	st->mix_cur[i] -= gen_mix.total;
+	if (st->mix_limit[i] && st->mix_sent[i] + 1 >= st->mix_limit[i])
+		return -1;
+	if (gen_mix.timed && st->mix_clock) {
+		if (rel < gen_mix.start_ns[i] || rel < st->mix_at[i])
+			return -1;
+		if (gen_mix.burst[i] && (st->mix_sent[i] + 1) % gen_mix.burst[i] == 0)
+			st->mix_at[i] = rel + gen_mix.gap_ns[i];
+	}
+	st->mix_sent[i]++;
 	return best;
 }
 
@@ -436,9 +453,10 @@ static __always_inline int mix_trim(struct xdp_md *ctx, GEN_CFG struct gen_confi
 SEC("xdp")
 int xdp_gen(struct xdp_md *ctx)
 {
-	int stamped = 0;
+	int stamped = 0, stream __attribute__((unused)) = 0;
 	struct gen_state *st;
 	__u32 zero = 0;
+	__u64 rel = 0;
 
 	st = bpf_map_lookup_elem(&gen_state, &zero);
 	if (!st)
@@ -447,8 +465,8 @@ int xdp_gen(struct xdp_md *ctx)
 	/* a run that sends nothing returns XDP_DROP: the kernel recycles the frame untouched */
 	if (st->quota && st->tx_packets >= st->quota)
 		return XDP_DROP;
-	if (st->interval || st->stop_after) {
-		__u64 now = bpf_ktime_get_ns(), rel;
+	if (st->interval || st->stop_after || (MIX_TIMED && st->mix_clock)) {
+		__u64 now = bpf_ktime_get_ns();
 
 		if (!st->start_ns)
 			st->start_ns = now;
@@ -464,15 +482,25 @@ int xdp_gen(struct xdp_md *ctx)
 				st->due = rel_fp - GEN_MAX_BURST * st->interval;
 			st->due += st->interval;
 		}
+#ifdef GEN_MIX_INIT
+		stream = mix_next(st, rel);
+		if (stream < 0)
+			return XDP_DROP; /* this turn's stream is waiting or done */
+#endif
 		st->last_ns = now;
 		st->last_ts = now; /* this frame's own transmit time */
 		st->ts_count = 0;
 		stamped = 1;
 	}
-
 #ifdef GEN_MIX_INIT
+	else {
+		stream = mix_next(st, 0);
+		if (stream < 0)
+			return XDP_DROP;
+	}
+
 	/* a TRex profile's several streams: one compiled-in configuration each */
-	switch (mix_next(st)) {
+	switch (stream) {
 	case 1:
 		return mix_trim(ctx, &gen_cfg1) ? XDP_ABORTED : gen_build(ctx, &gen_cfg1, st, stamped, 1);
 	case 2:

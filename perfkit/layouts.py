@@ -127,7 +127,8 @@ GEN_MIX_MAX_STREAMS = 4
 
 class gen_mix(Struct):
     _fields_ = [("nstreams", u32), ("base_len", u32), ("weight", ctypes.c_int32 * GEN_MIX_MAX_STREAMS),
-                ("total", ctypes.c_int32), ("pad", u32)]
+                ("total", ctypes.c_int32), ("timed", u32), ("burst", u32 * GEN_MIX_MAX_STREAMS),
+                ("start_ns", u64 * GEN_MIX_MAX_STREAMS), ("gap_ns", u64 * GEN_MIX_MAX_STREAMS)]
 
 
 class gen_config(Struct):
@@ -150,7 +151,9 @@ class gen_state(Struct):
                 ("ts_count", u32), ("stream_base", u16), ("stream_mask", u16),
                 ("var_pos", u32 * GEN_MAX_VARS), ("seq", u32 * GEN_MAX_STREAMS), ("vm_val", u64 * GEN_VM_MAX_VARS),
                 ("vm_flow", u32 * GEN_VM_MAX_VARS), ("vm_port", u16 * GEN_VM_MAX_VARS), ("vm_ready", u32),
-                ("mix_cur", ctypes.c_int32 * GEN_MIX_MAX_STREAMS), ("vm_pad", u32)]
+                ("mix_cur", ctypes.c_int32 * GEN_MIX_MAX_STREAMS), ("mix_clock", u32),
+                ("mix_limit", u64 * GEN_MIX_MAX_STREAMS), ("mix_sent", u64 * GEN_MIX_MAX_STREAMS),
+                ("mix_at", u64 * GEN_MIX_MAX_STREAMS)]
 
 
 class signature(Struct):

@@ -120,7 +120,10 @@ struct gen_mix {
 	__u32 base_len;		/* length of the frame handed to the kernel: the longest stream's */
 	__s32 weight[GEN_MIX_MAX_STREAMS];	/* frames of each stream per total */
 	__s32 total;
-	__u32 pad;
+	__u32 timed;		/* a stream has a start delay (TRex's ISG) or bursts with a gap */
+	__u32 burst[GEN_MIX_MAX_STREAMS];	/* packets per burst, before a gap; 0: one burst */
+	__u64 start_ns[GEN_MIX_MAX_STREAMS];	/* start delay (ISG) [ns] */
+	__u64 gap_ns[GEN_MIX_MAX_STREAMS];	/* gap after each burst (IBG) [ns] */
 };
 
 /* The generator's configuration for one traffic profile: compiled into the program as constants
@@ -188,7 +191,10 @@ struct gen_state {
 	__u16 vm_port[GEN_VM_MAX_VARS];	/* tuple: its port */
 	__u32 vm_ready;		/* bit per stream: its values are set (from vm_vars[].prev) */
 	__s32 mix_cur[GEN_MIX_MAX_STREAMS];	/* smooth weighted round robin: each stream's credit */
-	__u32 vm_pad;
+	__u32 mix_clock;	/* honour gen_mix's start delays and gaps (0: frames in order, for show) */
+	__u64 mix_limit[GEN_MIX_MAX_STREAMS];	/* frames of each stream this thread sends, + 1; 0: no limit */
+	__u64 mix_sent[GEN_MIX_MAX_STREAMS];	/* frames of each stream sent */
+	__u64 mix_at[GEN_MIX_MAX_STREAMS];	/* ns after start_ns before which a stream waits (a gap) */
 };
 
 /* 12 bytes opening the innermost L4 payload, little-endian. */

@@ -15,6 +15,7 @@ from perfkit.perf.tools import check_available
 from perfkit.rate import Rate
 from perfkit.scenario import Scenario
 from perfkit.stl import profile as stlprofile
+from perfkit.stl.macs import testbed_macs
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 
@@ -69,7 +70,8 @@ def load_trex_profile(args: argparse.Namespace, scenario: Scenario) -> StlProfil
     if args.generator != "xdp":
         raise ConfigError("--trex-profile", args.trex_profile, "only with --generator xdp (a lab TRex takes the "
                           "profile on its own console)")
-    profile = stlprofile.load(args.trex_profile, args.tunables, stlprofile.port_of(scenario.traffic().ingress))
+    port = stlprofile.port_of(scenario.traffic().ingress)
+    profile = stlprofile.load(args.trex_profile, args.tunables, port, macs=testbed_macs(port))
     stlgen.for_testbed(profile)  # refusals (modes, instructions, sizes) before the testbed
     return profile
 

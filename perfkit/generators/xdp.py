@@ -38,7 +38,9 @@ from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
 from perfkit.testbed.dut import Dut, check_rx_queue
 from perfkit.testbed.exporterproc import DutExport
+from perfkit.stl import addresses
 from perfkit.stl import profile as stlprofile
+from perfkit.stl.macs import testbed_macs
 from perfkit.stl.profile import StlProfile
 from perfkit.testbed import stlgen
 from perfkit.testbed.livegen import LiveGenerator
@@ -145,7 +147,8 @@ class XdpGenerator(Generator):
         self.profile = profile or scenario.traffic()
         # a TRex STL profile replaces the traffic; the scenario still configures the DUT
         if trex_profile is not None and not isinstance(trex_profile, StlProfile):
-            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], stlprofile.port_of(self.profile.ingress))
+            port = stlprofile.port_of(self.profile.ingress)  # sent as TRex sends it from that port of the testbed
+            trex_profile = stlprofile.load(trex_profile, trex_tunables or [], port, macs=testbed_macs(port))
         self.trex_profile = trex_profile
         self.stl = stlgen.for_testbed(trex_profile) if trex_profile else None
         self.dut_cores, self.tester_cores, self.shared = allocate_cores(scenario.dut_cores, tester_cores)
@@ -356,6 +359,8 @@ class XdpGenerator(Generator):
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
         if self.stl and self.trex_profile:
             result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
+            if self.stl.address_maps:
+                result.notes.append(addresses.note(self.stl.address_maps))
         return result
 
     def _check_output(self, frame: bytes) -> str | None:

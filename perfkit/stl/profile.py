@@ -3,17 +3,20 @@ the JSON a TRex server receives (``perfkit.trex.client.load_profile``: the real
 ``STLProfile.load_py(...).to_json()`` in TRex's own environment), checked for what the local
 generator can send, and held as plain data (``StlProfile``).
 
-What the local generator sends: continuous streams (several, at their relative rates), each a
-frame and its field engine -- ``flow_var`` (inc, dec, random; sizes 1, 2, 4, 8; min, max, step,
+What the local generator sends: continuous streams, single bursts and multi-bursts (several, at
+their relative rates; a stream's ISG delays its start, a multi-burst's IBG separates its bursts),
+each a frame and its field engine -- ``flow_var`` (inc, dec, random; sizes 1, 2, 4, 8; min, max, step,
 init), ``tuple_flow_var``, ``write_flow_var`` (``add_value``; ``offset_fixup`` is already part of
 ``pkt_offset`` in the JSON), ``write_mask_flow_var``, ``fix_checksum_ipv4``, ``fix_checksum_hw``
 (IPv4 header, TCP, UDP) and ``fix_checksum_icmpv6``. Everything else is refused with one line
-naming the mode or instruction (``ConfigError``): bursts, inter-stream gaps, next-stream chains,
+naming the mode or instruction (``ConfigError``): next-stream chains,
 streams that do not start by themselves, flow statistics and latency streams, ``next_var`` and
 ``value_list`` variables, ``flow_var_rand_limit``, ``trim_pkt_size`` and the VM's cache.
 
 The semantics of the field engine (what TRex puts in the n-th packet) are in ``perfkit.stl.vm``;
-how the XDP generator runs it, in ``perfkit.testbed.stlgen``.
+how the XDP generator runs it, in ``perfkit.testbed.stlgen``. The frames are TRex's as sent
+(``perfkit.stl.macs``): MAC addresses by the stream's override flags and the port's, padded to 60
+bytes.
 """
 from __future__ import annotations
 
@@ -23,12 +26,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfkit.errors import ConfigError
+from perfkit.stl.macs import PortMacs, as_sent
 from perfkit.trex.client import load_profile
 
 #: The instructions the local generator runs.
 SUPPORTED_INSTRUCTIONS = ("flow_var", "tuple_flow_var", "write_flow_var", "write_mask_flow_var", "fix_checksum_ipv4",
                           "fix_checksum_hw", "fix_checksum_icmpv6")
-SUPPORTED_MODES = "continuous"
+SUPPORTED_MODES = ("continuous", "single_burst", "multi_burst")
 RATE_TYPES = ("pps", "bps_L1", "bps_L2", "percentage")
 VAR_OPS = ("inc", "dec", "random")
 VAR_SIZES = (1, 2, 4, 8)
@@ -87,7 +91,7 @@ class Instr:
 
 @dataclass(frozen=True)
 class StlStream:
-    """One continuous stream: its frame (without FCS), rate and field engine."""
+    """One stream: its frame (without FCS, as TRex sends it), rate, mode and field engine."""
 
     name: str
     frame: bytes
@@ -96,6 +100,16 @@ class StlStream:
     """One of RATE_TYPES; ``pps()`` turns it into packets per second."""
     vars: tuple[VarSpec, ...]
     program: tuple[Instr, ...]
+    flags: int = 0
+    """TRex's stream flags: bit 0 the packet's source MAC, bits 1-2 the destination's origin (``perfkit.stl.macs``)."""
+    isg: float = 0.0
+    """Start delay (TRex's inter-stream gap) [us]."""
+    count: int = 0
+    """Packets the stream sends in all (bursts); 0: continuous."""
+    burst: int = 0
+    """Packets per burst of a multi-burst (``pkts_per_burst``); 0: one burst."""
+    ibg: float = 0.0
+    """Gap after each burst of a multi-burst (TRex's inter-burst gap) [us]."""
 
     def pps(self) -> float:
         """The stream's rate in packets/s (percentage: per cent, comparable between streams only)."""
@@ -129,10 +143,12 @@ class StlProfile:
 
 
 # -- loading ----------------------------------------------------------------------------------------
-def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parity: int | None = None) -> StlProfile:
+def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parity: int | None = None,
+         macs: PortMacs | None = None) -> StlProfile:
     """Load the profile at ``path`` with TRex's own library (in its worker process) and check it, as
     TRex's console loads it for port ``port_id`` (profiles get ``parity``, by default ``port_id % 2``,
-    as their direction argument)."""
+    as their direction argument); frames carry the MACs TRex sends from a port with ``macs`` (None:
+    the packet's own)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError("--trex-profile", str(path), "an existing TRex STL profile (.py)")
@@ -142,7 +158,7 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parit
     words = check_tunables(tunables)
     streams = load_profile(str(p), [",".join(words)] if words else [], port_id,
                            port_id % 2 if parity is None else parity)
-    return parse(streams, f"{p}" + (f" -t {','.join(words)}" if words else ""))
+    return parse(streams, f"{p}" + (f" -t {','.join(words)}" if words else ""), macs)
 
 
 def port_of(ingress: str) -> int:
@@ -163,18 +179,19 @@ def check_tunables(values: Sequence[str] | None) -> list[str]:
     return out
 
 
-def parse(streams: list[dict[str, Any]], source: str = "profile") -> StlProfile:
-    """The streams of ``STLProfile.to_json()`` as an ``StlProfile``; anything the local generator
-    cannot send is refused with one line naming it."""
+def parse(streams: list[dict[str, Any]], source: str = "profile", macs: PortMacs | None = None) -> StlProfile:
+    """The streams of ``STLProfile.to_json()`` as an ``StlProfile``, frames as TRex sends them from a
+    port with ``macs`` (``perfkit.stl.macs.as_sent``); anything the local generator cannot send is
+    refused with one line naming it."""
     if not streams:
         raise ConfigError("streams", 0, "a profile with at least one stream")
     enabled = [(i, s) for i, s in enumerate(streams) if s.get("enabled", True)]
     if not enabled:
         raise ConfigError("streams", "all disabled", "at least one enabled stream")
-    return StlProfile(source, tuple(_stream(i, s) for i, s in enabled))
+    return StlProfile(source, tuple(_stream(i, s, macs) for i, s in enabled))
 
 
-def _stream(i: int, s: dict[str, Any]) -> StlStream:
+def _stream(i: int, s: dict[str, Any], macs: PortMacs | None = None) -> StlStream:
     name = s.get("name") or f"stream {i}"
     where = f"stream {i}" + (f" ({s['name']})" if s.get("name") else "")
     if s.get("next") or s.get("next_stream_id", -1) not in (-1, None):
@@ -183,11 +200,12 @@ def _stream(i: int, s: dict[str, Any]) -> StlStream:
     if not s.get("self_start", True):
         raise ConfigError(f"{where} self_start", False, "true (streams started by others are not supported)")
     mode = s.get("mode", {})
-    if mode.get("type") != "continuous":
-        raise ConfigError(f"{where} mode", mode.get("type"), f"{SUPPORTED_MODES} (the local generator sends "
-                          "continuous streams; bursts need TRex)")
-    if float(s.get("isg", 0) or 0) != 0:
-        raise ConfigError(f"{where} isg", s["isg"], "0 (inter-stream gaps are not supported by the local generator)")
+    if mode.get("type") not in SUPPORTED_MODES:
+        raise ConfigError(f"{where} mode", mode.get("type"), ", ".join(SUPPORTED_MODES))
+    isg = float(s.get("isg", 0) or 0)
+    if not 0 <= isg < 3600e6:
+        raise ConfigError(f"{where} isg", s["isg"], "0 .. 3600e6 us (a start delay)")
+    count, burst, ibg = _bursts(where, mode)
     if s.get("start_paused"):
         raise ConfigError(f"{where} start_paused", True, "false")
     stats = s.get("flow_stats", {}) or {}
@@ -204,7 +222,29 @@ def _stream(i: int, s: dict[str, Any]) -> StlStream:
     if extra:
         raise ConfigError(f"{where} vm {extra[0]}", vm[extra[0]], "no VM cache (each packet computed)")
     variables, program = _program(where, vm.get("instructions", []), len(frame))
-    return StlStream(name, frame, float(rate["value"]), rate["type"], variables, program)
+    flags = int(s.get("flags", 0) or 0)
+    return StlStream(name, as_sent(frame, flags, macs), float(rate["value"]), rate["type"], variables, program,
+                     flags, isg, count, burst, ibg)
+
+
+def _bursts(where: str, mode: dict[str, Any]) -> tuple[int, int, float]:
+    """(packets in all, packets per burst, gap after each burst [us]) of a stream's mode: (0, 0, 0)
+    for a continuous stream."""
+    kind = mode["type"]
+    if kind == "continuous":
+        return 0, 0, 0.0
+    if kind == "single_burst":
+        total = mode.get("total_pkts")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise ConfigError(f"{where} single_burst total_pkts", total, "an integer >= 1")
+        return total, 0, 0.0
+    ppb, bursts, ibg = mode.get("pkts_per_burst"), mode.get("count"), mode.get("ibg", 0.0)
+    for key, v in (("pkts_per_burst", ppb), ("count", bursts)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where} multi_burst {key}", v, "an integer >= 1")
+    if not isinstance(ibg, (int, float)) or not 0 <= ibg < 3600e6:
+        raise ConfigError(f"{where} multi_burst ibg", ibg, "0 .. 3600e6 us")
+    return ppb * bursts, ppb, float(ibg)
 
 
 def _program(where: str, instructions: list[dict[str, Any]],

@@ -242,6 +242,9 @@ class LiveGenerator:
         if self.mixed and trivial:
             raise ConfigError("trivial_generator", trivial, "off with a frame mix (the trivial generator sends one frame)")
         self.profile, self.tx, self.cores, self.batch_size = profile, tx, list(cores), batch_size
+        self.stl = stl
+        #: Frames the last ``_arm`` planned over a TRex profile's streams (start delays, bursts); None: not so.
+        self.planned: int | None = None
         self.frame = stl.frame if stl else self.mixed.frame if self.mixed else profile.packet(0)
         # a TRex profile: one sequence space (signature stream) per stream of the profile
         self.flows = 1 << (len(stl.streams) - 1).bit_length() if stl else profile.flows
@@ -271,9 +274,18 @@ class LiveGenerator:
         """Per thread: streams, pacing interval, time limit and quota; returns the quotas."""
         n = len(self.cores)
         stop_after = 0
+        # a TRex profile with start delays or bursts: each stream's own count (Compiled.plan)
+        plan = self.stl.plan(rate_pps, duration, packets) if self.stl and self.stl.timed else None
+        if plan is not None and not rate_pps and packets is None:
+            stop_after = int(duration * 1e9)  # as fast as possible for the duration: the clock ends it
         if rate_pps and packets is None:  # the duration's frames, with time to catch up after stalls
             packets, stop_after = round(rate_pps * duration), int((duration * (1 + LATE_STOP) + 0.02) * 1e9)
+        if plan is not None:
+            packets = sum(plan) if None not in plan else packets  # type: ignore[arg-type]
         quotas = [packets // n + (i < packets % n) for i in range(n)] if packets is not None else [0] * n
+        if plan is not None and None not in plan:  # each thread: the sum of its shares of the streams
+            quotas = [sum(each // n + (k < each % n) for each in plan) for k in range(n)]  # type: ignore[operator]
+        self.planned = sum(quotas) if plan is not None and packets is not None else None
         if self.trivial:
             return quotas
         interval = round(1e9 * n / rate_pps * FP_ONE) if rate_pps else 0
@@ -281,10 +293,14 @@ class LiveGenerator:
         for cpu in range(num_possible_cpus()):
             base, mask = stream_plan(self.cores, cpu, self.flows)
             mine = cpu in self.cores
-            vals += bytes(gen_state(stream_base=base, stream_mask=mask, var_pos=starts,
-                                    rng=int.from_bytes(os.urandom(8), "little") | 1,
-                                    interval=interval if mine else 0, stop_after=stop_after if mine else 0,
-                                    quota=quotas[self.cores.index(cpu)] if mine else 0))
+            state = gen_state(stream_base=base, stream_mask=mask, var_pos=starts,
+                              rng=int.from_bytes(os.urandom(8), "little") | 1,
+                              interval=interval if mine else 0, stop_after=stop_after if mine else 0,
+                              quota=quotas[self.cores.index(cpu)] if mine else 0, mix_clock=1)
+            for i, each in enumerate(plan or ()):  # this thread's share of each stream, + 1 (0: no limit)
+                k = self.cores.index(cpu) if mine else 0
+                state.mix_limit[i] = each // n + (k < each % n) + 1 if each is not None else 0
+            vals += bytes(state)
         self.obj.map("gen_state").update(struct.pack("=I", 0), vals)
         return quotas
 
@@ -307,11 +323,13 @@ class LiveGenerator:
         quotas = self._arm(rate_pps, duration, packets)
         n = len(self.cores)
         run = Sending(n)
+        # start delays and gaps leave runs idle: their threads count what the program sent, as paced ones
+        timed = bool(self.stl and self.stl.timed)
+        limited = packets is not None or rate_pps or self.planned is not None
         try:
             for i, c in enumerate(self.cores):
-                _thread.start_new_thread(self._worker, (c, bool(rate_pps), duration,
-                                                        quotas[i] if packets is not None or rate_pps else None,
-                                                        run, i))
+                _thread.start_new_thread(self._worker, (c, bool(rate_pps) or timed, duration,
+                                                        quotas[i] if limited else None, run, i))
             run.wait(lambda: all(r or e for r, e in zip(run.ready, run.ended)))
             start_wall = time.time()
             run.go = True
@@ -330,7 +348,8 @@ class LiveGenerator:
             mine = [s for s in self._states() if s.start_ns and s.tx_packets]
             if mine:
                 elapsed = (max(s.last_ns for s in mine) - min(s.start_ns for s in mine)) / 1e9 + n / rate_pps
-        intended = packets if packets is not None else round((rate_pps or 0) * duration)
+        intended = self.planned if self.planned is not None else \
+            packets if packets is not None else round((rate_pps or 0) * duration)
         return SendReport(intended=intended, requested=sum(r[0] for r in done), start=start_wall, elapsed=elapsed)
 
     def _worker(self, cpu: int, paced: bool, duration: float, quota: int | None, run: Sending, idx: int) -> None:
@@ -355,7 +374,7 @@ class LiveGenerator:
                     if paced:
                         k = PACED_RUNS
                         state = self._states()[cpu] if runs else None
-                        if state is not None and (state.tx_packets >= quota or (
+                        if state is not None and ((quota is not None and state.tx_packets >= quota) or (
                                 state.stop_after and state.start_ns and
                                 time.monotonic_ns() - state.start_ns >= state.stop_after)):
                             break

@@ -15,7 +15,7 @@ import ctypes
 import math
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from perfkit.layouts import (GEN_MIX_MAX_STREAMS, GEN_TEMPLATE_MAX, GEN_VM_BIG_E
                              GEN_VM_CSUM_UDP, GEN_VM_MAX_CSUMS, GEN_VM_MAX_OPS, GEN_VM_MAX_VARS, GEN_VM_PORT,
                              IPPROTO_UDP, GenVmOpKind, GenVmVarOp, gen_config, gen_mix, gen_state)
 from perfkit.libbpf import num_possible_cpus
+from perfkit.stl import addresses
+from perfkit.stl.addresses import Mapping
 from perfkit.stl.profile import Instr, StlProfile, StlStream
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.stl.vm import Checksum, checksums, initial, step_of
@@ -49,6 +51,14 @@ class Stream:
     """Where the signature goes; 0: the stream leaves no room (counts come from the sink's totals)."""
     why_unsigned: str = ""
     """Why there is no signature, for the trial's notes."""
+    count: int = 0
+    """Packets the stream sends in all (its bursts); 0: continuous."""
+    burst: int = 0
+    """Packets per burst before a gap; 0: one burst."""
+    isg_ns: int = 0
+    """Start delay [ns]."""
+    ibg_ns: int = 0
+    """Gap after each burst [ns]."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class Compiled:
     streams: tuple[Stream, ...]
     weights: tuple[int, ...] = (1,)
     """Frames of each stream per ``sum(weights)`` frames (the relative rates)."""
+    address_maps: tuple[Mapping, ...] = ()
+    """The prefixes mapped into the testbed's address ranges (``perfkit.stl.addresses``)."""
 
     @property
     def config(self) -> gen_config:
@@ -77,21 +89,64 @@ class Compiled:
         return "; ".join(s.why_unsigned for s in self.streams if not s.sig_offset)
 
     @property
+    def timed(self) -> bool:
+        """A stream has a start delay, or bursts (a finite count, gaps): the program keeps per-stream
+        counts and clocks (``gen_mix``)."""
+        return any(s.count or s.isg_ns for s in self.streams)
+
+    @property
+    def finite(self) -> bool:
+        """Every stream sends a finite count (bursts): the profile ends by itself."""
+        return all(s.count for s in self.streams)
+
+    def plan(self, rate_pps: float | None, duration: float, packets: int | None) -> list[int | None]:
+        """Frames of each stream a send of ``rate_pps`` for ``duration`` s (or of ``packets``) sends
+        (None: no limit), as TRex does: a stream sends its share of the rate from its start delay
+        on, a burst at most its count, a multi-burst pauses its gap after each burst; TRex stops
+        every stream at the duration."""
+        out: list[int | None] = []
+        for s, w in zip(self.streams, self.weights):
+            if not rate_pps:  # a count, or as fast as possible: bursts send their count, the rest no limit
+                out.append(s.count or None)
+                continue
+            r = rate_pps * w / sum(self.weights)
+            left = duration - s.isg_ns / 1e9
+            if not s.count:
+                out.append(max(0, round(r * left)) if packets is None else None)
+                continue
+            out.append(min(s.count, _fitting(s, r, left)) if packets is None else s.count)
+        return out
+
+    @property
     def signed(self) -> bool:
         """Every stream carries perfkit's signature."""
         return all(s.sig_offset for s in self.streams)
 
     def extra(self) -> dict[str, ctypes.Structure]:
         """The other streams' configurations and the mix, as ``bpfbuild.specialised`` takes them."""
-        if len(self.streams) == 1:
+        if len(self.streams) == 1 and not self.timed:
             return {}
-        mix = gen_mix(nstreams=len(self.streams), base_len=len(self.frame), total=sum(self.weights))
-        for i, w in enumerate(self.weights):
-            mix.weight[i] = w
+        mix = gen_mix(nstreams=len(self.streams), base_len=len(self.frame), total=sum(self.weights),
+                      timed=int(any(s.isg_ns or s.ibg_ns for s in self.streams)))
+        for i, (w, s) in enumerate(zip(self.weights, self.streams)):
+            mix.weight[i], mix.burst[i], mix.start_ns[i], mix.gap_ns[i] = w, s.burst, s.isg_ns, s.ibg_ns
         out: dict[str, ctypes.Structure] = {"GEN_MIX": mix}
         for i in range(1, GEN_MIX_MAX_STREAMS):
             out[f"GEN_CONFIG{i}"] = self.streams[i].config if i < len(self.streams) else gen_config()
         return out
+
+
+def _fitting(s: Stream, rate_pps: float, left: float) -> int:
+    """Frames of the bursts of ``s`` sent at ``rate_pps`` in ``left`` s from its start."""
+    if left <= 0:
+        return 0
+    if not s.burst:
+        return round(rate_pps * left)
+    span, gap = s.burst / rate_pps, s.ibg_ns / 1e9
+    bursts = s.count // s.burst
+    full = min(bursts, math.floor((left - span) / (span + gap)) + 1) if left >= span else 0
+    rest = left - full * (span + gap)
+    return full * s.burst + (min(s.burst, max(0, round(rest * rate_pps))) if full < bursts else 0)
 
 
 def compile_stream(stream: StlStream, signature: bool = True, var_base: int = 0,
@@ -105,7 +160,7 @@ def compile_profile(profile: StlProfile, signature: bool = True, encaps: tuple[E
     """Every stream of ``profile`` at its relative rate (up to GEN_MIX_MAX_STREAMS streams whose frames
     differ only in their first GEN_TEMPLATE_MAX bytes: the longest stream's frame is the kernel's)."""
     if len(profile.streams) > GEN_MIX_MAX_STREAMS:
-        raise ConfigError("TRex profile streams", len(profile.streams), f"1 .. {GEN_MIX_MAX_STREAMS} continuous streams")
+        raise ConfigError("TRex profile streams", len(profile.streams), f"1 .. {GEN_MIX_MAX_STREAMS} streams")
     out, base = [], 0
     for st in profile.streams:
         out.append(_stream(st, signature, base, _tunnels(encaps)))
@@ -163,7 +218,8 @@ def _stream(stream: StlStream, signature: bool, var_base: int, encaps: tuple[Enc
             cc.lo[r], cc.hi[r] = lo, hi
         cc.old = sum(~w & 0xFFFF for lo, hi in ranges for w in struct.unpack_from(f"={(hi - lo) // 2}H", tmpl, lo))
     cfg.vm_ncsums = len(csums)
-    return Stream(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why)
+    return Stream(cfg, bytes(tmpl[:len(frame)]) + frame[GEN_TEMPLATE_MAX:], sig, why, stream.count, stream.burst,
+                  round(stream.isg * 1e3), round(stream.ibg * 1e3))
 
 
 def signature_room(frame: bytes, writes: Ranges, encaps: tuple[Encap, ...] | None = None) -> tuple[int, str]:
@@ -320,17 +376,27 @@ def compile_object(compiled: Compiled) -> Path:
 
 def show(compiled: Compiled, count: int) -> list[bytes]:
     """The first ``count`` frames the generator program builds, run through BPF_PROG_TEST_RUN on one
-    CPU (the program keeps its state per CPU)."""
+    CPU (the program keeps its state per CPU), in the order it sends them, start delays and gaps
+    left out; fewer when the profile's bursts end before."""
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(old)})
     try:
         with load_generator(compile_object(compiled), 1) as obj:
             slots = 1 << (len(compiled.streams) - 1).bit_length()
             state = gen_state(rng=int.from_bytes(os.urandom(8), "little") | 1, stream_mask=slots - 1)
+            for i, n in enumerate(compiled.plan(None, 0.0, None)):
+                state.mix_limit[i] = n + 1 if n is not None else 0
             obj.map("gen_state").update(struct.pack("=I", 0), bytes(state) * num_possible_cpus())
             prog, out = obj.program("xdp_gen"), []
-            for _ in range(count):
+            # a finite profile ends once every stream has sent its count; a turn of a stream that
+            # is done is idle, so at most as many idle runs as the mix has turns in a row
+            idle, turns = 0, sum(compiled.weights)
+            while len(out) < count and idle <= turns:
                 res = prog.test_run(compiled.frame)
+                if res.verdict == "XDP_DROP" and compiled.timed:
+                    idle += 1
+                    continue
+                idle = 0
                 if res.verdict != "XDP_REDIRECT":
                     raise ConfigError("generator", res.verdict, "XDP_REDIRECT (the program refused the frame)")
                 out.append(res.data_out)
@@ -349,8 +415,11 @@ def blank_signature(frame: bytes, sig_offset: int) -> bytes:
 
 
 def for_testbed(profile: StlProfile, encaps: tuple[Encap, ...] | None = None) -> Compiled:
-    """The streams the local generator sends for ``profile``, with perfkit's signature where it fits."""
-    return compile_profile(profile, signature=True, encaps=encaps)
+    """The streams the local generator sends for ``profile``, with perfkit's signature where it fits
+    and every IP address inside the testbed's ranges (``perfkit.stl.addresses``; refusals name the
+    write that cannot be mapped)."""
+    sent, maps = addresses.for_testbed(profile)
+    return replace(compile_profile(sent, signature=True, encaps=encaps), address_maps=maps)
 
 
 def counting_note(profile: StlProfile, compiled: Compiled) -> str:
