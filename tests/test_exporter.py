@@ -246,3 +246,17 @@ def test_clean_removes_the_descriptions_and_targets_of_dead_processes_only(tmp_p
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_a_lab_host_exporter_may_listen_on_the_address_its_lab_json_names_only(tmp_path: Path) -> None:
+    from perfkit.cli.exporter import lab_address, parse_listen
+    from perfkit.errors import ConfigError
+    conf = tmp_path / "lab.json"
+    conf.write_text(json.dumps({"host": "dut1", "address": "198.19.253.11", "exporter_port": 9435}))
+    assert parse_listen("198.19.253.11:9435", lab_address(str(conf))) == ("198.19.253.11", 9435)
+    assert parse_listen("127.0.0.1:0", lab_address(str(conf))) == ("127.0.0.1", 0)
+    for other in ("198.19.253.12:9435", "0.0.0.0:9435"):
+        with pytest.raises(ConfigError, match="the lab host's address 198.19.253.11"):
+            parse_listen(other, lab_address(str(conf)))
+    with pytest.raises(ConfigError, match="loopback"):
+        parse_listen("198.19.253.11:9435")
