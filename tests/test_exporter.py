@@ -197,3 +197,66 @@ def test_prometheus_has_the_lbs_per_vip_counter_and_it_matches_the_sink(tmp_path
         # the testbed down: the exporter stopped, its target and the description removed
         assert not list(targets_dir(st.dir).glob("*.json")) and not list(state_dir.glob("*.json"))
         assert not Path(f"/proc/{exporter_pid}").exists()
+
+
+# -- perfkit clean: the files of dead processes only -----------------------------------------------
+_OWNER = """
+import sys, time
+from perfkit.metrics import exporter
+desc = exporter.ExportedDut("l4lb", sys.argv[1], 1, {}, (), ())
+exporter.save(desc, exporter.dut_path(sys.argv[1]))
+exporter.register(sys.argv[2], desc, "127.0.0.1", 9)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_clean_removes_the_descriptions_and_targets_of_dead_processes_only(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    state, targets = tmp_path / "state", tmp_path / "targets"
+    env = {**os.environ, "PERFKIT_STATE_DIR": str(state)}
+    monkeypatch.setattr(exporter, "DUT_DIR", state / "dataplanes")
+    procs = {name: subprocess.Popen([sys.executable, "-c", _OWNER, name, str(targets)], cwd=ROOT, env=env,
+                                    stdout=subprocess.PIPE, text=True) for name in ("t3stdead", "t3stlive")}
+    try:
+        for p in procs.values():
+            assert p.stdout and p.stdout.readline() == "ready\n"
+        procs["t3stdead"].kill()   # a SIGKILLed generator or exporter: its clean-up never ran
+        procs["t3stdead"].wait()
+        files = {name: (state / "dataplanes" / f"{name}.json", targets / f"dataplane-{name}.json") for name in procs}
+        assert all(f.exists() for pair in files.values() for f in pair)
+        # Prometheus drops the owner's label (a __ label); the target stays a valid file_sd group
+        assert json.loads(files["t3stlive"][1].read_text())[0]["targets"] == ["127.0.0.1:9"]
+        removed = exporter.clean([targets])
+        assert len(removed) == 2 and all("t3stdead" in r and f"pid {procs['t3stdead'].pid}" in r for r in removed)
+        assert not any(f.exists() for f in files["t3stdead"]) and all(f.exists() for f in files["t3stlive"])
+        assert exporter.clean([targets]) == []
+        # on a lab host (no perfkit CLI there), the agent's clean removes the descriptions too
+        procs["t3stlive"].kill()
+        procs["t3stlive"].wait()
+        out = subprocess.run([sys.executable, "-m", "perfkit.lab.agent", "--clean"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        lines = [r for r in json.loads(out.stdout) if "t3stlive" in r]
+        assert len(lines) == 1 and lines[0].startswith(f"dataplane description {files['t3stlive'][0]} "
+                                                       f"(pid {procs['t3stlive'].pid} ")
+        assert not files["t3stlive"][0].exists()
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_a_lab_host_exporter_may_listen_on_the_address_its_lab_json_names_only(tmp_path: Path) -> None:
+    from perfkit.cli.exporter import lab_address, parse_listen
+    from perfkit.errors import ConfigError
+    conf = tmp_path / "lab.json"
+    conf.write_text(json.dumps({"host": "dut1", "address": "198.19.253.11", "exporter_port": 9435}))
+    assert parse_listen("198.19.253.11:9435", lab_address(str(conf))) == ("198.19.253.11", 9435)
+    assert parse_listen("127.0.0.1:0", lab_address(str(conf))) == ("127.0.0.1", 0)
+    for other in ("198.19.253.12:9435", "0.0.0.0:9435"):
+        with pytest.raises(ConfigError, match="the lab host's address 198.19.253.11"):
+            parse_listen(other, lab_address(str(conf)))
+    with pytest.raises(ConfigError, match="loopback"):
+        parse_listen("198.19.253.11:9435")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import requests
 
 from perfkit import owners
 from perfkit.errors import PerfkitError
@@ -30,6 +31,7 @@ from perfkit.lab.agent import Agent
 from perfkit.lab.inventory import Lab, load
 from perfkit.lab.remote import AgentSession
 from perfkit.lab.sandbox import Sandbox
+from perfkit.metrics.config import Endpoints
 from perfkit.scenario import Scenario
 from perfkit.testbed import netns
 from perfkit.testbed.sink import Sink
@@ -237,6 +239,60 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert [n for n in r.notes if n.startswith(tuple(f"{t}: offered" for t in testers))] == \
         [f"{t}: offered {10_000 // len(testers)}, received {10_000 // len(testers)}" for t in testers]
     assert _gone_within(sb, 10) < 1
+
+
+def _exporters(sb: Sandbox) -> list[int]:
+    """Pids of ``perfkit exporter`` processes on the DUT host."""
+    pids = subprocess.run(["ip", "netns", "pids", sb.ns("dut1")], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in pids if b"perfkit.cli.exporter" in _cmdline(int(p))]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.lab
+def test_the_labs_prometheus_has_the_lbs_per_vip_counter_from_the_dut_host_and_it_matches_the_sinks(
+        lab: tuple[Sandbox, Lab]) -> None:
+    """Issue 27 item 3 on the lab: the DUT host's agent serves the loaded LB's counters where the
+    lab's Prometheus scrapes them; their increase over a trial is what the testers received."""
+    from perfkit.generators import create
+    from perfkit.metrics.dpcounters import counter_increase
+    sb, _ = lab
+    ep = Endpoints(prometheus_url=f"http://{sb.address('metrics1')}:9090", username="perfkit",
+                   password=sb.metrics_password)
+    vip_packets, sel = "perfkit_l4lb_vip_packets_total", 'job="dataplane",host="dut1"'
+    # two flows, two VIPs, two testers: tester1 sends flow 0 (the first VIP), tester2 flow 1 (the second)
+    scenario = Scenario(dataplane="l4lb", frame_size=128, flows=2, params={"vips": 2, "reals": 2})
+    with create("lab", scenario, inventory=str(sb.inventory), testers=["tester1", "tester2"]) as gen:
+        assert gen.loaded["exporter"] == f"http://{sb.address('dut1')}:9435/metrics"
+        pids = _exporters(sb)
+        assert len(pids) == 1 and not set(os.sched_getaffinity(pids[0])) & {1}   # off the DUT core
+        deadline = time.monotonic() + 30
+        while len(_query(ep, f"{vip_packets}{{{sel}}}")) < 4 and time.monotonic() < deadline:   # 2 instances x 2 VIPs
+            time.sleep(0.2)
+        time.sleep(1.5 * ep.scrape_interval)   # a scrape before the trial: its starting value
+        r = gen.measure(20_000, 2.0)
+        inc = counter_increase(ep, vip_packets, r.start_time, r.end_time, selector=sel)
+    received = {n.split(":")[0]: int(n.rsplit(" ", 1)[1]) for n in r.notes if ": offered " in n}
+    assert r.rx_packets == r.tx_packets > 30_000 and sum(received.values()) == r.rx_packets, r.notes
+    by_vip = inc.groupby("vip")["increase"].sum().to_dict()
+    assert by_vip == {"198.19.0.1:443/udp": received["tester1"], "198.19.0.2:443/udp": received["tester2"]}, inc
+    # each tester's cables are an instance of the LB of their own (label testbed)
+    assert set(inc["testbed"]) == {"dut1-a0", "dut1-a1"}
+    # unloaded: the exporter is gone, and with it its descriptions
+    assert not [p for p in _exporters(sb) if p in pids]
+    assert not list((owners.STATE_DIR / "dataplanes").glob("dut1-*.json"))
+
+
+def _query(ep: Endpoints, promql: str) -> list[dict]:
+    r = requests.get(ep.prometheus_url + "/api/v1/query", params={"query": promql}, auth=(ep.username, ep.password),
+                     timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]["result"]
 
 
 @pytest.mark.lab

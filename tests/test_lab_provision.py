@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from perfkit import owners
 from perfkit.lab import hostsetup, provision, sandbox
@@ -92,11 +93,16 @@ def test_each_host_gets_what_its_roles_need(lab: Sandbox) -> None:
     config = plans["metrics1"]["files"][1]["content"]
     for name in ("dut1", "tester1", "tester2", "metrics1"):
         assert f"{lab.address(name)}:9100" in config and f"host: {name}" in config
+    # the DUT host's agent serves its dataplane's counters where node-exporter serves, on port 9435
+    dut_conf = json.loads(plans["dut1"]["files"][0]["content"])
+    assert (dut_conf["address"], dut_conf["exporter_port"]) == (lab.address("dut1"), 9435)
+    assert "address" not in json.loads(plans["tester1"]["files"][0]["content"])
+    jobs = {j["job_name"]: j for j in yaml.safe_load(config)["scrape_configs"]}
+    assert jobs["dataplane"]["static_configs"] == [{"targets": [f"{lab.address('dut1')}:9435"], "labels": {"host": "dut1"}}]
 
 
 def test_the_metrics_stack_asks_for_basic_auth_and_its_password_stays_secret(lab: Sandbox) -> None:
     import bcrypt
-    import yaml
     hosts = load(lab.inventory)
     password = lab.metrics_password
     assert hosts.metrics_auth == ("perfkit", password)
@@ -176,9 +182,10 @@ def test_the_nic_step_on_a_veth_changes_nothing_it_should_not(lab: Sandbox) -> N
 
 
 # -- the lab tests: the real ansible-playbook over SSH ---------------------------------------------
-def _prometheus_up(address: str, password: str) -> dict[str, str]:
+def _prometheus_up(address: str, password: str, job: str = 'job!="dataplane"') -> dict[str, str]:
     import requests
-    r = requests.get(f"http://{address}:9090/api/v1/query?query=up", auth=("perfkit", password), timeout=5)
+    r = requests.get(f"http://{address}:9090/api/v1/query", params={"query": f"up{{{job}}}"},
+                     auth=("perfkit", password), timeout=5)
     r.raise_for_status()
     data = r.json()
     return {res["metric"].get("host", res["metric"]["job"]): res["value"][1] for res in data["data"]["result"]}
@@ -200,6 +207,10 @@ def test_provisioning_sets_the_lab_up_and_a_second_run_changes_nothing(lab: Sand
                                                                "pushgateway": "1"} and time.monotonic() < deadline:
         time.sleep(0.5)
     assert up == {"dut1": "1", "tester1": "1", "tester2": "1", "metrics1": "1", "pushgateway": "1"}
+    # the DUT host's dataplane exporter is a target too; it serves only while a dataplane is loaded
+    while not _prometheus_up(lab.address("metrics1"), lab.metrics_password, 'job="dataplane"') and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _prometheus_up(lab.address("metrics1"), lab.metrics_password, 'job="dataplane"') == {"dut1": "0"}
     # every server of the stack asks for the password (Prometheus scraped with it: all up above)
     for name, port in (("metrics1", 9090), ("metrics1", 9091), ("dut1", 9100)):
         with pytest.raises(urllib.error.HTTPError, match="401"):

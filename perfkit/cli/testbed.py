@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Iterable
 
 from perfkit.cli.options import add_json, emit
-from perfkit.metrics import stack, stackstate
+from perfkit.metrics import exporter, stack, stackstate
 from perfkit.metrics.config import default_stack_dir
+from perfkit.metrics.promconfig import targets_dir
 from perfkit.testbed.topology import Testbed, clean, owned_by_live, running
 
 
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(cl)
     cl.set_defaults(func=_clean)
     c = sub.add_parser("clean", help="remove the leftovers of perfkit no live process owns: testbeds, lab "
-                                     "sandboxes and metrics servers")
+                                     "sandboxes, metrics servers, dataplane descriptions and exporter targets")
     c.add_argument("--stack-dir", default=None, help="also this metrics stack directory (default: data/stack and "
                                                      "every stack directory a run registered)")
     _run_option(c)
@@ -85,6 +86,8 @@ def _clean_all(args: argparse.Namespace) -> int:
     kept = [] if args.run else [f"testbed {rid}: owned by {who}" for rid, who in owned_by_live().items()]
     kept += [] if args.run else [f"lab sandbox {rid}: owned by {who}" for rid, who in sandbox.owned_by_live().items()]
     dirs = [Path(args.stack_dir or default_stack_dir()).absolute(), *stackstate.registered_dirs()]
+    # before the stacks: a target file of a dead exporter, whatever becomes of its stack
+    removed += exporter.clean([targets_dir(d) for d in dict.fromkeys(dirs)], run_id=args.run)
     for d in dict.fromkeys(dirs):   # only the processes perfkit recorded starting, pid and start time checked
         stopped, why = stack.clean(d, run_id=args.run)
         removed += [f"metrics server {name} ({d})" for name in stopped]

@@ -25,6 +25,12 @@ Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
 
 Nothing else runs: an unknown ``op`` is refused.
 
+While a dataplane is loaded, the DUT host's agent runs ``perfkit exporter`` (off the DUT cores) for
+it: each instance's counters (label ``testbed``: ``<host>-<interface a>``) at
+``http://<the host's management address>:<exporter_port>/metrics``, where the lab's Prometheus
+scrapes them (job ``dataplane``; both from ``lab.json``, ``perfkit.lab.provision``). ``load``'s answer
+says where (``exporter``); it stops on ``unload`` and with the agent, however it ends.
+
 The agent refuses an interface the inventory does not name for its host (``--config``, written by
 ``perfkit lab provision``). What it attaches it takes down on ``unload``, on ``bye``, at the end of
 its stdin (the SSH session closed or cut, the controller killed) and on SIGHUP, SIGTERM or SIGINT.
@@ -53,8 +59,10 @@ from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.lab.hostroles import DutSide, TesterSide
 from perfkit.lab.inventory import MAC_RE
 from perfkit.libbpf import BpfStats, xdp_detach, xdp_prog_id
+from perfkit.metrics import exporter
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice
+from perfkit.testbed.exporterproc import DutExport
 
 #: Why a lab's DUT host takes system knobs only (``perfkit.knobs.system_only``).
 LAB_DUT = "a lab's DUT host is set up as provisioned: its NIC's RSS steers, XDP is native where the driver has it"
@@ -69,11 +77,17 @@ def record_dir() -> Path:
 class Agent:
     """The state of one agent: the host's configuration and what it set up."""
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], config_path: str | Path | None = None):
+        """``config``: the host's lab.json, read from ``config_path`` (without it, or without an
+        ``address`` and ``exporter_port`` in it, a loaded dataplane gets no exporter)."""
         self.host = str(config.get("host", socket.gethostname()))
         self.interfaces = [str(i) for i in config.get("interfaces", [])]
         self.source_id = str(config.get("source_id", ""))
+        self.address: str | None = config.get("address")
+        self.exporter_port: int | None = config.get("exporter_port")
+        self.config_path = config_path
         self.dut: DutSide | None = None
+        self.export: DutExport | None = None
         self.tester: TesterSide | None = None
         self.record = record_dir() / f"{os.getpid()}.json"
 
@@ -122,9 +136,26 @@ class Agent:
         self._write_record()
         self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record,
                            macs=[_macs(m) for m in macs] if macs else None)
+        try:
+            self.export = self._exporter(scenario, pairs, cores or [])
+        except BaseException:   # no dataplane left loaded that nothing would report
+            self.dut.close()
+            self.dut = None
+            raise
         modes = self.dut.modes
         return {"mode": "native" if all(m == "native" for m in modes.values()) else "generic", "modes": modes,
-                "program": self.dut.instances[0].program.name, "packet_threads": self.dut.packet_threads}
+                "program": self.dut.instances[0].program.name, "packet_threads": self.dut.packet_threads,
+                "exporter": self.export.url if self.export else None}
+
+    def _exporter(self, scenario: Scenario, pairs: list[list[str]], cores: list[int]) -> DutExport | None:
+        """``perfkit exporter`` for the loaded instances, off the DUT cores, where the lab's Prometheus
+        scrapes it; None on a host provisioned without one."""
+        assert self.dut is not None
+        if not (self.address and self.exporter_port and self.config_path):
+            return None
+        descs = [exporter.describe(scenario.dp, nf, f"{self.host}-{a}") for nf, (a, _) in zip(self.dut.instances, pairs)]
+        others = sorted(set(os.sched_getaffinity(0)) - set(cores))
+        return DutExport.lab(descs, self.address, int(self.exporter_port), self.config_path, others or None)
 
     def _need_dut(self) -> DutSide:
         if self.dut is None:
@@ -170,6 +201,9 @@ class Agent:
 
     def unload(self) -> dict[str, Any]:
         """Take down what this agent set up (only its own programs). Idempotent."""
+        if self.export:
+            self.export.close()
+            self.export = None
         detached = self.dut.close() if self.dut else []
         self.dut = None
         if self.tester:
@@ -260,7 +294,7 @@ def clean() -> list[str]:
             except (BpfError, KeyError, ValueError, TypeError):
                 pass
         f.unlink(missing_ok=True)
-    return removed
+    return removed + exporter.clean()
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -286,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
-    serve(Agent(config), sys.stdin, sys.stdout)
+    serve(Agent(config, args.config), sys.stdin, sys.stdout)
     return 0
 
 

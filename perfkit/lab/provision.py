@@ -12,7 +12,10 @@ variables, so that the playbook holds no logic of its own:
 - ``dut`` and ``tester`` hosts: perfkit's BPF objects built there against their own kernel, and
   their data-plane interfaces set up (channels, IRQ affinity to the host's cores, threaded NAPI);
 - the ``metrics`` host: Prometheus scraping every host's node-exporter (labels ``host`` and
-  ``role``) and the Pushgateway, both on its management address.
+  ``role``), the Pushgateway, both on its management address, and each DUT host's dataplane
+  exporter (job ``dataplane``: ``perfkit exporter``, which the DUT host's agent runs on the host's
+  management address and port ``PORTS["dataplane-exporter"]`` while a dataplane is loaded; a DUT
+  host's ``lab.json`` names both).
 
 With ``perfkit_metrics_password`` in the inventory, every server of the stack asks for basic auth
 (``web-config.yml``: the user and a bcrypt hash, the exporters' own ``--web.config.file``), Prometheus
@@ -57,9 +60,9 @@ PACKAGES = {
     "metrics": ["prometheus", "prometheus-pushgateway"],
 }
 #: What perfkit imports on a lab host (the agent and the host set-up), pinned by requirements.lock.
-AGENT_REQUIREMENTS = ("numpy", "scapy", "pyyaml")
+AGENT_REQUIREMENTS = ("numpy", "scapy", "pyyaml", "prometheus-client")
 #: TCP ports of the servers on the hosts' management addresses.
-PORTS = {"node-exporter": 9100, "prometheus": 9090, "pushgateway": 9091}
+PORTS = {"node-exporter": 9100, "prometheus": 9090, "pushgateway": 9091, "dataplane-exporter": 9435}
 #: Roles whose hosts need BPF objects and data-plane interfaces set up.
 BPF_ROLES = ("dut", "tester")
 
@@ -111,11 +114,13 @@ def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
     if plan["bpf"] and host.interfaces and cores:
         plan["nic"] = {"interfaces": [i.name for i in host.interfaces], "cores": cores}
     run = root / "run"
-    # what the agent on the host may touch (perfkit.lab.agent): the interfaces the inventory names
+    # what the agent on the host may touch (perfkit.lab.agent): the interfaces the inventory names;
+    # on a DUT host, where its dataplane exporter serves (the address node-exporter serves on)
+    exporter = {"address": host.address, "exporter_port": PORTS["dataplane-exporter"]} if "dut" in host.roles else {}
     plan["files"].append({"path": str(root / "etc" / "lab.json"), "content": json.dumps(
         {"host": host.name, "roles": list(host.roles), "interfaces": [i.name for i in host.interfaces],
-         "dut_cores": list(host.dut_cores), "tester_cores": list(host.tester_cores), "source_id": source_id},
-        indent=1, sort_keys=True) + "\n"})
+         "dut_cores": list(host.dut_cores), "tester_cores": list(host.tester_cores), "source_id": source_id,
+         **exporter}, indent=1, sort_keys=True) + "\n"})
     web: list[str] = []
     if lab.metrics_auth:
         user, password = lab.metrics_auth
@@ -156,8 +161,10 @@ def stable_bcrypt(password: str, context: str, rounds: int = 10) -> str:
 
 def prometheus_config(lab: Lab, metrics: LabHost, password_file: Path | None = None) -> str:
     """prometheus.yml of the metrics host: every host's node-exporter (labels ``host``, ``role``),
-    and the Pushgateway (its labels kept), each second as the local stack does; with basic auth, it
-    scrapes as the lab's metrics user with the password in ``password_file``."""
+    the Pushgateway (its labels kept) and each DUT host's dataplane exporter (job ``dataplane``, label
+    ``host``; its series' own ``dataplane`` and ``testbed`` kept), each second as the local stack does;
+    with basic auth, it scrapes node-exporter and the Pushgateway as the lab's metrics user with the
+    password in ``password_file`` (the dataplane exporter asks for none, as on the local stack)."""
     interval = f"{SCRAPE_INTERVAL:g}s"
     auth = {"basic_auth": {"username": lab.metrics_auth[0], "password_file": str(password_file)}} \
         if lab.metrics_auth else {}
@@ -167,7 +174,10 @@ def prometheus_config(lab: Lab, metrics: LabHost, password_file: Path | None = N
                    {"targets": [f"{h.address}:{PORTS['node-exporter']}"], "labels": {"host": h.name, "role": ",".join(h.roles)}}
                    for h in lab.hosts], **auth},
                {"job_name": "pushgateway", "honor_labels": True,
-                "static_configs": [{"targets": [f"{metrics.address}:{PORTS['pushgateway']}"]}], **auth}]}
+                "static_configs": [{"targets": [f"{metrics.address}:{PORTS['pushgateway']}"]}], **auth},
+               {"job_name": "dataplane", "honor_labels": True, "static_configs": [
+                   {"targets": [f"{h.address}:{PORTS['dataplane-exporter']}"], "labels": {"host": h.name}}
+                   for h in lab.role("dut")]}]}
     return "# written by perfkit lab provision\n" + yaml.safe_dump(cfg, sort_keys=False)
 
 

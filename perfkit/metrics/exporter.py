@@ -13,7 +13,12 @@ exporter serves while the dataplane is loaded: ``loaded()`` is false once its pr
 Prometheus finds exporters through file-based service discovery (``file_sd_configs``, job
 ``dataplane``, ``perfkit.metrics.promconfig``): ``register`` writes one target file into the stack's
 ``targets/`` directory, ``unregister`` removes it. Every series carries the labels ``dataplane`` and
-``testbed`` itself (the job honors them).
+``testbed`` itself (the job honors them). One exporter may serve several loaded dataplanes (a lab's
+DUT host loads one instance per tester's pair of interfaces): each is its own ``testbed``.
+
+Both files name their owner (``perfkit.owners``: the process that wrote them; a target file in the
+label ``__perfkit_owner``, which Prometheus drops before it stores a series): ``clean`` removes those
+of dead owners (``perfkit clean``), never a live one's.
 """
 from __future__ import annotations
 
@@ -23,12 +28,13 @@ import struct
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from perfkit import owners
 from perfkit.owners import STATE_DIR
 from perfkit.dataplane import CounterCell, CounterSpec, Dataplane, DutProgram
 from perfkit.errors import BpfError, ConfigError
@@ -77,11 +83,12 @@ def describe(dataplane: Dataplane, program: DutProgram, testbed: str) -> Exporte
 
 
 def save(desc: ExportedDut, path: str | Path) -> Path:
-    """Write ``desc`` as JSON (atomically: a reader sees the old file or the new one)."""
+    """Write ``desc`` as JSON with this process as its owner (atomically: a reader sees the old file
+    or the new one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(desc.to_dict(), indent=1))
+    tmp.write_text(json.dumps({**desc.to_dict(), "owner": owners.me()}, indent=1))
     os.replace(tmp, path)
     return path
 
@@ -181,11 +188,43 @@ class DutCollector(Collector):
         self._maps = {}
 
 
+class Collectors(Collector):
+    """Several loaded dataplanes' counters as one exposition: a family per metric name, whatever
+    serves it (two families of one name would make the scrape fail)."""
+
+    def __init__(self, descs: Sequence[ExportedDut]):
+        self.parts: list[DutCollector] = []
+        try:
+            for desc in descs:
+                self.parts.append(DutCollector(desc))
+        except BaseException:
+            self.close()
+            raise
+
+    def loaded(self) -> bool:
+        """Every served dataplane's program is still loaded."""
+        return all(p.loaded() for p in self.parts)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        families: dict[str, CounterMetricFamily] = {}
+        for part in self.parts:
+            for fam in part.collect():
+                if fam.name in families:
+                    families[fam.name].samples.extend(fam.samples)
+                else:
+                    families[fam.name] = fam
+        yield from families.values()
+
+    def close(self) -> None:
+        for p in self.parts:
+            p.close()
+
+
 @dataclass
 class Server:
     """A running exporter: its HTTP server and the collector behind it."""
 
-    collector: DutCollector
+    collector: Collectors
     host: str
     port: int
     _httpd: Any = field(repr=False, default=None)
@@ -203,9 +242,10 @@ class Server:
         self.collector.close()
 
 
-def serve(desc: ExportedDut, host: str = "127.0.0.1", port: int = 0) -> Server:
-    """Serve ``desc``'s counters at ``http://host:port/metrics`` (port 0: a free one) from a thread."""
-    collector = DutCollector(desc)
+def serve(descs: ExportedDut | Sequence[ExportedDut], host: str = "127.0.0.1", port: int = 0) -> Server:
+    """Serve the counters of ``descs`` (one or several) at ``http://host:port/metrics`` (port 0: a
+    free one) from a thread."""
+    collector = Collectors([descs] if isinstance(descs, ExportedDut) else descs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
@@ -217,6 +257,9 @@ def serve(desc: ExportedDut, host: str = "127.0.0.1", port: int = 0) -> Server:
 
 
 # -- discovery by the local Prometheus -------------------------------------------------------------
+#: The label of a target file that names its owner (``perfkit.owners`` record, JSON).
+OWNER_LABEL = "__perfkit_owner"
+
 def target_path(targets_dir: str | Path, desc: ExportedDut) -> Path:
     """The target file of ``desc``'s exporter in a stack's ``targets/`` directory."""
     return Path(targets_dir) / f"dataplane-{desc.testbed}.json"
@@ -227,10 +270,47 @@ def register(targets_dir: str | Path, desc: ExportedDut, host: str, port: int) -
     path = target_path(targets_dir, desc)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")   # not *.json: Prometheus never reads it half-written
-    tmp.write_text(json.dumps([{"targets": [f"{host}:{port}"], "labels": {}}]))
+    # the owner in a label Prometheus drops (``__`` labels end with relabelling): perfkit clean reads it
+    tmp.write_text(json.dumps([{"targets": [f"{host}:{port}"], "labels": {OWNER_LABEL: json.dumps(owners.me())}}]))
     os.replace(tmp, path)
     return path
 
 
 def unregister(targets_dir: str | Path, desc: ExportedDut) -> None:
     target_path(targets_dir, desc).unlink(missing_ok=True)
+
+
+# -- perfkit clean ---------------------------------------------------------------------------------
+def _description_owner(path: Path) -> Mapping[str, Any] | None:
+    return (owners.read_json(path) or {}).get("owner")
+
+
+def _target_owner(path: Path) -> Mapping[str, Any] | None:
+    try:
+        groups = json.loads(path.read_text())
+        return json.loads(groups[0]["labels"][OWNER_LABEL])
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+
+
+def _leftover(owner: Mapping[str, Any] | None, run_id: str | None) -> bool:
+    """A file of a dead owner (with ``run_id``: of that run, even alive); one naming no owner is of
+    no live process either."""
+    if run_id is not None:
+        return bool(owner) and owner.get("run_id") == run_id
+    return not owners.alive(owner)
+
+
+def clean(targets_dirs: Sequence[str | Path] = (), run_id: str | None = None) -> list[str]:
+    """``perfkit clean``: remove the descriptions (``DUT_DIR``) and the target files (in
+    ``targets_dirs``) that dead processes left (SIGKILLed generators, agents and exporters)."""
+    # (a directory that does not exist globs to nothing)
+    found = [(f, _description_owner(f), "dataplane description") for f in sorted(DUT_DIR.glob("*.json"))]
+    for d in map(Path, targets_dirs):
+        found += [(f, _target_owner(f), "exporter target") for f in sorted(d.glob("dataplane-*.json"))]
+    removed = []
+    for path, owner, what in found:
+        if _leftover(owner, run_id):
+            path.unlink(missing_ok=True)
+            removed.append(f"{what} {path} ({owners.describe(owner)})")
+    return removed

@@ -11,6 +11,10 @@ process that registers there, so the stack's Prometheus scrapes it. The child:
   once the dataplane's program is unloaded; it removes its target file on the way out;
 - is stopped by ``close()`` (SIGTERM, then SIGKILL), which also removes the target file and the
   description, also after a failure.
+
+``DutExport.lab(descs, address, port, lab_config, cpus)``: a lab's DUT host agent serves its loaded
+instances (one description each) the same way, on the host's management address and a fixed port
+the lab's Prometheus scrapes (``perfkit.lab.provision``), with no target file.
 """
 from __future__ import annotations
 
@@ -46,22 +50,41 @@ class DutExport:
 
     def __init__(self, dataplane: Dataplane, program: DutProgram, testbed_id: str,
                  targets: str | Path | None = None, cpus: Iterable[int] | None = None):
-        self.desc = exporter.describe(dataplane, program, testbed_id)
-        self.path = exporter.save(self.desc, exporter.dut_path(testbed_id))
-        self.targets = Path(targets) if targets else None
-        self.proc: subprocess.Popen[bytes] | None = None
-        #: Where the exporter serves (``http://127.0.0.1:PORT/metrics``); None without ``targets``.
-        self.url: str | None = None
+        self._setup([exporter.describe(dataplane, program, testbed_id)], Path(targets) if targets else None)
         if self.targets is not None:
-            try:
-                self._start(list(cpus) if cpus else None)
-            except BaseException:
-                self.close()
-                raise
+            self._start_or_close(["-m", "perfkit", "exporter", "--listen", "127.0.0.1:0", "--register",
+                                  str(self.targets)], cpus)
 
-    def _start(self, cpus: list[int] | None) -> None:
-        argv = [sys.executable, "-m", "perfkit", "exporter", "--dut", str(self.path), "--listen", "127.0.0.1:0",
-                "--register", str(self.targets), "--json"]
+    @classmethod
+    def lab(cls, descs: list[exporter.ExportedDut], address: str, port: int, lab_config: str | Path,
+            cpus: Iterable[int] | None = None) -> DutExport:
+        """A lab DUT host's instances served at ``http://address:port/metrics`` (``address``: the
+        host's management address ``lab_config`` names; the exporter refuses any other)."""
+        self = cls.__new__(cls)
+        self._setup(descs, None)
+        self._start_or_close(["-m", "perfkit.cli.exporter", "--listen", f"{address}:{port}",
+                              "--lab-config", str(lab_config)], cpus)
+        return self
+
+    def _setup(self, descs: list[exporter.ExportedDut], targets: Path | None) -> None:
+        self.descs = descs
+        self.desc = descs[0]
+        self.paths = [exporter.save(d, exporter.dut_path(d.testbed)) for d in descs]
+        self.path = self.paths[0]
+        self.targets = targets
+        self.proc: subprocess.Popen[bytes] | None = None
+        #: Where the exporter serves (``http://127.0.0.1:PORT/metrics``); None while it does not.
+        self.url: str | None = None
+
+    def _start_or_close(self, args: list[str], cpus: Iterable[int] | None) -> None:
+        try:
+            self._start(args, list(cpus) if cpus else None)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, args: list[str], cpus: list[int] | None) -> None:
+        argv = [sys.executable, *args, *(a for path in self.paths for a in ("--dut", str(path))), "--json"]
         # the same perfkit as this process's, wherever the child starts
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(Path(perfkit.__file__).parent.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -96,4 +119,5 @@ class DutExport:
             self._stderr.close()
         if self.targets is not None:
             exporter.unregister(self.targets, self.desc)
-        self.path.unlink(missing_ok=True)
+        for path in self.paths:
+            path.unlink(missing_ok=True)
