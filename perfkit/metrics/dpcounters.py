@@ -138,3 +138,18 @@ def trial_counter_rates(endpoints: Endpoints, trial: Mapping[str, Any], counter:
         if "has no" not in str(err):
             raise
         return pd.DataFrame(columns=RATE_COLUMNS)
+
+
+def last_trial_counter_rates(metrics: Mapping[str, Any] | None,
+                             trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series | None, str]:
+    """For a report: ``trial_counter_rates`` of a run's last trial, from the Prometheus its outcome
+    names (``RunOutcome.metrics``). Returns (rates, that trial, ""), or (empty, None, why there are
+    none). A Prometheus that fails now costs only this figure: the run's figures are on disk."""
+    url = (metrics or {}).get("prometheus_url")
+    if not url or trials.empty:
+        return pd.DataFrame(columns=RATE_COLUMNS), None, "Prometheus was not used, or no trial was measured"
+    last = trials.sort_values("end_time").iloc[-1]
+    try:
+        return trial_counter_rates(Endpoints(prometheus_url=url), last), last, ""
+    except MetricsError as err:
+        return pd.DataFrame(columns=RATE_COLUMNS), None, str(err)
