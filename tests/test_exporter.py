@@ -85,6 +85,7 @@ def _lb(vips: int = 2) -> L4lbDut:
     return L4lbDut(traffic, 1, 1, cpumap=False)
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_exporter_reads_the_maps_by_id_and_stops_once_the_dataplane_is_unloaded(tmp_path: Path) -> None:
     dut = _lb()
     desc = exporter.describe(dataplanes.get("l4lb"), dut, "t3st01")
@@ -119,6 +120,7 @@ def test_exporter_reads_the_maps_by_id_and_stops_once_the_dataplane_is_unloaded(
         proc.wait()
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_exporter_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     dut = _lb(1)
     try:
@@ -170,6 +172,7 @@ def _wait_for(prom: str, promql: str, n: int, timeout: float = 30.0) -> None:
     raise AssertionError(f"Prometheus has no {promql} after {timeout} s")
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_prometheus_has_the_lbs_per_vip_counter_and_it_matches_the_sink(tmp_path: Path, state_dir: Path) -> None:
     with running_stack(tmp_path / "stack") as st:
         ep = st.endpoints()

@@ -196,6 +196,7 @@ def test_the_cli_runs_an_imix_trial_on_the_simulated_dut():
     assert d["intended_pps"] == pytest.approx(10e9 / ((IMIX_MEAN + 20) * 8))
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_an_imix_trial_on_the_testbed_sends_and_counts_the_mix():
     """The local testbed: 1200 frames are 700, 400 and 100 of each size (each tester thread runs the
     mix), the sink gets them all back and every captured frame is what the DUT should emit."""

@@ -98,6 +98,7 @@ def test_examples_sent_inside_the_ranges(path):
         assert sum(udp_ok(ip_layers(f)[0]) for f in sent) < n // 2  # most wrong, as TRex's
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_show_keeps_trex_addresses(cli):
     """show prints TRex's addresses; --testbed-addresses the testbed's, with the mappings."""
     r = cli("trex-profile", "show", str(IMIX), "--count", "4", "--json")
@@ -205,6 +206,7 @@ def test_wrong_checksum_stays_wrong():
 
 
 # -- on the local testbed ----------------------------------------------------------------------------
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_imix_on_the_testbed_sends_only_permitted_addresses(tmp_path):
     """TRex's imix.py on the testbed: what the DUT side received (the sink's capture) carries only
     addresses in 198.18.0.0/15, and the trial's notes say what was mapped."""

@@ -58,6 +58,7 @@ def test_default_flags_follow_the_packet(tmp_path):
     assert st.flags & 0x7 == 0 and st.frame[:12] == PORT.dst + PORT.src
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_show_port_macs(tmp_path, cli):
     """trex-profile show: the testbed's MACs by default, --port-mac, --trex-cfg; bad ones exit 2."""
     path = one_stream(tmp_path, base='Ether()/IP(src="198.18.0.1", dst="198.19.0.1")/UDP()/(b"x" * 30)')
@@ -140,6 +141,7 @@ def test_plan_counts(tmp_path):
 CALIB = Scenario("calib", frame_size=64, flows=1, params={"work_iterations": 0})
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_imix_example_on_the_testbed():
     """TRex's imix.py, unchanged, through the calibrated DUT: every frame of its three streams offered
     and received, at the rate asked."""
@@ -157,6 +159,7 @@ def test_imix_example_on_the_testbed():
     assert any("imix.py" in n for n in r.notes)
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_single_burst_example_on_the_testbed():
     """TRex's udp_1pkt_mpls_vm.py, unchanged: its burst sends exactly 100 frames, at a rate and as fast
     as possible, however long the trial; the DUT passes MPLS frames to its kernel (counted)."""
@@ -169,6 +172,7 @@ def test_single_burst_example_on_the_testbed():
             assert r.rx_packets + sum(r.dut_drops.values()) == 100, r.to_dict()
 
 
+@pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_multi_burst_and_isg_on_the_testbed(tmp_path):
     """A multi-burst (3 bursts of 50, 20 ms apart) after a 30 ms ISG beside a continuous stream: the
     burst's 150 frames exactly, the continuous stream its share for the duration, all received."""
