@@ -197,7 +197,7 @@ class CounterSpec:
 
     name: str
     """The metric's name, per Prometheus' naming guide: ``perfkit_<dataplane>_..._total`` in base
-    units (``perfkit_l4lb_vip_packets_total``, ``perfkit_l4lb_vip_bytes_total``)."""
+    units (``perfkit_<dataplane>_packets_total``, ``perfkit_<dataplane>_bytes_total``)."""
     help: str
     labels: tuple[str, ...]
     """Its label names (``("vip",)``)."""
