@@ -1,6 +1,7 @@
 """The benchmark methodologies on simulated DUTs whose thresholds are known."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -96,6 +97,30 @@ def test_loss_at_min_rate_gives_no_lower_bound() -> None:
     res = binary_search(sim(), BinarySearch(max_rate=1e7, min_rate=2e6))
     assert res.lower_bound is None and res.upper_bound == pytest.approx(2e6)
     assert any("minimum rate" in n for n in res.notes)
+
+
+class _ShortOfItsBest(SimGenerator):
+    """A lossless DUT behind a generator that offers at most ``max_offer`` and, each trial, up to 2 %
+    less than it could (pacing on a busy machine): its trials land just below the search's ceiling.
+    It refuses a 200th trial, so a search that would not end fails instead of hanging."""
+
+    def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
+        self.count = getattr(self, "count", 0) + 1
+        assert self.count < 200, "the search did not end"
+        t = super().measure(rate_pps, duration, packets)
+        short = round(t.tx_packets * self._rng.uniform(0.002, 0.02))
+        return dataclasses.replace(t, tx_packets=t.tx_packets - short, rx_packets=t.rx_packets - short)
+
+
+@pytest.mark.parametrize("rule, n", [("single", 1), ("best", 5), ("worst", 5)])
+def test_a_generator_limited_search_ends_at_its_ceiling(rule: str, n: int) -> None:
+    """Trials at the generator's ceiling land a little below it; the linear phase still ends there
+    (it asked for the top) instead of asking for the top again until a verdict flips."""
+    gen = _ShortOfItsBest(SCENARIO, threshold=1e7, max_offer=8e5, seed=3)
+    res = binary_search(gen, BinarySearch(max_rate=1e6, start_step=2e5, relative_width=0.05, rule=rule, n=n,
+                                          duration=0.25))
+    assert res.upper_bound is None and 7.5e5 < res.lower_bound <= 8e5
+    assert res.limited_by == "generator" and len(res.trials) <= 6 * n   # 200k, 400k ... 800k: n trials each at most
 
 
 def test_rate_already_judged_is_not_measured_again() -> None:

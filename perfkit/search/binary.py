@@ -144,16 +144,20 @@ def _linear_phase(judge: _Judge, p: BinarySearch) -> tuple[float | None, float |
     upper: float | None = None
     rate = p.start_rate
     while True:
-        good, rate = judge(rate, "linear")
+        asked = rate
+        good, rate = judge(asked, "linear")
         top = min(p.max_rate, judge.log.ceiling or p.max_rate)
+        # the end is the rate asked for, not where the trials landed: at the generator's ceiling (its
+        # best offer so far) or speed-normalized, they land a little below the top or above the
+        # bottom, and asking for the same end again looped until a verdict flipped
         if good:
             lower = rate
-            if upper is not None or rate >= top:
+            if upper is not None or max(asked, rate) >= top:
                 return lower, upper
             rate = min(rate + p.start_step, top)
         else:
             upper = rate
-            if lower is not None or rate <= p.min_rate:
+            if lower is not None or min(asked, rate) <= p.min_rate:
                 return lower, upper
             rate = max(rate - p.start_step, p.min_rate)
 
