@@ -30,7 +30,6 @@ changes, so ``perfkit clean`` restores them after a SIGKILL (``clean``).
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +184,7 @@ class Knobs:
         self.before = [_setting(knob, port, _read(knob, port)) for knob, port in settings]
         if not self.before:
             return
-        owners.write_json(record_path(self.testbed_id), {"owner": owners.me(), "netns": netns_id(),
+        owners.write_json(record_path(self.testbed_id), {"owner": owners.me(), "netns": owners.netns_id(),
                                                           "settings": self.before})
         try:
             for knob, port in settings:
@@ -247,34 +246,16 @@ def restore(settings: list[dict]) -> list[str]:
     return out
 
 
-def netns_id() -> int:
-    """The inode of this process's network namespace: a record's devices are this namespace's, or a
-    namespace's within it (a lab host's agent in a sandbox shares the state directory)."""
-    return os.stat("/proc/self/ns/net").st_ino
-
-
-def netns_alive(inode: int) -> bool:
-    """Whether a network namespace with this inode still exists: a process or a name holds it."""
-    holders = [Path("/run/netns").glob("*")] + [(d / "ns" / "net" for d in Path("/proc").iterdir() if d.name.isdigit())]
-    for paths in holders:
-        for path in paths:
-            try:
-                if os.stat(path).st_ino == inode:
-                    return True
-            except OSError:
-                continue
-    return False
-
-
 def clean(testbed_id: str) -> list[str]:
     """``perfkit clean``: restore what the knobs of ``testbed_id`` changed (their owner is gone).
     A record written in another network namespace is left to a clean there, while that namespace
     exists; once it is gone, its devices and their settings went with it, and so does the record."""
     path = record_path(testbed_id)
     rec = owners.read_json(path) or {}
-    if rec.get("netns", netns_id()) != netns_id():
-        if not netns_alive(int(rec["netns"])):
-            path.unlink(missing_ok=True)
+    if owners.elsewhere(rec):
+        return []
+    if rec.get("netns", owners.netns_id()) != owners.netns_id():
+        path.unlink(missing_ok=True)
         return []
     done = restore(list(rec.get("settings", [])))
     path.unlink(missing_ok=True)

@@ -78,6 +78,33 @@ def describe(owner: Mapping[str, Any] | None) -> str:
     return f"pid {owner.get('pid')} ({owner.get('command') or '?'}{run})"
 
 
+def netns_id() -> int:
+    """The inode of this process's network namespace: a record's interfaces are this namespace's,
+    or a namespace's within it (a lab host's agent in a sandbox shares the state directory)."""
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def netns_alive(inode: int) -> bool:
+    """Whether a network namespace with this inode still exists: a process or a name holds it."""
+    holders = [Path("/run/netns").glob("*")] + [(d / "ns" / "net" for d in Path("/proc").iterdir() if d.name.isdigit())]
+    for paths in holders:
+        for path in paths:
+            try:
+                if os.stat(path).st_ino == inode:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def elsewhere(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` (with a ``netns``) belongs to another network namespace that still
+    exists: a clean there handles it. A record of a namespace that is gone is nobody's: its
+    interfaces, programs and settings went with the namespace."""
+    ns = record.get("netns")
+    return ns is not None and int(ns) != netns_id() and netns_alive(int(ns))
+
+
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Write a small record atomically and durably."""
     path.parent.mkdir(parents=True, exist_ok=True)

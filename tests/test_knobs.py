@@ -88,11 +88,17 @@ def test_threaded_napi_and_a_channel_count_read_back_during_the_trial_and_are_re
         assert len(lines) == 4 and not any("NOT restored" in line for line in lines)
 
 
+def _mine(before: set[str]) -> list[str]:
+    """Knob records written since ``before`` (leftovers of other processes are not this test's)."""
+    return sorted(set(knobs.records()) - before)
+
+
 def test_threaded_napi_off_is_refused_where_the_dut_is_measured_on_its_napi_threads():
+    before = set(knobs.records())
     with pytest.raises(ConfigError) as err:
         create("xdp", Scenario(params=UL, knobs={"threaded": "off"}))
     assert err.value.field == "knob threaded" and "NAPI threads" in str(err.value)
-    assert not knobs.records()
+    assert not _mine(before)
 
 
 def test_gro_on_a_kernel_path_aggregates_what_the_socket_gets_and_gro_off_does_not():
@@ -159,25 +165,27 @@ def test_a_socket_figure_read_back_as_nan_is_none():
 ])
 def test_a_setting_the_driver_refuses_is_one_line_naming_the_knob(knob, says):
     scenario = Scenario(frame_size=64, flows=1, params=UL, knobs=knob)
+    before = set(knobs.records())
     with pytest.raises(Exception) as err:
         create("xdp", scenario)
     assert says in str(err.value) and "\n" not in str(err.value)
-    assert not knobs.records()
+    assert not _mine(before)
 
 
 def test_perfkit_clean_restores_the_knobs_of_a_trial_killed_by_sigkill():
     busy_poll = Path("/proc/sys/net/core/busy_poll")
     old = busy_poll.read_text().strip()
     new = "37" if old != "37" else "38"
+    before = set(knobs.records())
     proc = subprocess.Popen([sys.executable, "-m", "perfkit", "trial", "--knob", "gro=off", "--knob",
                              f"sysctl.net.core.busy_poll={new}", "--rate", "10kpps", "--duration", "60"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not knobs.records() or busy_poll.read_text().strip() != new:
+        while not _mine(before) or busy_poll.read_text().strip() != new:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else ""
             time.sleep(0.1)
-        rid = knobs.records()[0]
+        rid = _mine(before)[0]
         time.sleep(1)                                         # the trial is running
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -190,7 +198,7 @@ def test_perfkit_clean_restores_the_knobs_of_a_trial_killed_by_sigkill():
     done = json.loads(buf.getvalue())
     assert f"knob gro on {dev} generic-receive-offload: on" in done, done
     assert busy_poll.read_text().strip() == old
-    assert not knobs.records() and not netns.exists(dut_ns)
+    assert rid not in knobs.records() and not netns.exists(dut_ns)
 
 
 def test_a_campaigns_knobs_are_an_axis_and_build_options_go_to_params():

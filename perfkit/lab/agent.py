@@ -115,7 +115,7 @@ class Agent:
                         knobs=knobs or {})
 
     def _write_record(self, attached: dict[str, tuple[int, str, int]] | None = None) -> None:
-        owners.write_json(self.record, {"owner": owners.me(), "netns": _netns(),
+        owners.write_json(self.record, {"owner": owners.me(), "netns": owners.netns_id(),
                                         "anchor": self.tester.anchor if self.tester else None,
                                         "attached": {k: {"ifindex": v[0], "mode": v[1], "prog_id": v[2]}
                                                      for k, v in (attached or {}).items()}})
@@ -266,11 +266,6 @@ def _macs(given: dict) -> PortMacs:
     return PortMacs(**given)
 
 
-def _netns() -> int:
-    """The inode of this process's network namespace: interface indexes mean something only in it."""
-    return os.stat("/proc/self/ns/net").st_ino
-
-
 def clean() -> list[str]:
     """Restore the knobs and detach the XDP programs that agents killed before their clean-up left
     (``perfkit clean``), in this network namespace: only where the program attached is still the one
@@ -281,7 +276,11 @@ def clean() -> list[str]:
     d = record_dir()
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
         rec = owners.read_json(f) or {}
-        if owners.alive(rec.get("owner")) or rec.get("netns", _netns()) != _netns():
+        if owners.alive(rec.get("owner")) or owners.elsewhere(rec):
+            continue
+        if rec.get("netns", owners.netns_id()) != owners.netns_id():   # its namespace is gone, and all it held
+            f.unlink(missing_ok=True)
+            removed.append(f"agent record {f} ({owners.describe(rec.get('owner'))}; its network namespace is gone)")
             continue
         if rec.get("anchor"):
             if subprocess.run(["ip", "link", "del", str(rec["anchor"])], capture_output=True).returncode == 0:
