@@ -252,14 +252,52 @@ def test_clean_removes_the_descriptions_and_targets_of_dead_processes_only(tmp_p
 
 
 def test_a_lab_host_exporter_may_listen_on_the_address_its_lab_json_names_only(tmp_path: Path) -> None:
-    from perfkit.cli.exporter import lab_address, parse_listen
+    from perfkit.cli.exporter import lab_config, parse_listen
     from perfkit.errors import ConfigError
     conf = tmp_path / "lab.json"
     conf.write_text(json.dumps({"host": "dut1", "address": "198.19.253.11", "exporter_port": 9435}))
-    assert parse_listen("198.19.253.11:9435", lab_address(str(conf))) == ("198.19.253.11", 9435)
-    assert parse_listen("127.0.0.1:0", lab_address(str(conf))) == ("127.0.0.1", 0)
+    address = lab_config(str(conf))["address"]
+    assert parse_listen("198.19.253.11:9435", address) == ("198.19.253.11", 9435)
+    assert parse_listen("127.0.0.1:0", address) == ("127.0.0.1", 0)
     for other in ("198.19.253.12:9435", "0.0.0.0:9435"):
         with pytest.raises(ConfigError, match="the lab host's address 198.19.253.11"):
-            parse_listen(other, lab_address(str(conf)))
+            parse_listen(other, address)
     with pytest.raises(ConfigError, match="loopback"):
         parse_listen("198.19.253.11:9435")
+
+
+def test_with_a_web_config_the_exporter_serves_only_its_users(tmp_path: Path) -> None:
+    """A lab's DUT host serves on its management address with the lab's basic auth, read from the
+    web config node-exporter reads: no or wrong credentials get 401 and a challenge, the user gets
+    the series."""
+    import bcrypt
+    web = tmp_path / "web-config.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"perfkit": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()}}))
+    dut = _lb()
+    path = exporter.save(exporter.describe(dataplanes.get("l4lb"), dut, "t3stauth"), tmp_path / "dut.json")
+    dut.program.test_run(dut.traffic.packet(1))
+    proc = _exporter("--dut", str(path), "--web-config", str(web))
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["basic_auth"] is True
+        none = requests.get(first["url"], timeout=5)
+        assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Basic ")
+        for user, password in (("perfkit", "wrong"), ("other", "s3cret")):
+            assert requests.get(first["url"], auth=(user, password), timeout=5).status_code == 401
+        for _ in range(2):   # the second time from the remembered check
+            good = requests.get(first["url"], auth=("perfkit", "s3cret"), timeout=5)
+            assert good.status_code == 200 and sorted(_series(good.text, VIP_PACKETS).values()) == [0.0, 1.0]
+    finally:
+        dut.close()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("text", ["basic_auth_users: {perfkit: not-a-hash}\n", "tls_server_config: {cert_file: x}\n",
+                                  "[1, 2]\n"])
+def test_a_web_config_that_is_not_one_is_exit_2_naming_it(text: str, tmp_path: Path) -> None:
+    web = tmp_path / "web-config.yml"
+    web.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "perfkit", "exporter", "--dut", str(tmp_path / "none.json"),
+                          "--web-config", str(web)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert f"web-config: '{web}' is not allowed; allowed: a web config file with basic_auth_users" in out.stderr

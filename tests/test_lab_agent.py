@@ -269,6 +269,8 @@ def test_the_labs_prometheus_has_the_lbs_per_vip_counter_from_the_dut_host_and_i
     scenario = Scenario(dataplane="l4lb", frame_size=128, flows=2, params={"vips": 2, "reals": 2})
     with create("lab", scenario, inventory=str(sb.inventory), testers=["tester1", "tester2"]) as gen:
         assert gen.loaded["exporter"] == f"http://{sb.address('dut1')}:9435/metrics"
+        # the lab has a metrics password: the exporter asks for it, as the host's node-exporter does
+        assert requests.get(gen.loaded["exporter"], timeout=5).status_code == 401
         pids = _exporters(sb)
         assert len(pids) == 1 and not set(os.sched_getaffinity(pids[0])) & {1}   # off the DUT core
         deadline = time.monotonic() + 30

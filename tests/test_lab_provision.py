@@ -117,9 +117,8 @@ def test_the_metrics_stack_asks_for_basic_auth_and_its_password_stays_secret(lab
     # the same hash on every provisioning, so a second run changes no file
     assert provision.host_plan(hosts, hosts.dut) == plans["dut1"]
     scrape = yaml.safe_load(plans["metrics1"]["files"][1]["content"])
-    # the DUT host's dataplane exporter asks for no password yet (docs/lab.md, "Not there yet")
-    assert {j["job_name"]: j.get("basic_auth", {}).get("username") for j in scrape["scrape_configs"]} == {
-        "node": "perfkit", "pushgateway": "perfkit", "dataplane": None}
+    assert {j["job_name"]: j["basic_auth"]["username"] for j in scrape["scrape_configs"]} == {
+        "node": "perfkit", "pushgateway": "perfkit", "dataplane": "perfkit"}
     assert [s["content"] for s in plans["metrics1"]["secrets"] if s["path"] == scrape["scrape_configs"][0]["basic_auth"]
             ["password_file"]] == [password]
 

@@ -3,7 +3,9 @@ while it is loaded (``perfkit.metrics.exporter``).
 
 On a lab's DUT host the agent runs it as ``python -m perfkit.cli.exporter`` (the host's virtualenv has
 only what the agent needs, not every command's imports) with ``--lab-config``: it may then listen on
-the host's management address, the one the lab's Prometheus scrapes; on no other non-loopback one."""
+the host's management address, the one the lab's Prometheus scrapes; on no other non-loopback one. On
+a lab with basic auth (an inventory's ``metrics_auth``), it asks for it there as node-exporter does:
+the user and bcrypt hash of the host's ``web-config.yml``, which ``lab.json`` names."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from perfkit import stop
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.metrics import exporter
+from perfkit.metrics import exporter, webauth
 
 #: How often the exporter checks that the dataplane is still loaded [s].
 WATCH_INTERVAL = 0.5
@@ -38,31 +40,38 @@ def parse_listen(text: str, lab_address: str | None = None) -> tuple[str, int]:
     return host, int(port)
 
 
-def lab_address(path: str | None) -> str | None:
-    """The management address a lab host's ``lab.json`` names (``perfkit lab provision``)."""
+def lab_config(path: str | None) -> dict:
+    """A lab host's ``lab.json`` (``perfkit lab provision``): its management ``address`` and, on a lab
+    with basic auth, its ``web_config``; ``{}`` without one."""
     if path is None:
-        return None
+        return {}
     try:
-        return str(json.loads(Path(path).read_text())["address"])
+        config = json.loads(Path(path).read_text())
+        str(config["address"])
+        return config
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError("lab-config", path, "a lab host's lab.json that names its address "
                           "(written by perfkit lab provision)") from None
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen, lab_address(args.lab_config))
+    lab = lab_config(args.lab_config)
+    host, port = parse_listen(args.listen, lab.get("address"))
+    web_config = args.web_config or lab.get("web_config")
+    users = webauth.load_users(web_config) if web_config else None
     descs = [exporter.load(p) for p in args.dut or [exporter.find(args.testbed)]]
     desc = descs[0]
-    server = exporter.serve(descs, host, port)
+    server = exporter.serve(descs, host, port, users)
     registered = None
     try:
         if args.register:
             registered = exporter.register(args.register, desc, host, server.port)
-        d = {"url": server.url, "dataplane": desc.dataplane, "testbed": ",".join(x.testbed for x in descs),
+        d = {"url": server.url, "basic_auth": bool(users), "dataplane": desc.dataplane, "testbed": ",".join(x.testbed for x in descs),
              "series": sum(len(x.cells) for x in descs), "registered": str(registered) if registered else None}
         # one line, JSON or not, and at once: whoever started the exporter reads its address from it
         print(json.dumps(d, sort_keys=True) if args.json else
               f"serving {d['series']} series of {d['dataplane']} on testbed {d['testbed']} at {d['url']}"
+              + (" with basic auth" if users else "")
               + (f" (registered in {d['registered']})" if d["registered"] else ""), flush=True)
         while server.collector.loaded():
             stop.check()   # SIGTERM or Ctrl-C: KeyboardInterrupt, and the finally below cleans up
@@ -94,7 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--register", default=None, metavar="DIR",
                    help="write a file_sd target file there while serving (a metrics stack's targets/ directory)")
     p.add_argument("--lab-config", default=None, metavar="FILE",
-                   help="a lab host's lab.json: --listen may then be the host's management address it names")
+                   help="a lab host's lab.json: --listen may then be the host's management address it names, "
+                        "and its web config (if any) is the default of --web-config")
+    p.add_argument("--web-config", default=None, metavar="FILE",
+                   help="serve only with basic auth as a user of this web config (basic_auth_users: {user: "
+                        "bcrypt hash}, the format of node-exporter's --web.config.file)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_exporter)
 

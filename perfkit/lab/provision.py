@@ -60,7 +60,7 @@ PACKAGES = {
     "metrics": ["prometheus", "prometheus-pushgateway"],
 }
 #: What perfkit imports on a lab host (the agent and the host set-up), pinned by requirements.lock.
-AGENT_REQUIREMENTS = ("numpy", "scapy", "pyyaml", "prometheus-client")
+AGENT_REQUIREMENTS = ("numpy", "scapy", "pyyaml", "prometheus-client", "bcrypt")
 #: TCP ports of the servers on the hosts' management addresses.
 PORTS = {"node-exporter": 9100, "prometheus": 9090, "pushgateway": 9091, "dataplane-exporter": 9435}
 #: Roles whose hosts need BPF objects and data-plane interfaces set up.
@@ -116,7 +116,10 @@ def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
     run = root / "run"
     # what the agent on the host may touch (perfkit.lab.agent): the interfaces the inventory names;
     # on a DUT host, where its dataplane exporter serves (the address node-exporter serves on)
-    exporter = {"address": host.address, "exporter_port": PORTS["dataplane-exporter"]} if "dut" in host.roles else {}
+    # (and with the lab's basic auth, the web config it asks for it with, as node-exporter does)
+    web_cfg = root / "etc" / WEB_CONFIG_FILE
+    exporter = {"address": host.address, "exporter_port": PORTS["dataplane-exporter"],
+                **({"web_config": str(web_cfg)} if lab.metrics_auth else {})} if "dut" in host.roles else {}
     plan["files"].append({"path": str(root / "etc" / "lab.json"), "content": json.dumps(
         {"host": host.name, "roles": list(host.roles), "interfaces": [i.name for i in host.interfaces],
          "dut_cores": list(host.dut_cores), "tester_cores": list(host.tester_cores), "source_id": source_id,
@@ -124,7 +127,6 @@ def host_plan(lab: Lab, host: LabHost, source_id: str = "") -> dict[str, Any]:
     web: list[str] = []
     if lab.metrics_auth:
         user, password = lab.metrics_auth
-        web_cfg = root / "etc" / WEB_CONFIG_FILE
         plan["secrets"].append({"path": str(web_cfg), "content": yaml.safe_dump(
             {"basic_auth_users": {user: stable_bcrypt(password, f"{host.name}/{user}")}})})
         web = [f"--web.config.file={web_cfg}"]
@@ -163,8 +165,8 @@ def prometheus_config(lab: Lab, metrics: LabHost, password_file: Path | None = N
     """prometheus.yml of the metrics host: every host's node-exporter (labels ``host``, ``role``),
     the Pushgateway (its labels kept) and each DUT host's dataplane exporter (job ``dataplane``, label
     ``host``; its series' own ``dataplane`` and ``testbed`` kept), each second as the local stack does;
-    with basic auth, it scrapes node-exporter and the Pushgateway as the lab's metrics user with the
-    password in ``password_file`` (the dataplane exporter asks for none, as on the local stack)."""
+    with basic auth, it scrapes all three as the lab's metrics user with the password in
+    ``password_file``."""
     interval = f"{SCRAPE_INTERVAL:g}s"
     auth = {"basic_auth": {"username": lab.metrics_auth[0], "password_file": str(password_file)}} \
         if lab.metrics_auth else {}
@@ -177,7 +179,7 @@ def prometheus_config(lab: Lab, metrics: LabHost, password_file: Path | None = N
                 "static_configs": [{"targets": [f"{metrics.address}:{PORTS['pushgateway']}"]}], **auth},
                {"job_name": "dataplane", "honor_labels": True, "static_configs": [
                    {"targets": [f"{h.address}:{PORTS['dataplane-exporter']}"], "labels": {"host": h.name}}
-                   for h in lab.role("dut")]}]}
+                   for h in lab.role("dut")], **auth}]}
     return "# written by perfkit lab provision\n" + yaml.safe_dump(cfg, sort_keys=False)
 
 

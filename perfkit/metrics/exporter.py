@@ -7,8 +7,10 @@ can be another process than the one that loaded the dataplane -- map ids are glo
 them from the root namespace while the DUT ports live in the testbed's.
 
 ``DutCollector`` reads the maps at scrape time (no polling thread: a scrape is the only reader),
-summing per-CPU maps over CPUs; ``serve`` puts it behind prometheus_client's HTTP server. The
-exporter serves while the dataplane is loaded: ``loaded()`` is false once its program is gone.
+summing per-CPU maps over CPUs; ``serve`` puts it behind prometheus_client's HTTP server, with basic
+auth when given users (``perfkit.metrics.webauth``: a lab's DUT host serves on its management
+address). The exporter serves while the dataplane is loaded: ``loaded()`` is false once its program
+is gone.
 
 Prometheus finds exporters through file-based service discovery (``file_sd_configs``, job
 ``dataplane``, ``perfkit.metrics.promconfig``): ``register`` writes one target file into the stack's
@@ -24,13 +26,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app, start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -38,6 +43,7 @@ from perfkit import owners
 from perfkit.owners import STATE_DIR
 from perfkit.dataplane import CounterCell, CounterSpec, Dataplane, DutProgram
 from perfkit.errors import BpfError, ConfigError
+from perfkit.metrics.webauth import BasicAuth
 from perfkit.libbpf import Map, prog_info, prog_loaded
 
 _U64 = struct.Struct("=Q")
@@ -88,7 +94,7 @@ def save(desc: ExportedDut, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({**desc.to_dict(), "owner": owners.me()}, indent=1))
+    tmp.write_text(json.dumps({**desc.to_dict(), "owner": owners.me(), "netns": owners.netns_id()}, indent=1))
     os.replace(tmp, path)
     return path
 
@@ -242,18 +248,40 @@ class Server:
         self.collector.close()
 
 
-def serve(descs: ExportedDut | Sequence[ExportedDut], host: str = "127.0.0.1", port: int = 0) -> Server:
+def serve(descs: ExportedDut | Sequence[ExportedDut], host: str = "127.0.0.1", port: int = 0,
+          users: Mapping[str, str] | None = None) -> Server:
     """Serve the counters of ``descs`` (one or several) at ``http://host:port/metrics`` (port 0: a
-    free one) from a thread."""
+    free one) from a thread; with ``users`` (name -> bcrypt hash, ``webauth.load_users``), only to a
+    request with basic auth as one of them."""
     collector = Collectors([descs] if isinstance(descs, ExportedDut) else descs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
-        httpd, thread = start_http_server(port, addr=host, registry=registry)
+        if users:
+            httpd, thread = _serve_wsgi(BasicAuth(make_wsgi_app(registry), users), host, port)
+        else:
+            httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as err:
         collector.close()
         raise ConfigError("listen", f"{host}:{port}", f"an address and free port to bind ({err.strerror})") from None
     return Server(collector, host, httpd.server_port, httpd, thread)
+
+
+def _serve_wsgi(app: Any, host: str, port: int) -> tuple[ThreadingWSGIServer, threading.Thread]:
+    """``app`` served from a daemon thread, as prometheus_client's ``start_http_server`` serves."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+    httpd = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="perfkit-exporter-http", daemon=True)
+    thread.start()
+    return httpd, thread
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per request (a scrape each second)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 # -- discovery by the local Prometheus -------------------------------------------------------------
@@ -305,7 +333,9 @@ def clean(targets_dirs: Sequence[str | Path] = (), run_id: str | None = None) ->
     """``perfkit clean``: remove the descriptions (``DUT_DIR``) and the target files (in
     ``targets_dirs``) that dead processes left (SIGKILLed generators, agents and exporters)."""
     # (a directory that does not exist globs to nothing)
-    found = [(f, _description_owner(f), "dataplane description") for f in sorted(DUT_DIR.glob("*.json"))]
+    # a description of another namespace's agent is left to a clean there, as its programs are
+    found = [(f, _description_owner(f), "dataplane description") for f in sorted(DUT_DIR.glob("*.json"))
+             if not owners.elsewhere(owners.read_json(f) or {})]
     for d in map(Path, targets_dirs):
         found += [(f, _target_owner(f), "exporter target") for f in sorted(d.glob("dataplane-*.json"))]
     removed = []
