@@ -60,16 +60,21 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ab", help="build two revisions, measure them interleaved, compare (exit 1 on regression)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("campaign", nargs="?", default=DEFAULT_CAMPAIGN, metavar="CAMPAIGN",
-                   help=f"campaign file (default {DEFAULT_CAMPAIGN})")
+    add_revisions_setting(p)
     p.add_argument("--base", required=True, metavar="REV", help="the revision to compare with (branch, tag, commit)")
     p.add_argument("--head", required=True, metavar="REV", help="the revision under test")
-    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: the current directory)")
     p.add_argument("--repeats", type=integer(2, 50), default=3,
                    help="runs of every unit per side (default 3; at least 2, for the noise band)")
     p.add_argument("--threshold", type=number(0.0, "a percentage"), default=5.0, metavar="PCT",
                    help="smallest drop that counts as a regression [%%] (default 5; noise can widen it)")
     p.add_argument("--out", default=None, metavar="DIR", help="where the comment, plots and summary go (default reports/ab)")
-    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     add_json(p)
     p.set_defaults(func=cmd_ab)
+
+
+def add_revisions_setting(p: argparse.ArgumentParser) -> None:
+    """CAMPAIGN, --repo and --root: what ``perfkit ab`` and ``perfkit bisect`` measure revisions with."""
+    p.add_argument("campaign", nargs="?", default=DEFAULT_CAMPAIGN, metavar="CAMPAIGN",
+                   help=f"campaign file (default {DEFAULT_CAMPAIGN})")
+    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: the current directory)")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")

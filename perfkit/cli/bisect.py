@@ -17,11 +17,10 @@ import math
 import sys
 from pathlib import Path
 
-from perfkit.cli.ab import DEFAULT_CAMPAIGN, campaign_file, repo_root
+from perfkit.cli.ab import add_revisions_setting, campaign_file, repo_root
 from perfkit.cli.options import add_json, emit, integer, number
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.perfci.bisect import ABORT, run_bisect, step
-from perfkit.store import DEFAULT_ROOT
 
 
 def _pct(x: float | None) -> str:
@@ -72,8 +71,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bisect", help="find the commit that made a figure slower (git bisect run, measured steps)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("campaign", nargs="?", default=DEFAULT_CAMPAIGN, metavar="CAMPAIGN",
-                   help=f"campaign file (default {DEFAULT_CAMPAIGN})")
+    add_revisions_setting(p)
     p.add_argument("--good", required=True, metavar="REV", help="a revision without the regression")
     p.add_argument("--bad", required=True, metavar="REV", help="a later revision with it")
     p.add_argument("--metric", default="max", metavar="GOAL",
@@ -84,8 +82,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rounds (good + revision, interleaved) before a step may decide (default 3)")
     p.add_argument("--max-rounds", type=integer(2, 100), default=8,
                    help="rounds after which an undecided step is skipped (default 8)")
-    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: the current directory)")
-    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     add_json(p)
     p.set_defaults(func=cmd_bisect)
     s = sub.add_parser("bisect-step", description="one step of perfkit bisect, run by git bisect run (internal)")
