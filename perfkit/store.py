@@ -13,6 +13,10 @@ Layout of a run directory:
 - ``searches/<name>.json``: search summaries (bounds, trial ids), written by campaigns
   (``write_search``/``searches``).
 - ``units.jsonl``: a campaign's journal of units started, done, failed (``perfkit.campaign.journal``).
+- ``trials.cache.parquet``: derived, never the record: the trials of a large run read once, each row
+  with its trial file's name, so that the next reader (each notebook of a report) reads only the
+  files written since (``trials``). Deleting it costs one slow read; a trial file set aside since
+  drops out of it.
 - ``cpu_prometheus.parquet``: the DUT CPU per trial as Prometheus saw it (``perfkit.metrics.query
   .cpu_frame`` columns), saved by a campaign before it stops its metrics stack, so that reports
   regenerate without servers (``write_prometheus_cpu``/``prometheus_cpu``).
@@ -57,6 +61,12 @@ PROMETHEUS_CPU_FILE = "cpu_prometheus.parquet"
 #: Trials of the run that had no Prometheus CPU figures (``{trial_id: why}``), beside that frame.
 PROMETHEUS_CPU_MISSING_FILE = "cpu_prometheus_missing.json"
 PUSHES_FILE = "pushes.jsonl"
+#: The derived frame of a large run's trials (``RunStore.trials``); its rows name their trial files.
+TRIALS_CACHE_FILE = "trials.cache.parquet"
+_CACHE_FILE_COLUMN = "__trial_file"
+#: Trial files a read must find beyond the cache before it writes the cache again: a few thousand
+#: one-row Parquet files take about 3-15 ms each to read, the cache a fraction of a second.
+CACHE_MIN_NEW = 200
 LOCK_FILE = ".lock"
 #: Suffix given to a trial file that cannot be read (``recover``): kept for inspection, not a trial.
 CORRUPT_SUFFIX = ".corrupt"
@@ -86,6 +96,21 @@ def _read_parquet(path: Path, advice: str) -> pd.DataFrame:
         raise StoreError(f"{path}: missing (removed while reading?); {advice}") from None
     except Exception as err:  # pyarrow raises ArrowInvalid, OSError ... for truncated or foreign files
         raise StoreError(f"{path}: not a readable Parquet file ({_short(err)}); {advice}") from None
+
+
+def _missing_as_na(frame: pd.DataFrame) -> pd.DataFrame:
+    """One spelling of a missing value per column, the one a Parquet round trip keeps, so that the
+    cache and the trial files give equal frames: a column of numbers with gaps (an optional figure
+    some trials lack) is float64 with NaN; any other object column (flags some dataplanes lack)
+    holds None."""
+    for col in frame.columns[frame.dtypes == object]:
+        values = frame[col]
+        present = values[values.notna()]
+        if len(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            frame[col] = values.astype("float64")
+        else:
+            frame[col] = values.astype(object).where(values.notna(), None)
+    return frame
 
 
 def _short(err: BaseException) -> str:
@@ -245,6 +270,7 @@ class RunStore:
 
     def trials(self) -> pd.DataFrame:
         """All trials, one row each, in the order they ended (columns: ``trial.RECORD_COLUMNS``).
+        A missing value is NaN in a numeric column and None in any other (``_missing_as_na``).
 
         A file that cannot be read raises a ``StoreError`` naming it.
         """
@@ -253,7 +279,31 @@ class RunStore:
             return pd.DataFrame()
         advice = (f"resume the run to set it aside and measure that trial again (perfkit run --resume "
                   f"{self.run_id}), or move the file out of trials/")
-        return pd.concat([_read_parquet(f, advice) for f in files], ignore_index=True)
+        names = {f.name: i for i, f in enumerate(files)}
+        cached = self._cached_trials(names)
+        known = set(cached[_CACHE_FILE_COLUMN]) if cached is not None else set()
+        new = [f for f in files if f.name not in known]
+        parts = ([cached] if cached is not None else []) + [
+            _read_parquet(f, advice).assign(**{_CACHE_FILE_COLUMN: f.name}) for f in new]
+        frame = _missing_as_na(pd.concat(parts, ignore_index=True))
+        frame = frame.iloc[frame[_CACHE_FILE_COLUMN].map(names).argsort(kind="stable")].reset_index(drop=True)
+        if len(new) >= CACHE_MIN_NEW:
+            try:
+                atomic_write(self.path / TRIALS_CACHE_FILE, _parquet_bytes(frame))
+            except OSError:
+                pass   # a read-only copy of a run: it reads slowly, as before the cache
+        return frame.drop(columns=[_CACHE_FILE_COLUMN])
+
+    def _cached_trials(self, names: dict[str, int]) -> pd.DataFrame | None:
+        """The cache's rows whose trial files are still there; None without a readable cache."""
+        try:
+            cached = pd.read_parquet(self.path / TRIALS_CACHE_FILE)
+        except Exception:  # noqa: BLE001 - none yet, or torn: it is rebuilt from the trial files
+            return None
+        if _CACHE_FILE_COLUMN not in cached:
+            return None
+        kept = cached[cached[_CACHE_FILE_COLUMN].isin(names)]
+        return kept if len(kept) else None
 
     def check(self) -> None:
         """Raise a ``StoreError`` naming the first file of the run that cannot be read (metadata,
