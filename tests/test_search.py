@@ -101,25 +101,30 @@ def test_loss_at_min_rate_gives_no_lower_bound() -> None:
 
 class _ShortOfItsBest(SimGenerator):
     """A lossless DUT behind a generator that offers at most ``max_offer`` and, each trial, up to 2 %
-    less than it could (pacing on a busy machine): its trials land just below the search's ceiling.
+    less than it could (once, 10 %): its trials land below the search's ceiling.
     It refuses a 200th trial, so a search that would not end fails instead of hanging."""
 
     def measure(self, rate_pps: float, duration: float, packets: int | None = None) -> TrialResult:
         self.count = getattr(self, "count", 0) + 1
         assert self.count < 200, "the search did not end"
         t = super().measure(rate_pps, duration, packets)
-        short = round(t.tx_packets * self._rng.uniform(0.002, 0.02))
+        # the third trial asked for more than it can: a busy moment, 10 % short (a worst-of-N verdict
+        # at the top then holds only down there)
+        self.over = getattr(self, "over", 0) + (rate_pps >= self.max_offer)
+        big = rate_pps >= self.max_offer and self.over == 3
+        short = round(t.tx_packets * (0.10 if big else self._rng.uniform(0.002, 0.02)))
         return dataclasses.replace(t, tx_packets=t.tx_packets - short, rx_packets=t.rx_packets - short)
 
 
 @pytest.mark.parametrize("rule, n", [("single", 1), ("best", 5), ("worst", 5)])
 def test_a_generator_limited_search_ends_at_its_ceiling(rule: str, n: int) -> None:
-    """Trials at the generator's ceiling land a little below it; the linear phase still ends there
-    (it asked for the top) instead of asking for the top again until a verdict flips."""
+    """Trials at the generator's ceiling land below it; the linear phase still ends there (it asked
+    for the top) instead of asking for the top again until a verdict flips, and the figure says the
+    generator limited it, not the maximum rate, even where a verdict holds only 10 % below."""
     gen = _ShortOfItsBest(SCENARIO, threshold=1e7, max_offer=8e5, seed=3)
     res = binary_search(gen, BinarySearch(max_rate=1e6, start_step=2e5, relative_width=0.05, rule=rule, n=n,
                                           duration=0.25))
-    assert res.upper_bound is None and 7.5e5 < res.lower_bound <= 8e5
+    assert res.upper_bound is None and 7e5 < res.lower_bound <= 8e5
     assert res.limited_by == "generator" and len(res.trials) <= 6 * n   # 200k, 400k ... 800k: n trials each at most
 
 

@@ -10,6 +10,7 @@ Every figure says what limited it (``LIMITS``, in ``Bounds.limited_by`` and
 lost, by the DUT's drop counter, and what no counter explains; or the generator's ceiling):
 
 - ``generator``: the figure reached the generator's capacity (a search's bound at its ceiling, or
+  nothing lost up to the top once the ceiling was shown, whatever rates the trials there landed at; or
   a max-rate trial that lost nothing while the generator offered less than asked): the DUT can do
   at least this much -- a lower bound, never a DUT figure. Not so where the generator shares a DUT
   core (``shared_cores``, two DUT cores on a 2-vCPU machine) and that core had no time to spare,
@@ -175,7 +176,10 @@ class Evidence:
     def limit(self, lower: float | None, upper: float | None, loss_tolerance: float) -> str:
         """What set a bound (``LIMITS``): the generator's ceiling, nothing lost up to the maximum
         rate, or the loss just above it -- the DUT's own, or host stalls'."""
-        if self.ceiling is not None and lower is not None and lower >= self.ceiling * (1 - OFFER_SHORTFALL):
+        # nothing lost up to the top once the generator showed its ceiling: the top was that ceiling
+        # (it is below any rate asked for, the maximum included), whatever the trials there landed at
+        if self.ceiling is not None and lower is not None and (
+                upper is None or lower >= self.ceiling * (1 - OFFER_SHORTFALL)):
             return "dut" if self._shared_saturated() else "generator"
         if upper is None:
             return "max rate"
