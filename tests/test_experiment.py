@@ -358,6 +358,7 @@ class _SlowGateway(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+@pytest.mark.slow   # make test keeps a run stopped by SIGINT and resumed (test_reliability)
 def test_ctrl_c_interrupts_the_kernel_and_the_run_resumes(tmp_path, capsys):
     handler = type("Gateway", (_SlowGateway,), {"first_push": threading.Event()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

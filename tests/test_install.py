@@ -211,6 +211,7 @@ def test_the_installed_wheel_knows_its_version_and_finds_its_files(installed):
     assert Path(paths["objects"]) == installed["top"] / "cache" / "bpf" / os.uname().release
 
 
+@pytest.mark.slow   # make test keeps the installed wheel's version and files (the same install)
 def test_the_installed_wheel_builds_its_programs_and_measures(installed):
     bench = json.loads(_perfkit(installed, "prog-bench", "--rounds", "3", "--repeat", "1000", "--json").stdout)
     assert bench["path_verified"] and bench["ns_per_packet"] > 0

@@ -207,6 +207,7 @@ def moved_burner(metrics_stack):
     return windows, frame
 
 
+@pytest.mark.slow   # its burner takes 15 s to set up; make test keeps the tidy CPU frame's DUT flag
 def test_the_burner_shows_on_its_core_and_not_on_the_other(moved_burner):
     """Per CPU from Prometheus, whatever else loads the machine: the burner's core is busy, and the
     burner's (nice) time is on its core, not on the other one, and not on its core in the window it

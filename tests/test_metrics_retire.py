@@ -164,6 +164,7 @@ def test_session_retires_other_runs_and_warns_once_when_it_cannot(metrics_stack,
     assert len(said) == 1 and said[0].startswith("warning: old runs not retired") and "the run goes on" in said[0]
 
 
+@pytest.mark.slow   # make test keeps the same retirement through the Python API
 def test_cli_retire_json_and_bad_input(metrics_stack, tmp_path):
     ep = metrics_stack.endpoints()
     store, results = _pushed_run(ep, tmp_path / "runs", trials=1)

@@ -169,6 +169,7 @@ def test_bad_host_and_component_names(tmp_path):
         stack.down(tmp_path, components=["grafana"])
 
 
+@pytest.mark.slow   # make test keeps test_up_status_down (the same through the Python API)
 def test_cli_up_status_down(tmp_path, perfkit_script):
     d = tmp_path / "stack"
     prom, pgw, node = free_ports(3)

@@ -349,6 +349,7 @@ def test_flame_graph_is_an_interactive_svg_in_an_iframe():
 
 
 # -- the report page -------------------------------------------------------------------------------------
+@pytest.mark.slow   # make test renders the perf page without perf data (test_report)
 def test_report_page_shows_tables_and_flame_graphs_only_with_perf_data(recorded, tmp_path):
     root = tmp_path / "runs"
     with_perf = RunStore.create("with-perf", root)

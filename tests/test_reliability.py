@@ -414,7 +414,9 @@ def test_sigterm_and_sigint_stop_a_run_cleanly_and_it_resumes(tmp_path):
     assert_run_is_whole(RunStore.open(run_id, root), campaign, seen)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+# SIGINT in make test-slow: make test keeps SIGTERM, and the run stopped by each signal
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM],
+                         ids=lambda s: s.name)
 def test_sigterm_and_sigint_stop_a_search_cleanly(sig):
     """Either signal, at a few random moments of a search (start-up, set-up, trials, teardown): the
     testbed goes down, the search says it stopped and exits 130 (the drill below: 20 each)."""

@@ -129,16 +129,23 @@ BASE = 'Ether()/IP(src="16.0.0.1", dst="48.0.0.1")/UDP(sport=1025, dport=12)/(b"
      ' STLVmWrMaskFlowVar(fv_name="m", pkt_offset="IP.dst", pkt_cast_size=4, mask=0x00FF0000, shift=16)',
      "flow_var 'm'"),
 ], ids=["spans-two-16s", "tuple-spans", "byte-of-high", "mask-into-high"])
-def test_unmappable_writes_refused(tmp_path, cli, vm, what):
+def test_unmappable_writes_refused(tmp_path, vm, what):
     """A variable spanning two /16s, or a partial or masked write into an address's high 16 bits:
-    refused in one line (exit 2) naming the stream, the variable, its range and what is allowed;
-    show without --testbed-addresses still shows TRex's frames."""
+    refused, naming the stream, the variable, its range and what is allowed."""
     path = write_profile(tmp_path, vm, base=BASE)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         stlgen.for_testbed(stlprofile.load(path))
+    assert what in str(err.value) and "198.18.0.0/15" in str(err.value) and "stream 0" in str(err.value)
+
+
+def test_an_unmappable_write_is_one_line_exit_2_and_show_without_mapping_works(tmp_path, cli):
+    """The refusal through the CLI (exit 2, one line); show without --testbed-addresses still shows
+    TRex's frames."""
+    path = write_profile(tmp_path, 'STLVmFlowVar(name="src", min_value="16.0.255.250", max_value="16.1.0.5", size=4, '
+                                   'op="inc"), STLVmWrFlowVar(fv_name="src", pkt_offset="IP.src")', base=BASE)
     r = cli("trex-profile", "show", str(path), "--count", "2", "--testbed-addresses")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert what in r.stderr and "198.18.0.0/15" in r.stderr and "stream 0" in r.stderr, r.stderr
+    assert "flow_var 'src'" in r.stderr and "198.18.0.0/15" in r.stderr and "stream 0" in r.stderr, r.stderr
     assert cli("trex-profile", "show", str(path), "--count", "2").returncode == 0
 
 
