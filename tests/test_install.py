@@ -202,6 +202,7 @@ def _perfkit(installed: dict, *argv: str) -> subprocess.CompletedProcess:
     return _run([installed["bin"] / "perfkit", *argv], cwd=installed["cwd"], env=installed["env"])
 
 
+@pytest.mark.slow   # installing the wheel takes 12 s; make test keeps what the wheel carries
 def test_the_installed_wheel_knows_its_version_and_finds_its_files(installed):
     out = _perfkit(installed, "--version").stdout
     assert out.startswith(f"perfkit {VERSION} (git {_git_sha()}"), out

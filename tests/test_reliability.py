@@ -380,6 +380,7 @@ def wait_for(cond, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow   # make test keeps a search stopped by SIGTERM and a killed run resumed
 def test_sigterm_and_sigint_stop_a_run_cleanly_and_it_resumes(tmp_path):
     campaign = campaign_file(tmp_path, frame_sizes=[64])
     root = tmp_path / "runs"
@@ -414,7 +415,7 @@ def test_sigterm_and_sigint_stop_a_run_cleanly_and_it_resumes(tmp_path):
     assert_run_is_whole(RunStore.open(run_id, root), campaign, seen)
 
 
-# SIGINT in make test-slow: make test keeps SIGTERM, and the run stopped by each signal
+# SIGINT in make test-slow: make test keeps SIGTERM
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM],
                          ids=lambda s: s.name)
 def test_sigterm_and_sigint_stop_a_search_cleanly(sig):
@@ -423,7 +424,7 @@ def test_sigterm_and_sigint_stop_a_search_cleanly(sig):
     assert_stops_are_clean(search_drill(sig, SEARCH_STOPS_IN_SUITE, drill_rng(f"search-{sig.name}-suite")))
 
 
-@pytest.mark.slow  # make test keeps the run stopped by each signal and resumed, and the searches
+@pytest.mark.slow  # make test-slow has the run stopped by each signal and resumed; make test the SIGTERM search
 def test_sigterm_and_sigint_at_random_moments_of_a_run_then_resume(tmp_path):
     """``perfkit run`` stopped at random moments by either signal (each stopped session resumed by
     the next); the run then completes with ``--resume``, whole (the drill below: 20 of each)."""

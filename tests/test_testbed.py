@@ -141,6 +141,7 @@ def test_clean_leaves_the_testbed_of_a_live_process_alone(perfkit_module):
     clean(run_id="run-live")
 
 
+@pytest.mark.slow   # make test keeps clean leaving a live process's testbed alone
 def test_one_command_removes_testbeds_and_metrics_servers(tmp_path, perfkit_module):
     stack_dir = tmp_path / "stack"
     _ok(perfkit_module.run(["stack", "up", "--stack-dir", str(stack_dir), "--prometheus-port", "0",
