@@ -434,8 +434,10 @@ def _report(what: str, res: dict, capacity: float | None = None) -> None:
     print(f"\n{what}: {goals}{cap}; {res['trial_count']} trials, {res['stalled_trials']} stalled")
 
 
-# one DUT core in make test; two (the tester shares a core) in make test-slow
-@pytest.mark.parametrize("cores", [1, pytest.param(2, marks=pytest.mark.slow)])
+# make test-slow (22 s and more): make test keeps the rules it rests on, on recorded trials
+# (test_search: ring overflows with time to spare, the core whose ring overflowed, loss no counter explains)
+@pytest.mark.slow
+@pytest.mark.parametrize("cores", [1, 2])
 def test_a_dut_that_drops_1_frame_in_n_has_no_ndr_and_it_is_the_duts(cores):
     """The calibrated DUT dropping every 1000th packet by its program: there is no NDR, and what
     limits it is the DUT, by its program's drop counter -- with one DUT core and with two (on two
