@@ -55,6 +55,9 @@ class Encap:
     ext_type_offset: int = 0
     ext_unit: int = 4
     """Bytes per unit of an extension header's length [bytes]."""
+    scapy_layer: str = ""
+    """The module that binds scapy's dissection of this tunnel, if scapy's own layers do not (e.g.
+    a ``scapy.contrib`` module): imported where frames are dissected through tunnels."""
 
     def __post_init__(self) -> None:
         if self.inner not in ("ipv4", "ether"):

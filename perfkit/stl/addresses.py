@@ -3,7 +3,7 @@
 Traffic on this machine uses only 198.18.0.0/15 (RFC 2544) and 2001:2::/48 (RFC 5180). TRex's
 example profiles use others (16.0.0.x -> 48.0.0.x), so before the local generator sends a profile,
 every IPv4 and IPv6 header of every stream's frame (found by scapy's dissection, MPLS, VLAN, QinQ,
-GRE, VXLAN and GTP included) has its addresses outside those ranges mapped into them:
+GRE, VXLAN and the dataplanes' tunnels included) has its addresses outside those ranges mapped into them:
 
 - IPv4: a source to 198.18.x.y, a destination to 198.19.x.y, keeping the low 16 bits (x.y);
 - IPv6: a source to 2001:2:0:0::/64, a destination to 2001:2:0:1::/64, keeping the low 64 bits;
@@ -93,9 +93,11 @@ class Mapping:
 # -- finding headers ---------------------------------------------------------------------------------
 def _scapy_layers() -> None:
     """The layers TRex profiles build with, bound so that dissection walks through them: MPLS
-    (EtherType 0x8847, the IP behind the last label), GTP-U (UDP 2152), and scapy's own (VLAN, QinQ,
-    GRE, VXLAN, IPv6 extension headers ...)."""
-    for name in ("scapy.layers.all", "scapy.contrib.mpls", "scapy.contrib.gtp"):
+    (EtherType 0x8847, the IP behind the last label), scapy's own (VLAN, QinQ, GRE, VXLAN, IPv6
+    extension headers ...) and the tunnels the dataplanes declare (``Encap.scapy_layer``)."""
+    from perfkit import dataplanes
+    tunnels = [e.scapy_layer for e in dataplanes.encapsulations() if e.scapy_layer]
+    for name in ("scapy.layers.all", "scapy.contrib.mpls", *tunnels):
         importlib.import_module(name)
 
 

@@ -40,7 +40,7 @@ MIN_TABLE = 1024
 #: and PN flags adds 4 bytes (sequence number, N-PDU number, the first extension header's type), and
 #: E a chain of extension headers (length in 4-byte units first, next type last).
 GTPU = Encap("GTP-U", ip_proto=17, udp_dport=GTPU_PORT, header_len=8, flags_offset=0, opt_mask=0x07, opt_len=4,
-             ext_mask=0x04, ext_type_offset=11, ext_unit=4)
+             ext_mask=0x04, ext_type_offset=11, ext_unit=4, scapy_layer="scapy.contrib.gtp")
 
 #: What the PGW-U exports besides its outcomes (``perfkit exporter``): forwarded packets and bytes
 #: per direction (ul: decapsulated, dl: encapsulated); its drop reasons are the outcomes ``drop_*``.
