@@ -26,6 +26,7 @@ import yaml
 from perfkit.campaign.schema import from_mapping, load_campaign
 from perfkit.campaign.units import expand
 from perfkit.perfci.bisect import decide
+from perfkit.perfci import gitlab_note
 from perfkit.perfci.comment import COMMENT_MARKER
 from perfkit.perfci.history import POINT_COLUMNS, _steps
 from perfkit.perfci.units import interleaved, unit_mapping
@@ -238,17 +239,12 @@ def test_the_gitlab_job_has_what_it_needs():
     assert job["variables"]["GIT_DEPTH"] == "0"
     script = "\n".join(job["script"])
     assert "make setup" in script and "perfkit ab" in script and "$CI_MERGE_REQUEST_DIFF_BASE_SHA" in script
-    assert "ci/gitlab_note.py perf-out/pr-comment.md" in script and (ROOT / "ci" / "gitlab_note.py").exists()
+    assert "python -m perfkit.perfci.gitlab_note perf-out/pr-comment.md" in script
     assert script.rstrip().endswith('exit "$(cat perf-out/exit-code)"')
     assert job["artifacts"]["when"] == "always" and job["artifacts"]["paths"] == ["perf-out/"]
 
 
 def test_the_gitlab_note_updates_its_own_note(tmp_path):
-    sys.path.insert(0, str(ROOT / "ci"))
-    try:
-        import gitlab_note
-    finally:
-        sys.path.pop(0)
     notes = [{"id": 1, "body": "LGTM"}, {"id": 7, "body": COMMENT_MARKER + "\nold"}]
     assert gitlab_note.find_note(notes) == 7 and gitlab_note.find_note(notes[:1]) is None
     assert gitlab_note.MARKER == COMMENT_MARKER

@@ -6,5 +6,6 @@ and the bisection of a regression (``bisect``).
 - ``session``: the units of a campaign run on two sides, interleaved;
 - ``ab``: ``perfkit ab``'s comparison and outputs; ``comment``: its pull-request comment;
 - ``history``: a campaign's runs gathered by commit; ``bisect``: ``git bisect run`` with measured steps;
-- ``plots``: their figures.
+- ``plots``: their figures;
+- ``gitlab_note``: the GitLab job's merge-request note, posted or updated.
 """

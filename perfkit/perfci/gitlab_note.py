@@ -1,6 +1,8 @@
-"""Post or update the one perf note of a GitLab merge request (.gitlab-ci.yml, job perf-ab).
+"""Post or update the one perf note of a GitLab merge request (perfkit's ``.gitlab-ci.yml``, job
+perf-ab, and the job ``perfkit ci init --gitlab`` writes into a user's repository).
 
-Usage: ``python ci/gitlab_note.py COMMENT_FILE LOG_FILE EXIT_CODE``. The note is ``perfkit ab``'s
+Usage: ``python -m perfkit.perfci.gitlab_note COMMENT_FILE LOG_FILE EXIT_CODE`` (a module of the
+package, so that an installed perfkit has it too). The note is ``perfkit ab``'s
 ``pr-comment.md``; without one (a side failed, bad input) it is the log's last lines. The note that
 starts with the marker ``<!-- perfkit-ab -->`` is updated, else a note is created. GitLab's REST API
 (v4), with the token in ``$PERF_NOTE_TOKEN``, on the merge request of ``$CI_MERGE_REQUEST_IID`` in
@@ -15,7 +17,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-MARKER = "<!-- perfkit-ab -->"
+from perfkit.perfci.comment import COMMENT_MARKER as MARKER
 
 
 def note_body(comment: Path, log: Path, code: str) -> str:
