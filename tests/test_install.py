@@ -166,6 +166,8 @@ def test_the_wheel_carries_the_programs_notebooks_and_campaigns(wheel):
     info = json.loads(zipfile.ZipFile(wheel).read("perfkit/_data/build.json"))
     assert info["git_sha"] == _git_sha()
     assert not [n for n in names if n.endswith(".o")], "objects are built on the installing host"
+    templates = {f"perfkit/perfci/templates/{p.name}" for p in (ROOT / "perfkit" / "perfci" / "templates").iterdir()}
+    assert len(templates) >= 3 and templates <= names, "perfkit ci init's templates"
     meta = email.parser.Parser().parsestr(zipfile.ZipFile(wheel).read(
         f"perfkit-{VERSION}.dist-info/METADATA").decode())
     assert meta["License-Expression"] == "Apache-2.0" and meta["Version"] == VERSION

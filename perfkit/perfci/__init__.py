@@ -7,5 +7,6 @@ and the bisection of a regression (``bisect``).
 - ``ab``: ``perfkit ab``'s comparison and outputs; ``comment``: its pull-request comment;
 - ``history``: a campaign's runs gathered by commit; ``bisect``: ``git bisect run`` with measured steps;
 - ``plots``: their figures;
-- ``gitlab_note``: the GitLab job's merge-request note, posted or updated.
+- ``gitlab_note``: the GitLab job's merge-request note, posted or updated;
+- ``cifiles``: the CI file ``perfkit ci init`` writes into a user's repository (``templates/``).
 """
