@@ -3,14 +3,18 @@
 Each test makes a scratch git repository holding a dataplane description and a campaign, runs
 ``perfkit ci init`` in-process, and checks the file: the GitHub workflow through the real actionlint
 (``make tools``; a broken copy shows that the check can fail), the GitLab job for what it must hold.
+Slow: the jobs' shell scripts run by bash with the real perfkit (ab's status kept, the comment or
+note made from its log).
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +24,10 @@ from perfkit.cli import build_parser, main
 from perfkit.errors import ConfigError
 from perfkit.perfci.cifiles import default_perfkit_spec, write_ci
 from perfkit.perfci.comment import COMMENT_MARKER
-from tests.test_perfci import ACTIONLINT
+from tests.test_perfci import ACTIONLINT, ROOT
 
 DESCRIPTION = "lb/lb.dataplane.yaml"
+TESTBED_LOCK = "/tmp/perfkit-testbed.lock"
 CAMPAIGN = "campaign.yaml"
 
 
@@ -185,3 +190,59 @@ def test_an_existing_file_is_kept_unless_forced(repo, capsys):
     (repo / ".gitlab-ci.yml").write_text(mine)
     assert ci_init(capsys, "--gitlab", "--dir", str(repo), "--path", ".gitlab/perfkit-ab.yml")[0] == 0
     assert (repo / ".gitlab-ci.yml").read_text() == mine and (repo / ".gitlab" / "perfkit-ab.yml").is_file()
+
+
+# -- the jobs' shell, run by bash with the real perfkit -------------------------------------------------
+def runner_venv(where: Path) -> Path:
+    """The job's perfkit virtualenv, standing in for its ``pip install``: this environment's python and
+    perfkit, running this checkout's perfkit."""
+    bin_ = where / "bin"
+    bin_.mkdir(parents=True)
+    python = Path(sys.executable)
+    for name, argv in (("python", f'"{python}"'), ("perfkit", f'"{python}" -P -m perfkit')):
+        (bin_ / name).write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec {argv} "$@"\n')
+        (bin_ / name).chmod(0o755)
+    return where
+
+
+@pytest.mark.slow   # a perfkit process: 4 s of CPU, 10-40 s on the shared VM
+def test_the_github_ab_step_runs_and_leaves_a_comment_whatever_ab_says(repo, capsys, tmp_path):
+    """The step's script under bash as GitHub runs it: ab's exit status goes to the step's output, and
+    without a pr-comment.md of ab's the comment is its log's tail, with the marker."""
+    assert ci_init(capsys, "--github", "--dir", str(repo))[0] == 0
+    wf = yaml.safe_load((repo / ".github" / "workflows" / "perfkit-ab.yml").read_text())
+    step = next(s for s in wf["jobs"]["ab"]["steps"] if s.get("id") == "ab")
+    runner_temp = tmp_path / "runner-temp"
+    runner_venv(runner_temp / "perfkit-venv")
+    output = tmp_path / "github-output"
+    env = {**os.environ, "RUNNER_TEMP": str(runner_temp), "GITHUB_OUTPUT": str(output), "BASE_SHA": "0" * 40,
+           "HEAD_SHA": "0" * 40}
+    run = step["run"].replace(TESTBED_LOCK, str(tmp_path / "lock"))   # not the machine's testbed, which others wait for
+    res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", run], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr   # the step itself succeeds; the last step fails the job
+    assert run != step["run"]
+    (line,) = output.read_text().splitlines()
+    code = int(line.removeprefix("code="))
+    assert code == 2   # no such commits (or, today, no --dataplane): bad input
+    comment = (repo / "perf-out" / "pr-comment.md").read_text()
+    assert comment.startswith(COMMENT_MARKER) and f"no result (exit {code})" in comment
+    assert "perfkit: error:" in comment   # ab's one line, from its log
+
+
+@pytest.mark.slow   # two perfkit processes (ab, the note)
+def test_the_gitlab_script_runs_and_exits_with_ab_s_status(repo, capsys, tmp_path):
+    """The job's script from ``mkdir`` on, under bash with errexit as GitLab's shell executor runs it:
+    ab's status is kept, the note is attempted (no token here: it says so) and the job exits with it."""
+    assert ci_init(capsys, "--gitlab", "--dir", str(repo))[0] == 0
+    script = yaml.safe_load((repo / ".gitlab-ci.yml").read_text())["perfkit-ab"]["script"]
+    lines = script[[i for i, s in enumerate(script) if s.startswith("mkdir")][0]:]
+    venv = runner_venv(tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PERF_NOTE_TOKEN"}
+    env.update(PERFKIT_VENV=str(venv), CI_MERGE_REQUEST_DIFF_BASE_SHA="0" * 40, CI_COMMIT_SHA="0" * 40)
+    run = "\n".join(lines).replace(TESTBED_LOCK, str(tmp_path / "lock"))
+    assert run != "\n".join(lines)
+    res = subprocess.run(["bash", "-e", "-c", run], cwd=repo, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 2 == int((repo / "perf-out" / "exit-code").read_text()), res.stderr
+    assert "PERF_NOTE_TOKEN is not set" in res.stdout and "perfkit: error:" in res.stdout   # the log, then the note
