@@ -67,11 +67,14 @@ class DescribedDut(DutProgram):
                                      dir=str(desc.dir))
         self.where = desc.path.name
         try:
+            # the DUT's namespace: a devmap resolves an ifindex in the namespace of whoever writes it
+            self.netns = netns or dut_namespace(ifindex_a, ifindex_b)
             if self.attached_by_nf:
                 self._set_up(ifindex_a if traffic.ingress == "a" else ifindex_b)
             else:
                 self._load(cpumap)
-            self._configure()
+            with nets.inside(self.netns):
+                self._configure()
             self.layout = (counters.layout(desc.counters, self._ref(desc.counters.map, f"{self.where}: counters.map"),
                                            f"{self.where}: counters") if desc.counters else None)
         except BaseException:
@@ -112,7 +115,6 @@ class DescribedDut(DutProgram):
             self._maps[m] = MapRef(self.obj.map(m), key_type, value_type, btf[0])
 
     def _set_up(self, ingress: int) -> None:
-        self.netns = self.netns or dut_namespace(self.values["ifindex_a"], self.values["ifindex_b"])
         for port in ("a", "b"):
             self.values[f"dev_{port}"] = _dev_name(self.netns, self.values[f"ifindex_{port}"])
         self.values["netns"] = self.netns or ""
