@@ -5,7 +5,7 @@ words: substituted for ``{defines}`` and in ``$DEFINES``. ``{output}`` in the co
 path the object should be written to; without it the build writes ``program.object`` and perfkit
 copies it into the cache. The cache (``<cache>/objects/<key>/``, ``perfkit.paths.cache_dir``) is keyed
 by the hash of the source tree (``program.sources``, else the description's directory: every file
-but hidden ones and objects), the command and the build options, so a changed source is rebuilt and
+but hidden ones, objects, ``build/`` and the description itself), the command and the build options, so a changed source is rebuilt and
 an unchanged one is not.
 """
 from __future__ import annotations
@@ -86,6 +86,6 @@ def source_files(desc: Description) -> list[Path]:
             dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS]
             for f in filenames:
                 p = Path(dirpath) / f
-                if not f.startswith(".") and p.suffix != ".o" and p != desc.program.object:
+                if not f.startswith(".") and p.suffix != ".o" and p not in (desc.program.object, desc.path):
                     out.add(p)
     return sorted(out)

@@ -107,6 +107,11 @@ class DescribedDut(DutProgram):
             tail = " | ".join(line for line in err.log.strip().splitlines()[-VERIFIER_TAIL:])
             raise ConfigError(f"{self.where}: program.name", name,
                               f"a program the kernel's verifier accepts; it said: {tail or err}") from None
+        except BpfError as err:
+            if not err.what.startswith("bpf_object__open_file"):
+                raise
+            raise ConfigError(f"{self.where}: program.object", str(self.object),
+                              f"an object libbpf opens ({err}; maps defined in .maps need BTF: clang -g)") from None
         self._program = self.obj.program(name)
         for m in self.obj.map_names():
             if "." in m:  # .rodata, .data, .bss: written as globals
