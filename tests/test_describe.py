@@ -32,29 +32,10 @@ CFLAGS = "-O2 -g -target bpf -I/usr/include/$(uname -m)-linux-gnu"
 PROGRAM = "xdp_mynf"
 
 
+
 def base() -> dict:
-    """The description every test varies."""
-    return {
-        "title": "My NF",
-        "program": {"build": f"clang {CFLAGS} {{defines}} -c mynf.bpf.c -o {{output}}", "object": "mynf.o",
-                    "sources": ["mynf.bpf.c"], "name": PROGRAM,
-                    "defines": {"MYNF_MAX_BACKENDS": {"default": 16, "minimum": 2, "maximum": 64}}},
-        "params": {"backend": {"default": 1, "minimum": 0, "maximum": 15}},
-        "config": {
-            "globals": {"default_backend": 0xFFFFFFFF, "use_devmap": 1},
-            "maps": {
-                "flows": [{"key": {"daddr": "198.19.0.1", "dport": 5001, "proto": 17}, "value": {"backend": "{backend}"}}],
-                "backends": [{"key": "{backend}", "value": {"dst_mac": "{mac_p1}", "src_mac": "{mac_b}", "port": 1}}],
-                "ports": [{"key": 1, "value": "{ifindex_b}"}],
-                "allowed": [{"key": "198.18.0.0/24", "value": 1}],
-            },
-            "python": "mynf_model:allow_more",
-        },
-        "counters": {"map": "stats", "names": "enum mynf_stat", "bytes": "bytes", "forward": ["fwd"],
-                     "drop": ["no_flow", "not_ip", "denied"]},
-        "traffic": {"profile": "udp.py", "frame_size": "size", "tunables": {"size": 64, "dport": 5001}},
-        "model": "mynf_model:expected",
-    }
+    """The description every test varies (``tests/describe/mynf.dataplane.yaml``, the docs' example)."""
+    return yaml.safe_load((HERE / "mynf.dataplane.yaml").read_text())
 
 
 @pytest.fixture(scope="module")

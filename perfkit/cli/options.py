@@ -179,6 +179,9 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
 
 def dataplane_arg(value: str) -> str:
     """``--dataplane``: a registered name, or a description file (checked now: its refusal is the error)."""
+    if not describe_schema.is_description(value) and value not in dataplanes.names():
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(dataplanes.names())}, "
+                                         "or the path of a description file: NAME.dataplane.yaml)")
     try:
         dataplanes.get(value)
     except ConfigError as err:
