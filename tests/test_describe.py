@@ -119,6 +119,20 @@ def test_counters_are_the_dataplanes_for_the_exporter(nf):
     assert list(dut.object_hashes().values())[0] != ""
 
 
+def test_the_exporter_serves_the_counters(nf):
+    from perfkit.metrics.exporter import DutCollector, describe
+    dp, traffic, dut = nf
+    dut.program.test_run(traffic.packet(0))
+    collector = DutCollector(describe(dp, dut, "abcdef"))
+    try:
+        served = collector.read()
+    finally:
+        collector.close()
+    counts = dut.counters()
+    assert served[("perfkit_mynf_packets_total", ("fwd",))] == counts["fwd"] > 0
+    assert served[("perfkit_mynf_bytes_total", ("fwd",))] == 60 * counts["fwd"]
+
+
 def test_params_come_from_the_file_its_defines_and_the_profiles_tunables(nf):
     dp, traffic, _ = nf
     by_name = {p.name: p for p in dp.params}
@@ -301,3 +315,19 @@ def test_a_real_trial_of_the_description(scratch, perfkit_module):
     assert set(d["dut_drops"]) <= {"rx_ring_full"} and d["mismatched_packets"] == 0
     assert d["params"] == {"backend": 1, "mynf_max_backends": 16, "dport": 5001}
     assert not any("output not checked" in n for n in d["notes"])
+
+
+@pytest.mark.slow
+def test_a_trial_without_a_model_counts_and_says_output_is_not_checked(scratch):
+    from perfkit.generators import create
+    from perfkit.scenario import Scenario
+    desc = base()
+    desc.pop("model")
+    path = write(scratch, desc, "nomodel")
+    assert not dataplanes.get(str(path)).has_model
+    with create("xdp", Scenario(dataplane=str(path), frame_size=128)) as gen:
+        r = gen.measure(10_000, 0.3)
+        counts = gen.dut.counters()
+    assert "output not checked: no model" in r.notes
+    assert r.tx_packets > 0 and r.rx_packets + r.dut_drops.get("rx_ring_full", 0) == r.tx_packets
+    assert counts["fwd"] >= r.rx_packets and r.wire_frame_size == 128
