@@ -117,6 +117,17 @@ class Btf:
             out.append(Member(m["name"], int(m["type_id"]), int(m["bits_offset"]) // 8, bits))
         return out
 
+    def fields(self, type_id: int) -> list[Member]:
+        """``members``, with the members of anonymous structs and unions in their place (C names
+        them as the outer struct's: ``rec.packets`` of ``struct { union { __u64 packets; ... }; }``)."""
+        out = []
+        for m in self.members(type_id):
+            if m.name in ("", "(anon)") and self.members(m.type_id):
+                out += [Member(f.name, f.type_id, m.offset + f.offset, f.bits) for f in self.fields(m.type_id)]
+            else:
+                out.append(m)
+        return out
+
     def enum(self, name: str) -> dict[str, int]:
         """Member name -> value of ``enum name``; {} when BTF has no such enum."""
         for t in self.types.values():

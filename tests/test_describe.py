@@ -283,6 +283,43 @@ def test_a_setup_that_attaches_nothing_is_refused(scratch, testbed):
     assert attached_program(testbed.dut_ns, testbed.a.ifindex) == 0
 
 
+XDP_FILTER = {
+    "name": "xdpfilter",
+    "program": {"name": "xdpfilt_alw_all"},   # the variant xdp-filter loads for policy allow, all features
+    "attach": {"setup": "xdp-filter load -m native {dev_a} && xdp-filter port {dport}",
+               "teardown": "xdp-filter unload {dev_a}"},
+    "counters": {"map": "xdp_stats_map", "names": ["aborted", "drop", "pass", "tx", "redirect"],
+                 "packets": "rx_packets", "bytes": "rx_bytes", "forward": ["drop"]},
+    "traffic": {"profile": "udp.py", "frame_size": "size", "tunables": {"size": 64, "dport": 5001},
+                "verdict": "XDP_DROP"},
+}
+
+
+@pytest.mark.skipif(shutil.which("xdp-filter") is None, reason="xdp-tools' xdp-filter is not installed")
+def test_xdp_filter_attached_by_its_own_cli_counts_as_its_status_does(scratch, testbed):
+    """A program perfkit did not build or load: xdp-filter denies UDP port 5001; perfkit finds the
+    program on the DUT port and reads xdp-filter's own counters, which equal ``xdp-filter status``."""
+    dp = load(write(scratch, XDP_FILTER, "xdpfilter"))
+    traffic = dp.traffic(64, 1, dp.validate({}))
+    dut = dp.load(traffic, testbed.a.ifindex, testbed.b.ifindex)
+    try:
+        assert dut.attached_by_nf and dut.program.name == "xdpfilt_alw_all"
+        for _ in range(3):
+            assert dut.program.test_run(traffic.packet(0)).verdict == "XDP_DROP"
+        assert dut.program.test_run(udp(dport=5002)).verdict == "XDP_PASS"
+        status = subprocess.run(["nsenter", f"--net=/run/netns/{testbed.dut_ns}", "xdp-filter", "status"],
+                                capture_output=True, text=True, check=True).stdout
+        own = {line.split()[0]: int(line.split()[1]) for line in status.splitlines()
+               if line.strip().startswith("XDP_") and "pkts" in line}
+        counts = dut.counters()
+        assert counts["drop"] == own["XDP_DROP"] == 3   # the port's own frames (its peer's) may pass too
+        assert counts["pass"] == own["XDP_PASS"] >= 1
+        assert dp.forward_counters == {"drop"} and traffic.verdict == "XDP_DROP" and not dp.has_model
+    finally:
+        dut.close()
+    assert attached_program(testbed.dut_ns, testbed.a.ifindex) == 0
+
+
 # -- everywhere a dataplane is taken ----------------------------------------------------------------
 def test_dataplanes_get_takes_the_path(scratch):
     path = write(scratch, base(), "get")
@@ -329,5 +366,6 @@ def test_a_trial_without_a_model_counts_and_says_output_is_not_checked(scratch):
         r = gen.measure(10_000, 0.3)
         counts = gen.dut.counters()
     assert "output not checked: no model" in r.notes
-    assert r.tx_packets > 0 and r.rx_packets + r.dut_drops.get("rx_ring_full", 0) == r.tx_packets
+    lost = r.dut_drops.get("rx_ring_full", 0) + r.tester_drops.get("rx_ring_full", 0)  # the host's, not the NF's
+    assert r.tx_packets > 0 and r.rx_packets + lost == r.tx_packets, (r.dut_drops, r.tester_drops, r.notes)
     assert counts["fwd"] >= r.rx_packets and r.wire_frame_size == 128

@@ -121,7 +121,7 @@ def _bad(where: str, value: str, n: int) -> bytes:
 
 
 def _struct(btf: Btf, rid: int, value: Any, where: str, size: int) -> bytes:
-    members = btf.members(rid)
+    members = btf.fields(rid)
     if isinstance(value, str) and "/" in value and members and members[0].name == "prefixlen" and len(members) == 2:
         addr, _, plen = value.partition("/")
         value = {members[0].name: int(plen), members[1].name: addr}

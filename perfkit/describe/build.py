@@ -37,6 +37,7 @@ def defines(desc: Description, params: Mapping[str, Any]) -> list[str]:
 
 def object_path(desc: Description, params: Mapping[str, Any]) -> Path:
     """The object to load for ``params``: ``program.object``, or the cached build."""
+    assert desc.program.object is not None, "a description without an object loads none"
     if not desc.program.build:
         return desc.program.object
     words = defines(desc, params)

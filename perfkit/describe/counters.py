@@ -90,7 +90,7 @@ def _field(btf: Btf | None, ref: MapRef, name: str, where: str) -> Field:
         if name and name != "packets":
             raise ConfigError(where, name, "none: the map declares no BTF value type (the value is the count)")
         return Field(0, size if size in (1, 2, 4, 8) else 8)
-    members = btf.members(ref.value_type)
+    members = btf.fields(ref.value_type)
     if not members:  # a plain integer value
         return Field(0, btf.size(ref.value_type))
     for m in members:

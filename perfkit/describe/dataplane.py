@@ -62,7 +62,7 @@ class DescribedDut(DutProgram):
         self._maps: dict[str, MapRef] = {}
         self._own_maps: list[Map] = []
         self._teardown = ""
-        self.object = build.object_path(desc, dict(traffic.params)) if (desc.program.build or desc.program.object.is_file()) else None
+        self.object = build.object_path(desc, dict(traffic.params)) if desc.program.object else None
         self.values = testbed_values(ifindex_a, ifindex_b, dict(traffic.params), object=str(self.object or ""),
                                      dir=str(desc.dir))
         self.where = desc.path.name
@@ -231,9 +231,10 @@ def _dev_name(ns: str | None, ifindex: int) -> str:
 
 def dut_namespace(ifindex_a: int, ifindex_b: int) -> str | None:
     """The DUT namespace of this process's testbed whose ports have these indexes (None: none is up:
-    the ports are in this namespace)."""
+    the ports are in this namespace). Ambiguous (two testbeds of this process): refused."""
     from perfkit import owners
     from perfkit.testbed.topology import _NS_RE, owner_record
+    found = []
     for ns in nets.names():
         m = _NS_RE.match(ns)
         if not m or m.group(2) != "dut":
@@ -243,10 +244,13 @@ def dut_namespace(ifindex_a: int, ifindex_b: int) -> str | None:
             continue
         try:
             if nets.ifindex(ns, f"d{rid}a") == ifindex_a and nets.ifindex(ns, f"d{rid}b") == ifindex_b:
-                return ns
+                found.append(ns)
         except Exception:  # noqa: BLE001 - a testbed going down meanwhile
             continue
-    return None
+    if len(found) > 1:
+        raise ConfigError("netns", None, f"one of {', '.join(found)}: this process has several testbeds whose DUT "
+                          "ports have these indexes (pass the DUT's namespace to load)")
+    return found[0] if found else None
 
 
 class DescribedDataplane(Dataplane):
@@ -254,6 +258,8 @@ class DescribedDataplane(Dataplane):
 
     api_version = 2
     ports = ("a", "b")
+    #: ``load`` takes ``netns``, the DUT's namespace (``perfkit.testbed.dut.Dut`` passes it).
+    loads_in_netns = True
 
     def __init__(self, desc: Description):
         self.desc = desc

@@ -1,7 +1,8 @@
 """A description's hooks: Python functions (``module:function``) and shell commands.
 
 Modules are imported from the description's directory (it goes first on ``sys.path``). Commands
-run with ``sh -c`` in that directory, in the DUT's network namespace when there is one; a failing
+run with ``sh -c`` in that directory, in the DUT's network namespace when there is one (entered
+with ``nsenter --net``: the mount namespace, and bpffs, stay the host's); a failing
 command is refused with its command line and the tail of its output.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from perfkit.errors import ConfigError
 
+NSENTER = "nsenter"
 #: Lines of a failed command's output its refusal quotes.
 TAIL_LINES = 4
 
@@ -51,7 +53,9 @@ def function(where: str, spec: str, base: Path) -> Callable[..., Any]:
 
 def command(where: str, cmd: str, base: Path, netns: str | None = None) -> str:
     """Run ``cmd`` (already substituted) with ``sh -c`` in ``base`` (in ``netns``); its output."""
-    argv = (["ip", "netns", "exec", netns] if netns else []) + ["sh", "-c", cmd]
+    # nsenter, not ``ip netns exec``: only the network namespace changes; /sys/fs/bpf (where loaders
+    # such as libxdp's pin their programs) stays the host's
+    argv = ([NSENTER, f"--net=/run/netns/{netns}"] if netns else []) + ["sh", "-c", cmd]
     proc = subprocess.run(argv, cwd=base, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-TAIL_LINES:])

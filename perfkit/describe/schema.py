@@ -36,8 +36,9 @@ _HOOK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 class ProgramSpec:
     """``program``: the object, how it is built, its XDP program and build options."""
 
-    object: Path
-    """The object file (absolute; made by ``build`` when there is one)."""
+    object: Path | None
+    """The object file (absolute; made by ``build`` when there is one); None: none (the NF's own
+    loader, ``attach.setup``, loads its program)."""
     name: str
     """The XDP program's name in the object."""
     build: str = ""
@@ -182,6 +183,8 @@ def parse(raw: Any, path: Path) -> Description:
                               "traffic.tunables share one name space)")
     if desc.variant and desc.variant not in names:
         raise ConfigError(f"{where}: variant", desc.variant, names or "none (no parameters)")
+    if desc.program.object is None and not desc.attach.by_nf:
+        raise ConfigError(f"{where}: program.object", None, "the object file (.o): perfkit loads it (attach: perfkit)")
     if desc.attach.by_nf and desc.config.globals:
         raise ConfigError(f"{where}: config.globals", sorted(desc.config.globals),
                           "none with attach.setup (the NF's loader set its globals before it loaded it)")
@@ -193,11 +196,13 @@ def _program(where: str, raw: Any, base: Path) -> ProgramSpec:
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, "a mapping with keys " + ", ".join(PROGRAM_KEYS))
     _keys(where, raw, PROGRAM_KEYS)
-    if "object" not in raw:
-        raise ConfigError(f"{where}.object", None, "the object file (.o), made by program.build if given")
     if "name" not in raw:
         raise ConfigError(f"{where}.name", None, "the XDP program's name in the object (its C function)")
     build = _str(f"{where}.build", raw.get("build", ""))
+    if "object" not in raw:
+        if build:
+            raise ConfigError(f"{where}.object", None, "the object file (.o) program.build makes")
+        return ProgramSpec(object=None, name=_str(f"{where}.name", raw["name"]))
     obj = base / _str(f"{where}.object", raw["object"])
     if not build and not obj.is_file():
         raise ConfigError(f"{where}.object", str(raw["object"]), "an existing object file (or a program.build that makes it)")
