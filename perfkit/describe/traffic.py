@@ -24,7 +24,6 @@ from perfkit.stl.profile import StlProfile
 from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.testbed import stlgen
 from perfkit.testbed.stlgen import Compiled
-from perfkit.units import FCS_LEN
 
 #: The model's signature: the expected output frame (bytes), or a verdict (``XDP_DROP`` ...), for an input frame.
 Model = Callable[[bytes, "DescribedTraffic"], Any]
@@ -112,7 +111,3 @@ def _load(path: str, words: tuple[str, ...], ingress: str, _mtime: int) -> tuple
     profile = stlprofile.load(path, list(words), port, macs=testbed_macs(port))
     return profile, stlgen.for_testbed(profile)
 
-
-def wire_size(traffic: DescribedTraffic) -> int:
-    """Bytes per offered frame of the first stream, FCS included."""
-    return len(traffic.compiled.streams[0].frame) + FCS_LEN
