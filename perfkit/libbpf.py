@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from perfkit import stop
 from perfkit.errors import BpfError
@@ -44,6 +44,20 @@ XDP_VERDICTS = {XDP_ABORTED: "XDP_ABORTED", XDP_DROP: "XDP_DROP", XDP_PASS: "XDP
                 XDP_TX: "XDP_TX", XDP_REDIRECT: "XDP_REDIRECT"}
 #: Headroom the kernel gives an XDP test-run buffer; packets may grow by at most this much.
 XDP_PACKET_HEADROOM = 256
+#: Bytes of verifier log kept per program of a failed load (``BpfObject(verifier_log=True)``).
+VERIFIER_LOG_SIZE = 1 << 20
+# enum bpf_map_type values perfkit.describe writes entries into
+BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY = 1, 2, 5, 6
+BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_LRU_PERCPU_HASH, BPF_MAP_TYPE_LPM_TRIE = 9, 10, 11
+BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_DEVMAP_HASH = 14, 25
+
+
+class VerifierError(BpfError):
+    """The kernel's verifier refused a program; ``log`` is what it said."""
+
+    def __init__(self, what: str, errno_: int, log: str):
+        super().__init__(what, errno_)
+        self.log = log
 
 
 class XdpMd(ctypes.Structure):
@@ -80,6 +94,15 @@ class _MapInfo(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
                 ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
                 ("name", ctypes.c_char * 16)]
+
+
+class MapInfoBtf(ctypes.Structure):
+    """``struct bpf_map_info`` up to its BTF ids (uapi/linux/bpf.h)."""
+
+    _fields_ = _MapInfo._fields_ + [("ifindex", ctypes.c_uint32), ("btf_vmlinux_value_type_id", ctypes.c_uint32),
+                                    ("netns_dev", ctypes.c_uint64), ("netns_ino", ctypes.c_uint64),
+                                    ("btf_id", ctypes.c_uint32), ("btf_key_type_id", ctypes.c_uint32),
+                                    ("btf_value_type_id", ctypes.c_uint32)]
 
 
 class BpfProgInfo(ctypes.Structure):
@@ -140,6 +163,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         "bpf_map__type": (i, [vp]),
         "bpf_map__reuse_fd": (i, [vp, i]),
         "bpf_map__set_initial_value": (i, [vp, vp, ctypes.c_size_t]),
+        "bpf_map__initial_value": (vp, [vp, ctypes.POINTER(ctypes.c_size_t)]),
+        "bpf_map__btf_key_type_id": (u32, [vp]),
+        "bpf_map__btf_value_type_id": (u32, [vp]),
+        "bpf_object__btf": (vp, [vp]),
+        "btf__raw_data": (vp, [vp, ctypes.POINTER(u32)]),
+        "bpf_program__set_log_buf": (i, [vp, vp, ctypes.c_size_t]),
+        "bpf_xdp_query_id": (i, [i, i, ctypes.POINTER(u32)]),
         "bpf_map_update_elem": (i, [i, vp, vp, u64]),
         "bpf_map_lookup_elem": (i, [i, vp, vp]),
         "bpf_map_delete_elem": (i, [i, vp]),
@@ -422,6 +452,31 @@ def prog_info(fd: int) -> BpfProgInfo:
     return info
 
 
+def prog_map_ids(fd: int) -> list[int]:
+    """Kernel ids of the maps the program ``fd`` uses."""
+    n = prog_info(fd).nr_map_ids
+    ids = (ctypes.c_uint32 * max(n, 1))()
+    info = BpfProgInfo()
+    info.nr_map_ids, info.map_ids = n, ctypes.addressof(ids)
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "bpf_obj_get_info_by_fd(map ids)")
+    return list(ids[:min(n, info.nr_map_ids)])
+
+
+def map_info(fd: int) -> MapInfoBtf:
+    """The kernel's bpf_map_info of a map fd (type, name, sizes, BTF ids)."""
+    info = MapInfoBtf()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "bpf_obj_get_info_by_fd(map)")
+    return info
+
+
+def prog_from_id(prog_id: int) -> Program:
+    """The loaded program with kernel id ``prog_id``, opened by id (the caller closes ``fd``)."""
+    fd = _check(lib().bpf_prog_get_fd_by_id(prog_id), f"bpf_prog_get_fd_by_id({prog_id})")
+    return Program(fd, prog_info(fd).name.decode(errors="replace"))
+
+
 def prog_loaded(prog_id: int) -> bool:
     """Whether the program with kernel id ``prog_id`` is still loaded."""
     fd = lib().bpf_prog_get_fd_by_id(prog_id)
@@ -442,10 +497,12 @@ class BpfObject:
 
     def __init__(self, path: str | Path, max_entries: dict[str, int] | None = None,
                  reuse_maps: dict[str, int] | None = None, attach_types: dict[str, int] | None = None,
-                 initial_values: dict[str, bytes] | None = None, rodata: bytes | ctypes.Structure | None = None):
+                 initial_values: dict[str, bytes] | None = None, rodata: bytes | ctypes.Structure | None = None,
+                 before_load: Callable[[BpfObject], None] | None = None, verifier_log: bool = False):
         self.path = Path(path)
         self._obj = None
         self._links: list[int] = []
+        self._log_bufs: list[ctypes.Array] = []
         if not self.path.exists():
             raise BpfError(f"open {self.path} (run `make bpf`)", errno.ENOENT)
         ctypes.set_errno(0)
@@ -470,10 +527,66 @@ class BpfObject:
             for name, t in (attach_types or {}).items():
                 _check(lib().bpf_program__set_expected_attach_type(self._prog_ptr(name), t),
                        f"set_expected_attach_type({name})")
-            _check(lib().bpf_object__load(self._obj), f"bpf_object__load({self.path}) (verifier log above)")
+            if before_load is not None:
+                before_load(self)
+            if verifier_log:
+                self._set_log_bufs()
+            ret = lib().bpf_object__load(self._obj)
+            if ret < 0 and verifier_log:
+                raise VerifierError(f"bpf_object__load({self.path})", -ret, self._verifier_log())
+            _check(ret, f"bpf_object__load({self.path}) (verifier log above)")
         except BaseException:
             self.close()
             raise
+
+    def _set_log_bufs(self) -> None:
+        """A log buffer per program: libbpf asks the verifier for its log only when a load fails."""
+        p = None
+        while True:
+            p = lib().bpf_object__next_program(self._handle(), p)
+            if not p:
+                return
+            buf = ctypes.create_string_buffer(VERIFIER_LOG_SIZE)
+            self._log_bufs.append(buf)
+            _check(lib().bpf_program__set_log_buf(p, buf, VERIFIER_LOG_SIZE), "bpf_program__set_log_buf")
+
+    def _verifier_log(self) -> str:
+        return "\n".join(b.value.decode(errors="replace").strip() for b in self._log_bufs if b.value)
+
+    # -- before load (``before_load``) ---------------------------------------------------------------
+    def btf_raw(self) -> bytes | None:
+        """The object's BTF (as libbpf fixed it up on open: section sizes and variable offsets), raw;
+        None when the object has none."""
+        btf = lib().bpf_object__btf(self._handle())
+        if not btf:
+            return None
+        size = ctypes.c_uint32(0)
+        data = lib().btf__raw_data(btf, ctypes.byref(size))
+        return ctypes.string_at(data, size.value) if data else None
+
+    def initial_value(self, name: str) -> bytes:
+        """The initial contents of a global-data map (``.rodata``, ``.data``, ``.bss``)."""
+        size = ctypes.c_size_t(0)
+        data = lib().bpf_map__initial_value(self._map_ptr(name), ctypes.byref(size))
+        return ctypes.string_at(data, size.value) if data else b""
+
+    def set_initial_value(self, name: str, data: bytes) -> None:
+        buf = _buf(data)  # libbpf copies it
+        _check(lib().bpf_map__set_initial_value(self._map_ptr(name), buf, len(buf)),
+               f"bpf_map__set_initial_value({name})")
+
+    def map_type(self, name: str) -> int:
+        """enum bpf_map_type of map ``name``."""
+        return lib().bpf_map__type(self._map_ptr(name))
+
+    def set_expected_attach_type(self, name: str, attach_type: int) -> None:
+        _check(lib().bpf_program__set_expected_attach_type(self._prog_ptr(name), attach_type),
+               f"set_expected_attach_type({name})")
+
+    def map_btf_ids(self, name: str) -> tuple[int, int]:
+        """BTF type ids of map ``name``'s key and value (0: not declared in BTF)."""
+        p = self._map_ptr(name)
+        return lib().bpf_map__btf_key_type_id(p), lib().bpf_map__btf_value_type_id(p)
 
     @classmethod
     def load(cls, path: str | Path, **kw: object) -> BpfObject:

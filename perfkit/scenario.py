@@ -134,9 +134,10 @@ def scenario_key(dataplane: str, frame_size: int, flows: int, dut_cores: int, pa
     """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it);
     a frame mix in place of the size (``imix``); knobs come last, ``<name>_<value>`` in name order (a
     character a run's names may not hold, such as a space in a sysctl's value, as ``_``)."""
-    before, after = dataplanes.get(dataplane).key_parts(params)
+    dp = dataplanes.get(dataplane)
+    before, after = dp.key_parts(params)
     after += [re.sub(r"[^A-Za-z0-9_.%+-]", "_", f"{n}_{v}") for n, v in sorted((knob_values or {}).items())]
-    return "-".join([dataplane, *before, frame_mix if isinstance(frame_mix, str) and frame_mix else f"{int(frame_size)}B", f"{int(flows)}flow", f"{int(dut_cores)}core", *after])
+    return "-".join([dp.name, *before, frame_mix if isinstance(frame_mix, str) and frame_mix else f"{int(frame_size)}B", f"{int(flows)}flow", f"{int(dut_cores)}core", *after])
 
 
 class _Frozen(dict):

@@ -191,7 +191,7 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
     generator = _in_lab(_generator(_default(raw, "generator", DEFAULTS)), _default(raw, "lab", DEFAULTS))
     dut_cores = _default(raw, "dut_cores", DEFAULTS)
     cores, shared = _dut_cores(dut_cores, generator.backend, cpus)
-    dataplane = _choice("campaign.dataplane", raw.get("dataplane", dataplanes.DEFAULT), dataplanes.names())
+    dataplane = _dataplane("campaign.dataplane", raw.get("dataplane", dataplanes.DEFAULT), source)
     campaign = Campaign(
         name=_str("campaign.name", raw.get("name", default_name(source))),
         description=_str("campaign.description", _default(raw, "description", DEFAULTS)),
@@ -267,7 +267,7 @@ def _with_parts(campaign: Campaign, raw: Mapping[str, Any], backend: str, cpus: 
         if not isinstance(item, Mapping):
             raise ConfigError(where, item, "a mapping with keys " + ", ".join(PART_KEYS))
         check_keys(where, item, PART_KEYS)
-        dataplane = _choice(f"{where}.dataplane", item.get("dataplane", campaign.dataplane), dataplanes.names())
+        dataplane = _dataplane(f"{where}.dataplane", item.get("dataplane", campaign.dataplane), campaign.source)
         inherited = _default(raw, "params", DEFAULTS) if dataplane == campaign.dataplane else {}
         params = {**(inherited or {}), **(item.get("params") or {})}
         knob_raw = {**(raw.get("knobs") or {}), **(item.get("knobs") or {})}
@@ -352,6 +352,20 @@ def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(name, value, "a number >= 0 [s]")
     return float(value)
+
+
+def _dataplane(name: str, value: Any, source: str) -> str:
+    """A dataplane's name, or the path of a description file (``perfkit.describe``) relative to the
+    campaign file, made absolute."""
+    from perfkit.describe.schema import is_description
+    if not isinstance(value, str) or not is_description(value):
+        return _choice(name, value, dataplanes.names())
+    path = ((Path(source).parent if source != "<string>" else Path.cwd()) / value).resolve()
+    if not path.is_file():
+        raise ConfigError(name, value, f"{', '.join(dataplanes.names())}, or a description file (relative to the "
+                          f"campaign file: {path} does not exist)")
+    dataplanes.get(str(path))  # its refusals now
+    return str(path)
 
 
 def _choice(name: str, value: Any, allowed: Any) -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfkit import dataplanes, framemix, knobs
+from perfkit.describe import schema as describe_schema
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.generators.sim import MODELS
@@ -150,8 +151,9 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     dataplane without it, it is refused. Its default is the dataplane's.
     """
     g = parser.add_argument_group("scenario")
-    g.add_argument("--dataplane", default=dataplanes.DEFAULT, choices=dataplanes.names(),
-                   help=f"the network function under test (default {dataplanes.DEFAULT})")
+    g.add_argument("--dataplane", default=dataplanes.DEFAULT, type=dataplane_arg, metavar="NAME|FILE",
+                   help=f"the network function under test: {', '.join(dataplanes.names())} (default "
+                        f"{dataplanes.DEFAULT}), or the path of a description file (docs/descriptions.md)")
     g.add_argument("--frame-size", type=frame_size, default=64,
                    help="frame size in bytes, FCS included (the dataplane's frame: PGW-U the user-side one; default 64), "
                         "or imix: 7:4:1 frames of 64, 594 and 1518 bytes")
@@ -167,12 +169,41 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
                         "gro_flush_timeout=NS, sysctl.net.<key>=V, steering=, xdp_mode=, or a dataplane's build "
                         "option (a parameter marked [build] below); set, read back, restored after")
     d = parser.add_argument_group("dataplane parameters (each dataplane's own; defaults are the dataplane's)")
-    for name, owners in dataplanes.all_params().items():
+    for name, owners in _scenario_params().items():
         p = dataplanes.get(owners[0]).param(name)
         choices = f" {{{','.join(str(c) for c in p.choices)}}}" if p.choices else (" {on,off}" if p.kind is bool else "")
         build = " [build]" if p.build else ""
         d.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", default=None, metavar=name.upper(),
                        help=f"{', '.join(owners)}{build}: {p.help}{choices} (default {_show(p.default)})".replace("%", "%%"))
+
+
+def dataplane_arg(value: str) -> str:
+    """``--dataplane``: a registered name, or a description file (checked now: its refusal is the error)."""
+    if not describe_schema.is_description(value) and value not in dataplanes.names():
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(dataplanes.names())}, "
+                                         "or the path of a description file: NAME.dataplane.yaml)")
+    try:
+        dataplanes.get(value)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _scenario_params() -> dict[str, list[str]]:
+    """``all_params``, and the parameters of a description file named by ``--dataplane`` on this
+    command line (its options exist only then)."""
+    out = dataplanes.all_params()
+    argv = sys.argv[1:]
+    for i, word in enumerate(argv):
+        path = argv[i + 1] if word == "--dataplane" and i + 1 < len(argv) else word.partition("=")[2] \
+            if word.startswith("--dataplane=") else ""
+        if path and describe_schema.is_description(path) and Path(path).is_file():
+            try:
+                for p in dataplanes.get(path).params:
+                    out.setdefault(p.name, []).append(path)
+            except ConfigError:
+                pass  # refused with its message when --dataplane is parsed
+    return out
 
 
 def _show(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
+from pathlib import Path
 
 from perfkit.dataplane import Dataplane
 from perfkit.encap import Encap
@@ -25,9 +26,23 @@ def names() -> tuple[str, ...]:
                         if m.ispkg and hasattr(importlib.import_module(f"{__name__}.{m.name}"), "DATAPLANE")))
 
 
-@lru_cache(maxsize=None)
 def get(name: str) -> Dataplane:
-    """The dataplane called ``name``; ConfigError lists the known ones."""
+    """The dataplane called ``name``, or described by the file at that path (``perfkit.describe``:
+    a path ending in .yaml/.yml or holding a ``/``); ConfigError lists the known ones."""
+    from perfkit.describe.schema import is_description
+    if is_description(name):
+        return _described(str(Path(name).expanduser().resolve()))
+    return _registered(name)
+
+
+@lru_cache(maxsize=None)
+def _described(path: str) -> Dataplane:
+    from perfkit import describe
+    return describe.load(path)
+
+
+@lru_cache(maxsize=None)
+def _registered(name: str) -> Dataplane:
     if name not in names():
         raise ConfigError("dataplane", name, names())
     dp = importlib.import_module(f"{__name__}.{name}").DATAPLANE

@@ -68,7 +68,10 @@ class Dut:
         self.steering, self.xdp_mode = steering, xdp_mode
         self.rx_queue = rx_queue
         multi = len(self.cores) > 1 or rx_queue > 0
-        self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi)
+        # a dataplane that writes ifindexes into maps (a description's devmap) or runs its NF's loader
+        # there is told the DUT's namespace
+        in_ns = {"netns": testbed.dut_ns} if getattr(dataplane, "loads_in_netns", False) else {}
+        self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi, **in_ns)
         try:
             entry = self._setup_cpumap(rx_queue or CPUMAP_QSIZE) if multi else self.nf.program
             for port in (testbed.a, testbed.b):
