@@ -3,7 +3,7 @@
 ``build_report(run_id)`` is a pipeline (papermill's shape): for each notebook of ``notebooks/``
 (``PAGES``, then ``index``) -> parameterise (``run_id``, ``baseline_run_id``, ``data_root``; the
 index also gets ``pages``) -> execute with papermill (kernel ``python3``; no traffic, only the run
-store) into ``reports/<run_id>/notebooks/<name>.ipynb`` -> export to
+store) into ``reports/<run_id>/notebooks/<name>.ipynb`` (the kernel on Unix sockets, ``KERNEL_TRANSPORT``) -> export to
 ``reports/<run_id>/<name>.html`` with nbconvert's HTMLExporter: code hidden unless ``show_code``
 (``exclude_input``), prompts hidden, figures embedded as base64 PNG. ``index.html`` links the pages
 and shows the run's metadata and headline figures.
@@ -14,6 +14,7 @@ A notebook that fails still gets its page (with the traceback) and is marked fai
 from __future__ import annotations
 
 import html
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,28 @@ from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
 
 DEFAULT_REPORTS = reports_dir()
 KERNEL = "python3"
+#: How a report's kernel talks to papermill: Unix sockets, not TCP on 127.0.0.1. Over TCP without
+#: CurveZMQ keys ipykernel warns (rightly) that any local user could connect and eavesdrop; the
+#: sockets of ``kernel_options`` are in Jupyter's runtime directory (mode 0700): only its owner
+#: can reach them, and there is nothing to warn about.
+KERNEL_TRANSPORT = "ipc"
+
+
+def kernel_options() -> dict[str, str]:
+    """A kernel manager's ``transport`` and ``ip`` (for ``ipc``: the sockets' path prefix, in
+    Jupyter's runtime directory; by default jupyter_client puts them in the working directory)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return {"transport": KERNEL_TRANSPORT, "ip": str(runtime / f"perfkit-{os.getpid()}-ipc")}
+
+
+def kernel_config() -> Any:
+    """The ``traitlets`` config of the kernel managers papermill makes: ``kernel_options``."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": kernel_options()})
 
 
 @dataclass(frozen=True)
@@ -162,7 +185,7 @@ def render_page(spec: PageSpec, nb_dir: Path, out: Path, params: dict[str, Any],
     try:
         papermill.execute_notebook(str(nb_dir / f"{spec.name}.ipynb"), str(executed), parameters=params,
                                    kernel_name=kernel_name, progress_bar=False, cwd=str(out),
-                                   execution_timeout=timeout)
+                                   execution_timeout=timeout, config=kernel_config())
     except PapermillExecutionError as err:
         page.ok, page.error = False, f"cell {err.cell_index}: {err.ename}: {' '.join(str(err.evalue).split())[:300]}"
     except Exception as err:  # noqa: BLE001 - a dead kernel, a timeout: the page says so
