@@ -205,13 +205,37 @@ def export_html(notebook: Path, title: str, show_code: bool = False) -> str:
     exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"perfkit: {title}"}})
-    return body
+    return body.replace("</head>", f"<style>{TABLE_CSS}</style>\n</head>", 1)
+
+
+#: How a report's tables fit the page: at most its width, their cells wrapped (a long note, a
+#: scenario key: anywhere, once the spaces do not suffice), not cut off or scrolled sideways.
+#: JupyterLab's own style keeps cells on one line (``white-space: nowrap``) and scrolls the output.
+TABLE_CSS = ("table.dataframe { max-width: 100%; table-layout: auto; } "
+             "table.dataframe th, table.dataframe td { white-space: normal !important; overflow-wrap: anywhere; "
+             "word-break: normal; max-width: 32em; }")
 
 
 def _error_page(title: str, error: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>perfkit: {html.escape(title)}</title></head>"
             f"<body><h1>{html.escape(title)}</h1><p>The notebook could not be executed: "
             f"<code>{html.escape(error)}</code></p></body></html>")
+
+
+def _row_numbers(table: Any) -> bool:
+    """The table's rows start with header cells that no header names: an unnamed index (a named
+    one, a pivot's, has its names in the header's last row)."""
+    row = table.select_one("tbody tr")
+    heads = table.select("thead tr")
+    if row is None or not heads:
+        return False
+    n = 0
+    for cell in row.find_all(["th", "td"], recursive=False):
+        if cell.name != "th":
+            break
+        n += 1
+    names = heads[-1].find_all(["th", "td"], recursive=False)[:n]
+    return n > 0 and not all(c.get_text(strip=True) for c in names)
 
 
 # -- checking the pages in a browser -----------------------------------------------------------------
@@ -222,10 +246,21 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 MISSING = {"nan", "none", "<na>", "nat"}
 
 
+#: The window the pages are checked in [px]: a laptop's browser.
+CHECK_WINDOW = (1280, 1000)
+#: Run by Chromium on each page before its DOM is dumped: marks each table wider than the page
+#: (``data-overflow``: by how many px), which the DOM alone cannot tell.
+MEASURE_JS = ("<script>window.addEventListener('load', () => { const w = document.documentElement.clientWidth; "
+              "document.querySelectorAll('table').forEach(t => { const r = t.getBoundingClientRect(); "
+              "if (r.right > w + 1) t.setAttribute('data-overflow', Math.round(r.right - w)); }); });</script>")
+
+
 def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str]:
-    """Problems of the report's pages as headless Chromium renders them (their DOM): a figure table
-    cell showing NaN, a PNG that is not a ``perfkit.plots`` figure, a figure without alt text, or
-    one whose ``data-problems`` (no title, no unit, no legend) is not empty. Empty: all good."""
+    """Problems of the report's pages as headless Chromium renders them (their DOM, in a window of
+    ``CHECK_WINDOW``): a figure table cell showing NaN, a table with an index column (pandas' row
+    numbers) or wider than the page, a PNG that is not a ``perfkit.plots`` figure, a figure
+    without alt text, or one whose ``data-problems`` (no title, no unit, no legend) is not empty.
+    Empty: all good."""
     import shutil
     import subprocess
     import tempfile
@@ -238,7 +273,10 @@ def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str
     out = []
     with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:
         for page in sorted(Path(report_dir).resolve().glob("*.html")):
-            dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+            measured = Path(profile) / "page.html"        # the page's own file stays as written
+            measured.write_text(page.read_text() + MEASURE_JS)
+            dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--window-size={CHECK_WINDOW[0]},{CHECK_WINDOW[1]}",
+                                  f"--user-data-dir={profile}", "--dump-dom", measured.as_uri()],
                                  capture_output=True, text=True, timeout=180).stdout
             if not dom.strip():
                 out.append(f"{page.name}: Chromium rendered nothing")
@@ -253,6 +291,11 @@ def _dom_problems(soup: Any) -> list[str]:
         bad = [td.get_text(strip=True) for td in table.select("td") if td.get_text(strip=True).lower() in MISSING]
         if bad:
             out.append(f"table {i}: {len(bad)} cell(s) show {bad[0]}")
+        if _row_numbers(table):
+            out.append(f"table {i}: an index column (pandas' row numbers, no name)")
+    for i, table in enumerate(soup.select("table"), 1):
+        if table.get("data-overflow"):
+            out.append(f"table {i} of the page: {table['data-overflow']} px wider than the page")
     for i, img in enumerate(soup.select('img[src^="data:image/png"]'), 1):
         fig = img.find_parent("figure", class_="perfkit-figure")
         if fig is None:
