@@ -75,7 +75,13 @@ def setup() -> None:
 def _register_html(shell: object) -> None:
     html_formatter = shell.display_formatter.formatters["text/html"]  # type: ignore[attr-defined]
     html_formatter.for_type(Figure, figure_html)
-    html_formatter.for_type(pd.DataFrame, lambda frame: table_html(frame, notebook=True))
+    html_formatter.for_type(pd.DataFrame, lambda frame: table_html(frame, index=labelled(frame), notebook=True))
+
+
+def labelled(frame: pd.DataFrame) -> bool:
+    """Whether ``frame``'s index says something: it has a name (a pivot's goal, frame size ...);
+    an unnamed one is pandas' row numbers, which a report does not show."""
+    return any(name is not None for name in frame.index.names)
 
 
 #: How a missing value shows in the report's tables (a figure that does not exist, e.g. an NDR no
@@ -85,11 +91,11 @@ MISSING = "–"
 
 def table_html(frame: pd.DataFrame, index: bool = True, notebook: bool = False) -> str:
     """A frame as an HTML table (class ``dataframe``) with ``MISSING`` for missing values; ``notebook``:
-    as pandas shows it in a notebook (long texts cut at ``display.max_colwidth``, long frames at
-    ``display.max_rows``), else whole."""
+    long frames cut at ``display.max_rows`` as a notebook would (texts stay whole: a report's wide
+    tables wrap, ``perfkit.report.TABLE_CSS``), else whole."""
     if notebook:
-        return frame.to_html(na_rep=MISSING, notebook=True, index=index, max_rows=pd.get_option("display.max_rows"),
-                             max_cols=pd.get_option("display.max_columns"), show_dimensions=False)
+        return frame.to_html(na_rep=MISSING, index=index, max_rows=pd.get_option("display.max_rows"),
+                             show_dimensions=False)
     return frame.to_html(na_rep=MISSING, index=index)
 
 
@@ -142,6 +148,15 @@ def _empty(title: str, message: str) -> Figure:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
     return fig
+
+
+def missing_figure(tp: pd.DataFrame, goal: str, value: str = "throughput_gbps") -> str:
+    """Why ``throughput_bars(tp, value, goal)`` has nothing to draw, in one line (what limited the
+    units, ``_no_figure``); empty when it has a figure. A page says this instead of an empty chart."""
+    rows = tp[tp["goal"] == goal]
+    if value in rows and rows[value].notna().any():
+        return ""
+    return " ".join(_no_figure(rows, goal).split())
 
 
 def _no_figure(rows: pd.DataFrame, goal: str) -> str:

@@ -3,7 +3,7 @@
 ``build_report(run_id)`` is a pipeline (papermill's shape): for each notebook of ``notebooks/``
 (``PAGES``, then ``index``) -> parameterise (``run_id``, ``baseline_run_id``, ``data_root``; the
 index also gets ``pages``) -> execute with papermill (kernel ``python3``; no traffic, only the run
-store) into ``reports/<run_id>/notebooks/<name>.ipynb`` -> export to
+store) into ``reports/<run_id>/notebooks/<name>.ipynb`` (the kernel on Unix sockets, ``KERNEL_TRANSPORT``) -> export to
 ``reports/<run_id>/<name>.html`` with nbconvert's HTMLExporter: code hidden unless ``show_code``
 (``exclude_input``), prompts hidden, figures embedded as base64 PNG. ``index.html`` links the pages
 and shows the run's metadata and headline figures.
@@ -14,6 +14,7 @@ A notebook that fails still gets its page (with the traceback) and is marked fai
 from __future__ import annotations
 
 import html
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,28 @@ from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
 
 DEFAULT_REPORTS = reports_dir()
 KERNEL = "python3"
+#: How a report's kernel talks to papermill: Unix sockets, not TCP on 127.0.0.1. Over TCP without
+#: CurveZMQ keys ipykernel warns (rightly) that any local user could connect and eavesdrop; the
+#: sockets of ``kernel_options`` are in Jupyter's runtime directory (mode 0700): only its owner
+#: can reach them, and there is nothing to warn about.
+KERNEL_TRANSPORT = "ipc"
+
+
+def kernel_options() -> dict[str, str]:
+    """A kernel manager's ``transport`` and ``ip`` (for ``ipc``: the sockets' path prefix, in
+    Jupyter's runtime directory; by default jupyter_client puts them in the working directory)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return {"transport": KERNEL_TRANSPORT, "ip": str(runtime / f"perfkit-{os.getpid()}-ipc")}
+
+
+def kernel_config() -> Any:
+    """The ``traitlets`` config of the kernel managers papermill makes: ``kernel_options``."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": kernel_options()})
 
 
 @dataclass(frozen=True)
@@ -162,7 +185,7 @@ def render_page(spec: PageSpec, nb_dir: Path, out: Path, params: dict[str, Any],
     try:
         papermill.execute_notebook(str(nb_dir / f"{spec.name}.ipynb"), str(executed), parameters=params,
                                    kernel_name=kernel_name, progress_bar=False, cwd=str(out),
-                                   execution_timeout=timeout)
+                                   execution_timeout=timeout, config=kernel_config())
     except PapermillExecutionError as err:
         page.ok, page.error = False, f"cell {err.cell_index}: {err.ename}: {' '.join(str(err.evalue).split())[:300]}"
     except Exception as err:  # noqa: BLE001 - a dead kernel, a timeout: the page says so
@@ -182,13 +205,37 @@ def export_html(notebook: Path, title: str, show_code: bool = False) -> str:
     exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"perfkit: {title}"}})
-    return body
+    return body.replace("</head>", f"<style>{TABLE_CSS}</style>\n</head>", 1)
+
+
+#: How a report's tables fit the page: at most its width, their cells wrapped (a long note, a
+#: scenario key: anywhere, once the spaces do not suffice), not cut off or scrolled sideways.
+#: JupyterLab's own style keeps cells on one line (``white-space: nowrap``) and scrolls the output.
+TABLE_CSS = ("table.dataframe { max-width: 100%; table-layout: auto; } "
+             "table.dataframe th, table.dataframe td { white-space: normal !important; overflow-wrap: anywhere; "
+             "word-break: normal; max-width: 32em; }")
 
 
 def _error_page(title: str, error: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>perfkit: {html.escape(title)}</title></head>"
             f"<body><h1>{html.escape(title)}</h1><p>The notebook could not be executed: "
             f"<code>{html.escape(error)}</code></p></body></html>")
+
+
+def _row_numbers(table: Any) -> bool:
+    """The table's rows start with header cells that no header names: an unnamed index (a named
+    one, a pivot's, has its names in the header's last row)."""
+    row = table.select_one("tbody tr")
+    heads = table.select("thead tr")
+    if row is None or not heads:
+        return False
+    n = 0
+    for cell in row.find_all(["th", "td"], recursive=False):
+        if cell.name != "th":
+            break
+        n += 1
+    names = heads[-1].find_all(["th", "td"], recursive=False)[:n]
+    return n > 0 and not all(c.get_text(strip=True) for c in names)
 
 
 # -- checking the pages in a browser -----------------------------------------------------------------
@@ -199,10 +246,21 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 MISSING = {"nan", "none", "<na>", "nat"}
 
 
+#: The window the pages are checked in [px]: a laptop's browser.
+CHECK_WINDOW = (1280, 1000)
+#: Run by Chromium on each page before its DOM is dumped: marks each table wider than the page
+#: (``data-overflow``: by how many px), which the DOM alone cannot tell.
+MEASURE_JS = ("<script>window.addEventListener('load', () => { const w = document.documentElement.clientWidth; "
+              "document.querySelectorAll('table').forEach(t => { const r = t.getBoundingClientRect(); "
+              "if (r.right > w + 1) t.setAttribute('data-overflow', Math.round(r.right - w)); }); });</script>")
+
+
 def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str]:
-    """Problems of the report's pages as headless Chromium renders them (their DOM): a figure table
-    cell showing NaN, a PNG that is not a ``perfkit.plots`` figure, a figure without alt text, or
-    one whose ``data-problems`` (no title, no unit, no legend) is not empty. Empty: all good."""
+    """Problems of the report's pages as headless Chromium renders them (their DOM, in a window of
+    ``CHECK_WINDOW``): a figure table cell showing NaN, a table with an index column (pandas' row
+    numbers) or wider than the page, a PNG that is not a ``perfkit.plots`` figure, a figure
+    without alt text, or one whose ``data-problems`` (no title, no unit, no legend) is not empty.
+    Empty: all good."""
     import shutil
     import subprocess
     import tempfile
@@ -215,7 +273,10 @@ def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str
     out = []
     with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:
         for page in sorted(Path(report_dir).resolve().glob("*.html")):
-            dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+            measured = Path(profile) / "page.html"        # the page's own file stays as written
+            measured.write_text(page.read_text() + MEASURE_JS)
+            dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--window-size={CHECK_WINDOW[0]},{CHECK_WINDOW[1]}",
+                                  f"--user-data-dir={profile}", "--dump-dom", measured.as_uri()],
                                  capture_output=True, text=True, timeout=180).stdout
             if not dom.strip():
                 out.append(f"{page.name}: Chromium rendered nothing")
@@ -230,6 +291,11 @@ def _dom_problems(soup: Any) -> list[str]:
         bad = [td.get_text(strip=True) for td in table.select("td") if td.get_text(strip=True).lower() in MISSING]
         if bad:
             out.append(f"table {i}: {len(bad)} cell(s) show {bad[0]}")
+        if _row_numbers(table):
+            out.append(f"table {i}: an index column (pandas' row numbers, no name)")
+    for i, table in enumerate(soup.select("table"), 1):
+        if table.get("data-overflow"):
+            out.append(f"table {i} of the page: {table['data-overflow']} px wider than the page")
     for i, img in enumerate(soup.select('img[src^="data:image/png"]'), 1):
         fig = img.find_parent("figure", class_="perfkit-figure")
         if fig is None:

@@ -3,6 +3,7 @@ installed, and a bench's bad input is one line and exit 2, as with the ``perfkit
 from __future__ import annotations
 
 import ast
+import runpy
 import subprocess
 import sys
 
@@ -32,3 +33,23 @@ def test_a_bench_refuses_bad_input_in_one_line():
     helped = subprocess.run([sys.executable, str(ROOT / "bench" / "generator_program.py"), "--help"],
                             capture_output=True, text=True, cwd=ROOT)
     assert helped.returncode == 0 and "BPF_PROG_TEST_RUN" in helped.stdout and "--json" in helped.stdout
+
+
+#: Benches that do not start yet, and why: the lead removes an entry when its mend is merged
+#: (strict: a bench that starts again fails here until its entry goes).
+NOT_STARTING = {"search_vs_mlrsearch.py": "imports perfkit.search.common, gone since the search modules were split "
+                                          "(issue 37 item 7: the search37 branch mends it)"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(raises=ImportError, strict=True,
+                                                                 reason=NOT_STARTING[p.name]))
+                                  if p.name in NOT_STARTING else p for p in BENCHES], ids=lambda p: p.name)
+def test_every_bench_starts_and_prints_its_help(path, capsys, monkeypatch):
+    """Each bench as ``python bench/X.py --help`` runs it: its imports, its options, benchcli's parser.
+    In this process (``runpy``): the imports they share are paid once, not 13 times (2-4 s each)."""
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    monkeypatch.syspath_prepend(str(path.parent))      # what ``python bench/X.py`` puts first
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(path), run_name="__main__")
+    assert exit_.value.code in (0, None)
+    assert capsys.readouterr().out.startswith(f"usage: {path.name}")

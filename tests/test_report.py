@@ -273,3 +273,51 @@ def test_the_single_vs_multi_flow_table_shows_a_lower_bound_with_its_value_and_s
     assert not any(re.fullmatch(r"\s*≥\s*", c) for c in cells.values())
     numeric = analysis.throughput_pivot(tp, "throughput_mpps")
     assert numeric.loc[("max", 1, 64), ("ul", "single")] == pytest.approx(1.5824)
+
+
+def test_the_check_finds_an_index_column_and_a_table_wider_than_the_page(tmp_path, monkeypatch):
+    """Pages exported as the report exports them, opened in headless Chromium: pandas' row numbers
+    are found, a named index (a pivot's) is not; a table of 14 columns and a long note fits the page
+    with the report's table style, and is found 600+ px too wide without it."""
+    from perfkit import plots, report
+
+    wide = pd.DataFrame([{**{f"column_number_{j}": 12345.6789 for j in range(12)},
+                          "notes": "a long note that says a lot about the search, " * 6,
+                          "scenario_key": "pgwu-ul-1424B-1001000flow-1core-100000sess"}] * 3)
+    named = wide.iloc[:, :3].set_index("column_number_0")
+
+    def page(name: str, table: str) -> None:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output(
+            "display_data", data={"text/html": table, "text/plain": ""})])])
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        (tmp_path / "pages").mkdir(exist_ok=True)
+        (tmp_path / "pages" / f"{name}.html").write_text(report.export_html(tmp_path / f"{name}.ipynb", name))
+
+    assert not plots.labelled(wide) and plots.labelled(named)
+    page("a_wide", plots.table_html(wide, index=plots.labelled(wide), notebook=True))
+    page("b_rows", wide.iloc[:, :3].to_html())
+    page("c_named", plots.table_html(named, index=plots.labelled(named)))
+    monkeypatch.setattr(report, "TABLE_CSS", "")
+    page("d_unstyled", plots.table_html(wide, index=False))
+    found = report.check_pages(tmp_path / "pages")
+    assert found[0] == "b_rows.html: table 1: an index column (pandas' row numbers, no name)"
+    assert len(found) == 2 and re.fullmatch(r"d_unstyled\.html: table 1 of the page: \d+ px wider than the page",
+                                            found[1]), found
+    assert int(found[1].split(": ")[2].split()[0]) > 600
+
+
+def test_a_goal_without_a_figure_gets_one_line_instead_of_an_empty_chart():
+    """The headline draws every search goal (NDR and PDR); one that no unit bounded is a line on the
+    page saying why (``plots.missing_figure``), not a chart with nothing in it."""
+    from perfkit import plots
+
+    tp = pd.DataFrame({"goal": ["max", "ndr", "ndr", "pdr0.5%", "pdr0.5%"],
+                       "throughput_gbps": [1.0, np.nan, np.nan, 0.8, np.nan],
+                       "limited_by": ["dut", "host stalls", "testbed", "dut", "host stalls"]})
+    assert plots.missing_figure(tp, "ndr") == ("no NDR figure: none of the 2 units found a rate that passed "
+                                               "(limited 1 by host stalls, 1 by testbed; see the search page)")
+    assert plots.missing_figure(tp, "pdr0.5%") == ""
+    assert plots.missing_figure(tp, "pdr10%") == "no PDR10% results in this run"
+    index = nbformat.read(NOTEBOOKS_DIR / "index.ipynb", as_version=4)
+    headline = [c.source for c in index.cells if "throughput_gbps" in c.source]
+    assert len(headline) == 1 and "[:1]" not in headline[0] and "plots.missing_figure" in headline[0]

@@ -52,7 +52,6 @@ def load_capacity(model: LoadModel | None, gbps_targets: Sequence[float], frame_
     if held:
         assumption += "; the other features at the scenarios' most common value: " + ", ".join(
             _feature_value(f, v) for f, v in held.items())
-    assumption += "; no wake-ups counted (a packet thread kept busy hardly sleeps)" if model.wake_ns_ else ""
     cores = np.arange(1, max_cores + 1, dtype=float)
     rows = []
     for variant in sorted(scen["variant"].astype(str).unique(), key=_natural):
@@ -125,10 +124,13 @@ def capacity_answer(load: LoadModel | None, cpu_models: Sequence[CpuModels], gbp
         candidates.append(("CPU-share model", math.nan if any(math.isnan(c) for c in cvs) else min(cvs),
                            lambda: capacity_tables(cpu_models, gbps_targets, frame_sizes, utilization, max_cores)))
     said = "; ".join(f"{name} {'untested' if math.isnan(cv) else f'{cv:.2f}'}" for name, cv, _ in candidates)
+    if load is not None and load.marginal is None:
+        said = "; ".join(x for x in (said, "DUT load model: no second stage (too few resolved scenarios)") if x)
     good = sorted((c for c in candidates if c[1] >= WEAK_R2), key=lambda c: -c[1])
     if not good:
         why = (f"no model predicts the CPU of a scenario left out well enough (cross-validated R²: {said}; at "
-               f"least {WEAK_R2:g} needed)" if candidates else "no model (too few trials with CPU figures)")
+               f"least {WEAK_R2:g} needed)" if candidates else
+               f"no model ({said})" if said else "no model (too few trials with CPU figures)")
         return CapacityAnswer(pd.DataFrame(columns=CAPACITY_COLUMNS), "",
                               f"No table of DUT cores for X Gbit/s: {why}; any core count would be a guess.")
     name, cv, table = good[0]

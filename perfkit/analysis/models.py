@@ -2,7 +2,8 @@
 
 - per variant and DUT core count: ``LinearRegression`` of CPU per core vs frame size (seed 001);
 - per variant, multivariate: the DUT's CPU work (``cpu_cores_pct``, % of one core summed over the
-  DUT cores) vs frame size, 1/frame size, cores and offered Mpps (``FEATURES``);
+  DUT cores) vs frame size, 1/frame size, cores and offered Mpps (``FEATURES``), a model of costs:
+  its intercept (a fixed share) and coefficients (per Mpps: a marginal cost) held >= 0;
 - ``capacity_table``: the fewest cores whose predicted CPU per core stays under a utilisation, for
   X Gbit/s of Y-byte frames;
 - ``drop_generator_limited``: the trials these models may use: not those the generator capped.
@@ -14,6 +15,13 @@ and R² is taken over those predictions. Only the second says whether the model 
 scenario it has not seen, which is what a capacity table asks of it: a fit whose cross-validated
 R² is below ``WEAK_R2`` (or that had too few scenarios to tell, ``MIN_CV_GROUPS``) is *weak*
 (``LinearFit.weak``, ``r2_words``).
+
+A fit of costs (``fit_linear(..., nonnegative=True)``: the DUT load model's marginal cost per
+packet) holds its intercept and every coefficient at zero or above (``NonNegativeLinear``,
+``scipy.optimize.lsq_linear``): a cost is not negative, and with features that are not negative
+(frame size, log flows, core counts, a parameter switched on) neither is what it predicts. The
+terms the bound held at zero, where an unconstrained fit would have gone below, are named
+(``LinearFit.held_at_zero``, ``bound_words``).
 
 Results are dataclasses (``LinearFit``, ``CpuModels``); fitted attributes end with ``_``.
 """
@@ -74,6 +82,9 @@ class LinearFit:
     """Scenarios the rows came from: each is left out in turn when there are ``MIN_CV_GROUPS``."""
     weights: str = ""
     """The column the rows were weighted by (empty: unweighted); both R² are weighted alike."""
+    held_at_zero: dict[str, float] = field(default_factory=dict)
+    """Term (``intercept`` or a feature) -> what an unconstrained fit made of it [target unit per
+    feature unit], for the terms of a non-negative fit that the bound held at 0 (module doc)."""
 
     @property
     def weak(self) -> bool:
@@ -91,12 +102,47 @@ class LinearFit:
         """Both R² and, for a weak model, the word (``r2_words``)."""
         return r2_words(self.r2_, self.cv_r2_, self.cv_groups_)
 
+    def bound_words(self) -> str:
+        """The terms held at 0 and what an unconstrained fit said, or empty (``held_at_zero``)."""
+        if not self.held_at_zero:
+            return ""
+        said = ", ".join(f"{t} {c:.4g}" for t, c in self.held_at_zero.items())
+        return (f"held at 0 (a cost is not negative): {', '.join(self.held_at_zero)}; an unconstrained fit "
+                f"said {said}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "group": self.group, "target": self.target, "features": list(self.features),
                 "intercept": self.intercept_, "coef": self.coef_, "r2": self.r2_, "cv_r2": _num(self.cv_r2_),
                 "cv": f"leave one scenario out ({self.cv_groups_} scenarios)", "weak": self.weak,
                 "n_samples": self.n_samples_, "weights": self.weights, "dropped": list(self.dropped),
-                "equation": self.equation()}
+                "equation": self.equation(), "held_at_zero": dict(self.held_at_zero)}
+
+
+class NonNegativeLinear:
+    """Weighted least squares with an intercept, the intercept and every coefficient >= 0
+    (``scipy.optimize.lsq_linear``); ``LinearRegression``'s ``fit``/``predict``/``intercept_``/``coef_``."""
+
+    def fit(self, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> NonNegativeLinear:
+        from scipy.optimize import lsq_linear
+
+        A = np.column_stack([np.ones(len(X)), X])
+        sw = np.sqrt(sample_weight) if sample_weight is not None else np.ones(len(X))
+        scale = np.abs(A).max(axis=0)
+        scale[scale == 0] = 1.0                            # columns of one magnitude: a better-posed problem
+        z = lsq_linear(A * sw[:, None] / scale, y * sw, bounds=(0.0, np.inf)).x
+        z[z <= 1e-9 * max(np.abs(y).max(), 1e-300)] = 0.0     # at the bound: 0, not 1e-21 (a term held)
+        x = z / scale
+        self.intercept_, self.coef_ = float(x[0]), x[1:]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.intercept_ + X @ self.coef_
+
+
+def _estimator(nonnegative: bool) -> Any:
+    from sklearn.linear_model import LinearRegression
+
+    return NonNegativeLinear() if nonnegative else LinearRegression()
 
 
 def r2_words(r2: float, cv_r2: float, groups: int) -> str:
@@ -134,12 +180,13 @@ class CpuModels:
 
 def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_pct", name: str = "",
                group: dict[str, Any] | None = None, weights: str = "", groups: str = "scenario_key",
-               exact: bool = False) -> LinearFit | None:
+               exact: bool = False, nonnegative: bool = False) -> LinearFit | None:
     """LinearRegression of ``target`` on the non-constant ``features`` (rows weighted by the column
     ``weights`` if given), cross-validated leaving out one value of the column ``groups`` at a time
     (each row its own group without that column); None with fewer rows than features + 2 (one to
     spare: a fit with none has no residual to judge it by), or features + 1 if ``exact`` (for a
-    prediction only, e.g. of a scenario a cross-validation left out)."""
+    prediction only, e.g. of a scenario a cross-validation left out). ``nonnegative``: a fit of
+    costs, its intercept and coefficients held >= 0 (module doc)."""
     from sklearn.linear_model import LinearRegression
     from sklearn.metrics import r2_score
 
@@ -151,10 +198,17 @@ def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_
     X = data[used].to_numpy(dtype=float)
     y = data[target].to_numpy(dtype=float)
     w = data[weights].to_numpy(dtype=float) if weights else None
-    model = LinearRegression().fit(X, y, sample_weight=w)
+    model = _estimator(nonnegative).fit(X, y, sample_weight=w)
+    held: dict[str, float] = {}
+    if nonnegative:
+        free = LinearRegression().fit(X, y, sample_weight=w)
+        for term, c, c_free in zip(["intercept", *used], [model.intercept_, *model.coef_],
+                                   [free.intercept_, *free.coef_]):
+            if c <= 1e-12 * max(1.0, abs(c_free)) and c_free < 0:
+                held[term] = float(c_free)
     pred = model.predict(X)
     labels = data[groups].astype(str).to_numpy() if groups in data else np.arange(len(data)).astype(str)
-    cv_pred = cross_validated(X, y, labels, w)
+    cv_pred = cross_validated(X, y, labels, w, nonnegative)
     n_groups = len(set(labels))
     res = data[[c for c in ("trial_id", "scenario_key", "variant", "frame_size", "dut_cores", "offered_mpps")
                 if c in data]].copy()
@@ -168,20 +222,22 @@ def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_
                      residuals_=res.reset_index(drop=True), dropped=dropped,
                      constants={f: float(data[f].iloc[0]) for f in dropped if len(data)},
                      cv_r2_=float(r2_score(y, cv_pred, sample_weight=w)) if n_groups >= MIN_CV_GROUPS else math.nan,
-                     cv_groups_=n_groups, weights=weights)
+                     cv_groups_=n_groups, weights=weights, held_at_zero=held)
 
 
-def cross_validated(X: np.ndarray, y: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """Each row's prediction by a ``LinearRegression`` fitted on the rows of the other groups
-    (``LeaveOneGroupOut``); NaN everywhere with fewer than ``MIN_CV_GROUPS`` groups."""
-    from sklearn.linear_model import LinearRegression
+def cross_validated(X: np.ndarray, y: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None,
+                    nonnegative: bool = False) -> np.ndarray:
+    """Each row's prediction by a ``LinearRegression`` (``NonNegativeLinear`` if ``nonnegative``)
+    fitted on the rows of the other groups (``LeaveOneGroupOut``); NaN everywhere with fewer than
+    ``MIN_CV_GROUPS`` groups."""
     from sklearn.model_selection import LeaveOneGroupOut
 
     out = np.full(len(y), np.nan)
     if len(set(groups)) < MIN_CV_GROUPS:
         return out
     for train, test in LeaveOneGroupOut().split(X, y, groups):
-        fold = LinearRegression().fit(X[train], y[train], sample_weight=None if weights is None else weights[train])
+        fold = _estimator(nonnegative).fit(X[train], y[train],
+                                           sample_weight=None if weights is None else weights[train])
         out[test] = fold.predict(X[test])
     return out
 
@@ -216,28 +272,34 @@ def fit_cpu_models(frame: pd.DataFrame, multivariate_frame: pd.DataFrame | None 
                 notes.append(f"{variant}, {cores} cores: too few points or one frame size; no fit")
             else:
                 per.append(fit)
-        mv = fit_linear(m, features, multivariate_target, "multivariate", {"variant": variant, "label": label})
+        mv = fit_linear(m, features, multivariate_target, "multivariate", {"variant": variant, "label": label},
+                        nonnegative=True)
         if mv is None:
             notes.append(f"{variant}: too few points for the multivariate model")
         else:
             if mv.dropped:
                 notes.append(f"{variant}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
+            if mv.held_at_zero:
+                notes.append(f"{variant}, multivariate model: {mv.bound_words()}")
         out.append(CpuModels(variant, label, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
     return out
 
 def coefficients_table(models: Sequence[CpuModels]) -> pd.DataFrame:
-    """One row per fit x term: variant, model, target, term, coefficient, unit, r2 (in-sample), cv_r2
-    (cross-validated, module doc), weak, n."""
+    """One row per fit x term: variant, model, target, term, coefficient, unit, held_at_zero (the bound
+    of a fit of costs held it, ``LinearFit.held_at_zero``), r2 (in-sample), cv_r2 (cross-validated,
+    module doc), weak, n."""
     rows = []
-    cols = ["variant", "model", "target", "term", "coefficient", "unit", "r2", "cv_r2", "weak", "n"]
+    cols = ["variant", "model", "target", "term", "coefficient", "unit", "held_at_zero", "r2", "cv_r2", "weak", "n"]
     for cm in models:
         for fit in cm.fits():
             unit = TARGET_UNITS.get(fit.target, fit.target)
             base = {"variant": cm.variant, "model": fit.name, "target": fit.target, "r2": fit.r2_,
                     "cv_r2": fit.cv_r2_, "weak": fit.weak, "n": fit.n_samples_}
-            rows.append({**base, "term": "intercept", "coefficient": fit.intercept_, "unit": unit})
+            rows.append({**base, "term": "intercept", "coefficient": fit.intercept_, "unit": unit,
+                         "held_at_zero": "intercept" in fit.held_at_zero})
             for f, c in fit.coef_.items():
-                rows.append({**base, "term": f, "coefficient": c, "unit": f"{unit} per {FEATURE_UNITS.get(f, '1')}"})
+                rows.append({**base, "term": f, "coefficient": c, "unit": f"{unit} per {FEATURE_UNITS.get(f, '1')}",
+                             "held_at_zero": f in fit.held_at_zero})
     return pd.DataFrame(rows, columns=cols)
 
 def correlation_table(models: Sequence[CpuModels]) -> pd.DataFrame:

@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_reports_dir(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
-                   help="check the pages in headless Chromium: no NaN in a table, every figure with a title, "
+                   help="check the pages in headless Chromium: no NaN in a table, no index column, no table wider "
+                        "than the page, every figure with a title, "
                         "an axis unit and a legend (exit 2 otherwise)")
     add_json(p)
     p.set_defaults(func=cmd_report)

@@ -31,7 +31,7 @@ from perfkit.errors import ConfigError
 from perfkit.experiment.measure import check, runs_root, stored_campaign
 from perfkit.experiment.outputs import OUTPUTS_DIR, outcome_of, render_page
 from perfkit.paths import NOTEBOOKS_DIR
-from perfkit.report import DEFAULT_REPORTS, Page, build_report
+from perfkit.report import DEFAULT_REPORTS, Page, build_report, kernel_options
 from perfkit.store import DEFAULT_ROOT, new_run_id
 
 #: The notebook ``perfkit experiment`` executes.
@@ -158,7 +158,7 @@ def execute(notebook: Path, output: Path, params: dict[str, Any], relay: bool = 
     from jupyter_client.manager import AsyncKernelManager
     from papermill.exceptions import PapermillExecutionError
 
-    km = AsyncKernelManager(kernel_name=kernel_name)
+    km = AsyncKernelManager(kernel_name=kernel_name, **kernel_options())
     error: str | None = None
     ename: str | None = None
     with _forward_signals(km) as stopped:
