@@ -167,6 +167,8 @@ def run_summary(run: RunData) -> pd.DataFrame:
               or (m.get("host_check") or {}).get("error", "not run"))]
     if m.get("lab"):
         facts.append(("lab", lab_text(m["lab"])))
+    for name, source in m.get("dataplanes", {}).items():
+        facts.append((f"dataplane {name}", source.get("package") or source.get("file") or source.get("module", "")))
     for name, digest in m.get("bpf_objects", {}).items():
         facts.append((f"sha256 {name}", digest[:16] + "..."))
     return pd.DataFrame(facts, columns=["fact", "value"]).astype({"value": str})
