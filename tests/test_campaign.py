@@ -666,3 +666,21 @@ def test_a_grid_over_an_unnamed_parameter_runs_and_compares_as_distinct_units(mo
     run = load_run("grid", tmp_path / "runs")
     figures = compare_runs(run, run).rows
     assert sorted(set(figures["scenario_key"])) == sorted(set(trials["scenario_key"]))
+
+
+@pytest.mark.slow   # two scenarios on the veth testbed: some 20 s
+def test_a_grid_over_an_unnamed_parameter_runs_on_the_testbed_as_distinct_units(monkeypatch, tmp_path):
+    _key_parts_without_drop_every(monkeypatch)
+    raw = yaml.safe_load(GRID)
+    raw["generator"] = {"backend": "xdp", "options": {}, "host_check_seconds": 1}
+    raw["methods"] = [{"method": "maxrate", "params": {"duration": 0.5, "max_rate": "1Mpps"}}]
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    produce_run(path, tmp_path / "runs", "grid")
+    trials = RunStore.open("grid", tmp_path / "runs").trials()
+    by_key = {k: g for k, g in trials.groupby("scenario_key")}
+    assert set(by_key) == {"calib-64B-1flow-1core-w10", "calib-64B-1flow-1core-w10-drop_every1000"}
+    drops = {k: [json.loads(d).get("drop_every", 0) for d in g["dut_drops"]] for k, g in by_key.items()}
+    assert all(n == 0 for n in drops["calib-64B-1flow-1core-w10"])
+    assert all(n > 0 for n in drops["calib-64B-1flow-1core-w10-drop_every1000"]), "the program dropped every 1000th"
+    assert all(json.loads(o) for o in trials["objects"]), "every trial names the objects it loaded"
