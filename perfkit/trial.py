@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from perfkit import dataplanes
+from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario, scenario_key
 from perfkit.units import L1_OVERHEAD, l1_bps
 
@@ -359,8 +360,10 @@ class TrialResult:
         if isinstance(kw.get("params"), str):
             kw["params"] = json.loads(kw["params"])
         elif "params" not in kw:  # written before dataplanes had parameters of their own
-            name = str(rec["dataplane"])
-            kw["params"] = dataplanes.get(name).legacy_params(rec) if name in dataplanes.names() else {}
+            try:
+                kw["params"] = dataplanes.get(str(rec["dataplane"])).legacy_params(rec)
+            except ConfigError:   # a dataplane no longer installed
+                kw["params"] = {}
         if kw.get("bpf_ns_per_packet") is not None and not _isnum(kw["bpf_ns_per_packet"]):
             kw["bpf_ns_per_packet"] = None
         for name in ("frame_size", "wire_frame_size", "flows", "dut_cores", "intended_packets",

@@ -99,7 +99,7 @@ def _tighten_work(monkeypatch: pytest.MonkeyPatch, maximum: int) -> None:
                                                         for p in CalibDataplane.params))
 
 
-def test_a_run_stored_before_a_parameter_was_tightened_still_reads_and_compares(tmp_path, monkeypatch, capsys):
+def test_a_run_stored_before_a_parameter_was_tightened_or_its_dataplane_renamed_still_reads_and_compares(tmp_path, monkeypatch, capsys):
     from perfkit.analysis import load_run
     from perfkit.cli import main
     from perfkit.compare import compare_runs
@@ -122,6 +122,13 @@ def test_a_run_stored_before_a_parameter_was_tightened_still_reads_and_compares(
     cmp = compare_runs(load_run("head", tmp_path / "runs"), load_run("base", tmp_path / "runs"))
     assert set(cmp.rows["scenario_key"]) == keys
     assert main(["compare", "--run", "head", "--baseline", "base", "--root", str(tmp_path / "runs"), "--json"]) == 0
+    assert "calib-64B-1flow-1core-w500" in capsys.readouterr().out
+    # the same runs after their dataplane was renamed (no dataplane of the stored name is left)
+    for run in ("base", "head"):
+        for f in (tmp_path / "runs" / run / "trials").glob("*.parquet"):
+            pd.read_parquet(f).assign(dataplane="calib-old").to_parquet(f, index=False)
+    assert {r.dataplane for r in RunStore.open("head", tmp_path / "runs").results()} == {"calib-old"}
+    assert main(["compare", "--run", "head", "--baseline", "base", "--root", str(tmp_path / "runs")]) == 0
     assert "calib-64B-1flow-1core-w500" in capsys.readouterr().out
 
 
