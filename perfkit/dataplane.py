@@ -36,8 +36,8 @@ import numpy as np
 from perfkit.encap import BY_DADDR, Encap, Steering
 from perfkit.errors import ConfigError
 from perfkit.layouts import Struct
-from perfkit.provenance import object_hashes
 from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
+from perfkit.provenance import object_hashes
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.topology import PORT_MACS
