@@ -37,6 +37,7 @@ from perfkit.encap import BY_DADDR, Encap, Steering
 from perfkit.errors import ConfigError
 from perfkit.layouts import Struct
 from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
+from perfkit.provenance import object_hashes
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.topology import PORT_MACS
@@ -252,6 +253,11 @@ class DutProgram(ABC):
         in another network namespace, opens them by id)."""
         return {}
 
+    def object_hashes(self) -> dict[str, str]:
+        """sha256 (hex) of each BPF object file loaded, by path (``perfkit.provenance.object_hashes``;
+        a trial records them: field ``objects``); {}: not known."""
+        return {}
+
     def close(self) -> None:
         """Release the kernel objects (idempotent)."""
 
@@ -326,6 +332,9 @@ class BpfControl:
         """What happened to packets so far: each counter's record by label, summed over CPUs."""
         return {s.label: self.summed(f"{self.name}_stats", int(s)) for s in list(self.stat)[:-1]}  # type: ignore[attr-defined]
 
+    def object_hashes(self) -> dict[str, str]:
+        return object_hashes([self.obj])
+
     def close(self) -> None:
         self.obj.close()
 
@@ -375,6 +384,9 @@ class BpfDut(DutProgram):
     @property
     def program(self) -> Program:
         return self.control.program
+
+    def object_hashes(self) -> dict[str, str]:
+        return self.control.object_hashes()
 
     def counters(self) -> dict[str, int]:
         return {k: v.packets for k, v in self.control.stats().items()}
@@ -454,7 +466,9 @@ class Dataplane(ABC):
         """Checks across parameters (after each was parsed); raise ConfigError naming the field."""
 
     def key_parts(self, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-        """Words of the scenario key before the frame size and after the core count."""
+        """Words of the scenario key before the frame size and after the core count; a parameter
+        that differs from its default and that they leave out gets a word of its own after them
+        (``perfkit.scenario.param_words``)."""
         return [str(params[self.variant])] if self.variant else [], []
 
     def legacy_params(self, record: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from perfkit import stop
 from perfkit.errors import BpfError
+from perfkit.provenance import file_sha256
 
 # enum bpf_map_type / bpf_attach_type values used here (uapi/linux/bpf.h)
 BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
@@ -505,6 +506,8 @@ class BpfObject:
         self._log_bufs: list[ctypes.Array] = []
         if not self.path.exists():
             raise BpfError(f"open {self.path} (run `make bpf`)", errno.ENOENT)
+        #: sha256 (hex) of the object file as it was opened (``perfkit.provenance``).
+        self.sha256 = file_sha256(self.path)
         ctypes.set_errno(0)
         self._obj = lib().bpf_object__open_file(str(self.path).encode(), None)
         if not self._obj:

@@ -131,13 +131,42 @@ class Scenario:
 
 def scenario_key(dataplane: str, frame_size: int, flows: int, dut_cores: int, params: Mapping[str, Any],
                  knob_values: Mapping[str, str] | None = None, frame_mix: str = "") -> str:
-    """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it);
-    a frame mix in place of the size (``imix``); knobs come last, ``<name>_<value>`` in name order (a
-    character a run's names may not hold, such as a space in a sysctl's value, as ``_``)."""
+    """The one definition of a scenario key (``Scenario.key``; stored trials are matched with it):
+    ``<dataplane>-<before>-<size>B-<flows>flow-<cores>core-<after>`` with the dataplane's own words
+    (``Dataplane.key_parts``); a frame mix in place of the size (``imix``); then every parameter
+    that differs from its default and that those words do not name (``param_words``); knobs come
+    last, ``<name>_<value>`` in name order (a character a run's names may not hold, such as a space
+    in a sysctl's value, as ``_``). Two scenarios that differ in any parameter have different keys."""
     dp = dataplanes.get(dataplane)
-    before, after = dp.key_parts(params)
-    after += [re.sub(r"[^A-Za-z0-9_.%+-]", "_", f"{n}_{v}") for n, v in sorted((knob_values or {}).items())]
+    full = {p.name: params.get(p.name, p.default) for p in dp.params}
+    before, after = dp.key_parts(full)
+    after = [*after, *param_words(dp, full)]
+    after += [_safe(f"{n}_{v}") for n, v in sorted((knob_values or {}).items())]
     return "-".join([dp.name, *before, frame_mix if isinstance(frame_mix, str) and frame_mix else f"{int(frame_size)}B", f"{int(flows)}flow", f"{int(dut_cores)}core", *after])
+
+
+def param_words(dp: Dataplane, params: Mapping[str, Any]) -> list[str]:
+    """Key words for the parameters that differ from their defaults and that ``dp.key_parts`` does
+    not name (its words are the same with the parameter at its default), in ``dp.params`` order:
+    ``<name><value>`` for a number (``sessions100``), ``<name>`` or ``no<name>`` for a flag,
+    ``<name>_<value>`` for text."""
+    words, base = [], dp.key_parts(params)
+    for p in dp.params:
+        value = params[p.name]
+        if value == p.default or dp.key_parts({**params, p.name: p.default}) != base:
+            continue
+        if isinstance(value, bool):
+            words.append(p.name if value else f"no{p.name}")
+        elif isinstance(value, (int, float)):
+            words.append(_safe(f"{p.name}{value}"))
+        else:
+            words.append(_safe(f"{p.name}_{value}"))
+    return words
+
+
+def _safe(word: str) -> str:
+    """``word`` with every character a run's names may not hold as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.%+-]", "_", word)
 
 
 class _Frozen(dict):

@@ -18,12 +18,13 @@ import json
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from perfkit import dataplanes
+from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario, scenario_key
 from perfkit.units import L1_OVERHEAD, l1_bps
 
@@ -209,11 +210,24 @@ class TrialResult:
     ceiling_hosts: list[str] = field(default_factory=list)
     """The generator hosts that reached their ceiling: offered less than their share of the intended
     rate (``perfkit.generators.lab.SHORT``). Empty when none did, or off a lab."""
+    objects: dict[str, str] = field(default_factory=dict)
+    """sha256 (hex) of each BPF object file the DUT loaded for the trial, by path (the dataplane's
+    program, the steering program with several DUT cores; on a lab, ``<host>:<path>`` as the DUT host
+    hashed it): what was measured, whatever ``build/bpf/`` holds now. {}: not known (trials stored
+    before 2026-12-01, generators that load nothing)."""
     notes: list[str] = field(default_factory=list)
     """Anything the reader must know about this trial (warnings, degraded measurements)."""
 
-    def __post_init__(self) -> None:
-        self.params = dataplanes.get(self.dataplane).validate(self.params)
+    checked: InitVar[bool] = True
+    """Validate ``params`` against the dataplane (a trial being made); ``from_record`` reads a stored
+    trial as it was written, without asking today's dataplane (which may have been renamed, removed
+    or had a parameter tightened since)."""
+
+    def __post_init__(self, checked: bool) -> None:
+        if checked:
+            self.params = dataplanes.get(self.dataplane).validate(self.params)
+        #: ``scenario_key`` and ``variant`` as a stored record has them (``from_record``).
+        self._stored: dict[str, str] = {}
 
     # -- derived figures -----------------------------------------------------------------------
     @property
@@ -285,12 +299,18 @@ class TrialResult:
 
     @property
     def scenario_key(self) -> str:
+        """``Scenario.key``; of a stored trial, the key it was stored with."""
+        if "scenario_key" in self._stored:
+            return self._stored["scenario_key"]
         return scenario_key(self.dataplane, self.frame_size, self.flows, self.dut_cores, self.params, self.knobs,
                             self.frame_mix)
 
     @property
     def variant(self) -> str:
-        """The value of the dataplane's main categorical parameter (PGW-U: the direction)."""
+        """The value of the dataplane's main categorical parameter (PGW-U: the direction); of a
+        stored trial, the variant it was stored with."""
+        if "variant" in self._stored:
+            return self._stored["variant"]
         dp = dataplanes.get(self.dataplane)
         return str(self.params.get(dp.variant, "")) if dp.variant else ""
 
@@ -326,7 +346,8 @@ class TrialResult:
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> TrialResult:
-        """The inverse of ``to_record`` (derived columns are ignored)."""
+        """The inverse of ``to_record``, as plain data: nothing is checked against today's dataplane,
+        and the stored ``scenario_key`` and ``variant`` are kept (other derived columns are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in rec.items() if k in names}
         for name in JSON_FIELDS:
@@ -339,7 +360,10 @@ class TrialResult:
         if isinstance(kw.get("params"), str):
             kw["params"] = json.loads(kw["params"])
         elif "params" not in kw:  # written before dataplanes had parameters of their own
-            kw["params"] = dataplanes.get(str(rec["dataplane"])).legacy_params(rec)
+            try:
+                kw["params"] = dataplanes.get(str(rec["dataplane"])).legacy_params(rec)
+            except ConfigError:   # a dataplane no longer installed
+                kw["params"] = {}
         if kw.get("bpf_ns_per_packet") is not None and not _isnum(kw["bpf_ns_per_packet"]):
             kw["bpf_ns_per_packet"] = None
         for name in ("frame_size", "wire_frame_size", "flows", "dut_cores", "intended_packets",
@@ -357,7 +381,9 @@ class TrialResult:
                      "dut_others_share", "socket_datagrams_per_skb", "dut_cycles_per_packet"):
             if kw.get(name) is not None and not _isnum(kw[name]):
                 kw[name] = None
-        return cls(**kw)
+        out = cls(**kw, checked=False)
+        out._stored = {k: rec[k] for k in ("scenario_key", "variant") if isinstance(rec.get(k), str)}
+        return out
 
 
 #: The DUT cores' busy share from which a trial's cost per packet says what the DUT can do: below
@@ -371,7 +397,7 @@ OFFER_EPS = 1e-3
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
 JSON_FIELDS = ("knobs", "dut_perf_counts", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
-               "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes")
+               "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes", "objects")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After
 #: the drain (the sink quiet for 50 ms), frames still queued for the DUT are counted as its ring
@@ -483,4 +509,5 @@ RECORD_COLUMNS = {
     "hosts": "JSON {role: [host, ...]}: the lab hosts that measured the trial ({} on this machine)",
     "ceiling_hosts": "JSON list of the generator hosts that offered less than their share of the rate (lab)",
     "notes": "JSON list of warnings",
+    "objects": "JSON {path: sha256} of the BPF object files the DUT loaded for the trial",
 }

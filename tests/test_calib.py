@@ -11,6 +11,7 @@ order where they are compared, and the checks compare slopes, never absolute tim
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -34,10 +35,12 @@ from perfkit.dataplanes.calib.traffic import L4_OFF, SIG_OFF, SPORT_BASE
 from perfkit.errors import ConfigError
 from perfkit.fuzz import fuzz
 from perfkit.generators import create
+from perfkit.paths import shown
 from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
 from perfkit.host.stallprobe import TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
 from perfkit.stl.signature import SIGNATURE
+from perfkit.testbed.bpfbuild import object_path
 from perfkit.store import RunStore
 from perfkit.testbed.topology import PORT_MACS
 from perfkit.trial import TrialResult
@@ -237,6 +240,9 @@ def test_trial_forwards_and_matches_the_model(size, flows, cores):
     assert stats[FWD].packets == r.tx_packets - r.dut_drops.get("rx_ring_full", 0)
     assert stats[FWD].iterations == work * stats[FWD].packets, "every packet did its N iterations"
     assert len(streams) == min(flows, 64) and r.bpf_ns_per_packet and r.bpf_ns_per_packet > 0
+    # the trial names the objects its DUT loaded, each with the sha256 of the file as it was loaded
+    loaded = ["calib", "steer"] if cores > 1 else ["calib"]
+    assert r.objects == {shown(object_path(n)): hashlib.sha256(object_path(n).read_bytes()).hexdigest() for n in loaded}
 
 
 @dataclasses.dataclass

@@ -295,6 +295,9 @@ def test_run_writes_trials_searches_journal_and_metadata():
     assert meta["campaign"]["text"] == runs.campaign.read_text()
     assert len(meta["perfkit"]["git_sha"]) >= 7
     assert all(len(h) == 64 for h in meta["bpf_objects"].values())
+    # where each dataplane came from: the built-in ones from perfkit's own package
+    assert {dp: src["package"] for dp, src in meta["dataplanes"].items()} == \
+        {dp: f"perfkit=={meta['perfkit']['version']}" for dp in c.dataplanes}
     st = Journal(store.path).state()
     assert set(st.done) == {u.id for u in units}
 
@@ -581,3 +584,103 @@ def test_best_worst_and_single_run_per_frame_size_for_both_dataplanes(tmp_path):
         assert worst <= best   # worst-of-N calls a rate good only after N good trials
     fig = plots.best_worst_bars(bw, run.title)
     assert {ax.get_title() for ax in fig.axes} >= {"pgwu: DL (GTP-U encap)", "l4lb: UDP (QUIC, :443)"}
+
+
+# -- scenario keys: every parameter that differs from its default ------------------------------------
+GRID = """
+name: grid
+dataplane: calib
+params: {work_iterations: 10, drop_every: [0, 1000]}
+frame_sizes: [64]
+flows: [1]
+dut_cores: [1]
+generator:
+  backend: sim
+  options: {model: smooth, threshold: 1.2Mpps}
+methods:
+  - method: maxrate
+    params: {duration: 0.5}
+metrics: false
+"""
+
+
+def _key_parts_without_drop_every(monkeypatch):
+    """calib's key words as a plugin that forgot ``drop_every`` would give them (the work only)."""
+    from perfkit.dataplanes.calib import CalibDataplane
+
+    monkeypatch.setattr(CalibDataplane, "key_parts", lambda self, p: ([], [f"w{p['work_iterations']}"]))
+
+
+def test_a_grid_over_a_parameter_no_key_word_names_gives_distinct_units(monkeypatch):
+    _key_parts_without_drop_every(monkeypatch)
+    ids = [u.id for u in expand(parse_campaign(GRID, cpus=2))]
+    assert ids == ["calib-64B-1flow-1core-w10__maxrate", "calib-64B-1flow-1core-w10-drop_every1000__maxrate"]
+    # the words of parameters a dataplane names are its own; a default parameter adds none
+    assert Scenario("pgwu", params={"sessions": 100}).key == "pgwu-ul-64B-1flow-1core-100sess"
+    assert Scenario("calib", params={"work_iterations": 10}).key == "calib-64B-1flow-1core-w10"
+
+
+@pytest.mark.parametrize("params,word", [({"udp_csum": True}, "udp_csum"), ({"udp_csum": False}, "noudp_csum"),
+                                         ({"session_table": "teid_array"}, "session_table_teid_array"),
+                                         ({"sessions": 100}, "sessions100")])
+def test_unnamed_parameters_are_words_of_their_name_and_value(monkeypatch, params, word):
+    from perfkit.dataplane import Dataplane, Param
+    from perfkit.dataplanes.pgwu import PgwuDataplane
+
+    monkeypatch.setattr(PgwuDataplane, "key_parts", Dataplane.key_parts)   # the variant only
+    if params.get("udp_csum") is False:   # a flag that is on by default
+        defaults = tuple(Param(p.name, True, p.help, p.choices, p.kind, p.minimum, p.maximum, p.build)
+                         if p.name == "udp_csum" else p for p in PgwuDataplane.params)
+        monkeypatch.setattr(PgwuDataplane, "params", defaults)
+    assert Scenario("pgwu", params=params).key == f"pgwu-ul-64B-1flow-1core-{word}"
+
+
+def test_a_campaign_whose_expansion_repeats_a_unit_id_is_refused(monkeypatch, tmp_path, capsys):
+    from perfkit.dataplanes.calib import CalibDataplane
+
+    # key words that name drop_every, but not its value: 500 and 1000 give one key
+    monkeypatch.setattr(CalibDataplane, "key_parts", lambda self, p: ([], ["drops"] if p["drop_every"] else []))
+    text = GRID.replace("drop_every: [0, 1000]", "drop_every: [0, 500, 1000]")
+    with pytest.raises(ConfigError, match=r"^campaign units: 'calib-64B-1flow-1core-drops-work_iterations10__maxrate' is not allowed; "
+                                          r"allowed: distinct unit ids"):
+        parse_campaign(text, cpus=2)
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--root", str(tmp_path / "runs"), "--no-metrics", "--no-progress"]) == 2
+    assert "campaign units: 'calib-64B-1flow-1core-drops-work_iterations10__maxrate'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "no run was made"
+
+
+def test_a_grid_over_an_unnamed_parameter_runs_and_compares_as_distinct_units(monkeypatch, tmp_path):
+    from perfkit.analysis import load_run
+    from perfkit.compare import compare_runs
+
+    _key_parts_without_drop_every(monkeypatch)
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID)
+    produce_run(path, tmp_path / "runs", "grid")
+    trials = RunStore.open("grid", tmp_path / "runs").trials()
+    assert set(trials["scenario_key"]) == {"calib-64B-1flow-1core-w10", "calib-64B-1flow-1core-w10-drop_every1000"}
+    assert dict(zip(trials["scenario_key"], trials["drop_every"])) == {"calib-64B-1flow-1core-w10": 0,
+                                                                      "calib-64B-1flow-1core-w10-drop_every1000": 1000}
+    run = load_run("grid", tmp_path / "runs")
+    figures = compare_runs(run, run).rows
+    assert sorted(set(figures["scenario_key"])) == sorted(set(trials["scenario_key"]))
+
+
+@pytest.mark.slow   # two scenarios on the veth testbed: some 20 s
+def test_a_grid_over_an_unnamed_parameter_runs_on_the_testbed_as_distinct_units(monkeypatch, tmp_path):
+    _key_parts_without_drop_every(monkeypatch)
+    raw = yaml.safe_load(GRID)
+    raw["generator"] = {"backend": "xdp", "options": {}, "host_check_seconds": 1}
+    raw["methods"] = [{"method": "maxrate", "params": {"duration": 0.5, "max_rate": "1Mpps"}}]
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    produce_run(path, tmp_path / "runs", "grid")
+    trials = RunStore.open("grid", tmp_path / "runs").trials()
+    by_key = {k: g for k, g in trials.groupby("scenario_key")}
+    assert set(by_key) == {"calib-64B-1flow-1core-w10", "calib-64B-1flow-1core-w10-drop_every1000"}
+    drops = {k: [json.loads(d).get("drop_every", 0) for d in g["dut_drops"]] for k, g in by_key.items()}
+    assert all(n == 0 for n in drops["calib-64B-1flow-1core-w10"])
+    assert all(n > 0 for n in drops["calib-64B-1flow-1core-w10-drop_every1000"]), "the program dropped every 1000th"
+    assert all(json.loads(o) for o in trials["objects"]), "every trial names the objects it loaded"

@@ -121,6 +121,7 @@ def test_the_dut_agent_forwards_exactly_what_a_tester_host_sends(lab: tuple[Sand
         assert dut.hello["host"] == "dut1" and dut.hello["facts"]["interfaces"]["a0"]["driver"] == "veth"
         loaded = dut.call("load", dataplane="pgwu", frame_size=128, flows=4, interfaces=["a0", "b0"], cores=[1])
         assert loaded["mode"] == "native" and loaded["packet_threads"]
+        assert [len(h) for h in loaded["objects"].values()] == [64], "the hash of the object the DUT host loaded"
         before = dut.call("counters")
         received, frames = _send_and_receive(sb, scenario, 500)
         after = dut.call("counters")
@@ -224,6 +225,7 @@ def test_a_trial_over_ssh_counts_exactly_and_measures_the_dut_on_its_host(lab: t
     assert r.generator == "lab" and r.tx_packets == r.intended_packets == 10_000
     assert r.rx_packets == 10_000 and r.mismatched_packets == 0 and r.dut_drops == {} and r.tester_drops == {}
     assert not any("unaccounted" in n for n in r.notes)
+    assert r.objects and all(k.startswith("dut1:") and len(v) == 64 for k, v in r.objects.items()), r.objects
     # the DUT's cost, from its own host: the program's run time and its packet threads' CPU time
     assert r.bpf_ns_per_packet and 0 < r.bpf_ns_per_packet < r.dut_ns_per_packet
     assert 0 < r.dut_busy < 1 and r.dut_busy_per_core and r.dut_wakeups > 0

@@ -68,3 +68,76 @@ def test_a_trial_set_aside_drops_out_and_a_torn_cache_is_rebuilt(tmp_path: Path,
     reads.clear()
     pd.testing.assert_frame_equal(store.trials(), _every_file(store))
     assert len(reads) == 39                                   # read again from the trial files
+
+
+# -- old runs: stored trials are read as plain data, never validated against today's dataplane ------
+OLD = """
+name: old
+dataplane: calib
+params: {work_iterations: [0, 500]}
+frame_sizes: [64]
+flows: [1]
+dut_cores: [1]
+generator:
+  backend: sim
+  options: {model: smooth, threshold: 1.2Mpps}
+methods:
+  - method: maxrate
+    params: {duration: 0.5}
+metrics: false
+"""
+
+
+def _tighten_work(monkeypatch: pytest.MonkeyPatch, maximum: int) -> None:
+    """calib's ``work_iterations`` allowed up to ``maximum`` only, as a later version might."""
+    import dataclasses
+
+    from perfkit.dataplanes.calib import CalibDataplane
+
+    monkeypatch.setattr(CalibDataplane, "params", tuple(dataclasses.replace(p, maximum=maximum)
+                                                        if p.name == "work_iterations" else p
+                                                        for p in CalibDataplane.params))
+
+
+def test_a_run_stored_before_a_parameter_was_tightened_or_its_dataplane_renamed_still_reads_and_compares(tmp_path, monkeypatch, capsys):
+    from perfkit.analysis import load_run
+    from perfkit.cli import main
+    from perfkit.compare import compare_runs
+    from perfkit.errors import ConfigError
+    from tests.campaign_fixtures import produce_run
+
+    (tmp_path / "old.yaml").write_text(OLD)
+    for run in ("base", "head"):
+        produce_run(tmp_path / "old.yaml", tmp_path / "runs", run)
+    _tighten_work(monkeypatch, 100)
+    with pytest.raises(ConfigError, match="^work_iterations: 500"):   # a new trial is checked
+        Scenario("calib", params={"work_iterations": 500})
+    store = RunStore.open("head", tmp_path / "runs")
+    keys = {"calib-64B-1flow-1core-w0", "calib-64B-1flow-1core-w500"}
+    assert set(store.trials()["scenario_key"]) == keys
+    results = store.results()
+    assert sorted(r.params["work_iterations"] for r in results) == [0, 500]
+    assert {r.scenario_key for r in results} == keys and {r.variant for r in results} == {"0", "500"}
+    store.cpu_frame()   # reads every trial through TrialResult.from_record
+    cmp = compare_runs(load_run("head", tmp_path / "runs"), load_run("base", tmp_path / "runs"))
+    assert set(cmp.rows["scenario_key"]) == keys
+    assert main(["compare", "--run", "head", "--baseline", "base", "--root", str(tmp_path / "runs"), "--json"]) == 0
+    assert "calib-64B-1flow-1core-w500" in capsys.readouterr().out
+    # the same runs after their dataplane was renamed (no dataplane of the stored name is left)
+    for run in ("base", "head"):
+        for f in (tmp_path / "runs" / run / "trials").glob("*.parquet"):
+            pd.read_parquet(f).assign(dataplane="calib-old").to_parquet(f, index=False)
+    assert {r.dataplane for r in RunStore.open("head", tmp_path / "runs").results()} == {"calib-old"}
+    assert main(["compare", "--run", "head", "--baseline", "base", "--root", str(tmp_path / "runs")]) == 0
+    assert "calib-64B-1flow-1core-w500" in capsys.readouterr().out
+
+
+def test_a_stored_trial_of_a_dataplane_that_is_gone_reads_as_it_was_stored():
+    from perfkit.trial import TrialResult
+
+    rec = SimGenerator(Scenario("calib", params={"work_iterations": 10})).measure(1e5, 0.01).to_record()
+    rec.update(dataplane="mylb", scenario_key="mylb-64B-1flow-1core-w10", params='{"work_iterations": 10}')
+    r = TrialResult.from_record(rec)
+    assert (r.dataplane, r.scenario_key, r.variant, r.params) == ("mylb", "mylb-64B-1flow-1core-w10", "10",
+                                                                  {"work_iterations": 10})
+    assert r.to_record()["scenario_key"] == "mylb-64B-1flow-1core-w10"

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from perfkit import dataplanes, framemix
+from perfkit.errors import ConfigError
 from perfkit.store import DEFAULT_ROOT, RunStore
 from perfkit.trial import TrialResult, judged_pps, speed_factor
 
@@ -59,8 +60,12 @@ def load_run(run_id: str, data_root: str | Path = DEFAULT_ROOT) -> RunData:
     return RunData(run_id, store, store.metadata(), trial_frame(store.trials(), searches), searches)
 
 def variant_label(dataplane: str, variant: str) -> str:
-    """How plots and tables name a variant (``UL (decap)``); the dataplane's title if it has none."""
-    dp = dataplanes.get(dataplane)
+    """How plots and tables name a variant (``UL (decap)``); the dataplane's title if it has none;
+    of a dataplane no longer installed (a stored run's), the variant or the name as stored."""
+    try:
+        dp = dataplanes.get(dataplane)
+    except ConfigError:
+        return variant or dataplane
     return dp.variant_label(variant) if dp.variant else dp.title
 
 
@@ -167,6 +172,8 @@ def run_summary(run: RunData) -> pd.DataFrame:
               or (m.get("host_check") or {}).get("error", "not run"))]
     if m.get("lab"):
         facts.append(("lab", lab_text(m["lab"])))
+    for name, source in m.get("dataplanes", {}).items():
+        facts.append((f"dataplane {name}", source.get("package") or source.get("file") or source.get("module", "")))
     for name, digest in m.get("bpf_objects", {}).items():
         facts.append((f"sha256 {name}", digest[:16] + "..."))
     return pd.DataFrame(facts, columns=["fact", "value"]).astype({"value": str})

@@ -9,7 +9,12 @@
     cpus        CPUs this process may run on; cpus_online: os.cpu_count()
     python      the interpreter version
     perfkit     {"version", "git_sha" (short), "git_sha_full", "git_dirty"}
-    bpf_objects {"build/bpf/<program>.o": "<sha256>", ...} (paths as ``paths.shown`` gives them)
+    bpf_objects {"build/bpf/<program>.o": "<sha256>", ...} (paths as ``paths.shown`` gives them): what
+                the checkout had built when the run started; each trial's ``objects`` are the hashes of
+                the objects it loaded (cached variants, objects built on first use, a lab host's)
+
+A run's metadata adds ``dataplanes`` (``perfkit.provenance.dataplane_source``: each dataplane's
+module and ``package==version``, or its description file and that file's sha256).
 """
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ class Campaign:
         """Every scenario, in run order: part by part (``parts``), each a grid of the parameters
         (first parameter outermost), knobs, frame size, flows, cores."""
         grids = self.parts or (Part("", self.params, self.knobs, self.frame_sizes, self.flows, self.dut_cores),)
-        out: dict[str, Scenario] = {}
+        out: dict[Scenario, Scenario] = {}   # one scenario in two parts runs once; two of one key are refused (``expand``)
         for g in grids:
             names, knob_names = [n for n, _ in g.params], [n for n, _ in g.knobs]
             for values in itertools.product(*(v for _, v in g.params)):
@@ -160,7 +160,7 @@ class Campaign:
                     for fs, fl, c in itertools.product(g.frame_sizes, g.flows, g.dut_cores):
                         sc = Scenario(g.dataplane or self.dataplane, fs, fl, c, self.line_rate,
                                       dict(zip(names, values)), dict(zip(knob_names, kv)))
-                        out.setdefault(sc.key, sc)
+                        out.setdefault(sc, sc)
         return list(out.values())
 
     def needs_jumbo(self, scenario: Scenario) -> bool:

@@ -33,6 +33,7 @@ from perfkit import owners, stop
 from perfkit.campaign.backend import LazyGenerator, generator_options, preflight
 from perfkit.campaign.journal import Journal
 from perfkit.campaign.metadata import host_facts
+from perfkit.provenance import dataplane_source
 from perfkit.campaign.metrics_session import MetricsSession
 from perfkit.campaign.model import Campaign
 from perfkit.campaign.replay import ReplayMeasurer, recorded_trials
@@ -128,6 +129,7 @@ def new_metadata(campaign: Campaign, facts: dict[str, Any]) -> dict[str, Any]:
             "campaign": {"name": campaign.name, "source": campaign.source, "text": campaign.text,
                          "sha256": hashlib.sha256(campaign.text.encode()).hexdigest(),
                          "cpus": facts["cpus"], "parsed": campaign.to_dict()},
+            "dataplanes": {dp: dataplane_source(dp) for dp in campaign.dataplanes},
             "units_total": len(expand(campaign)), "estimate": estimate(campaign).to_dict(),
             "shared_core_counts": list(campaign.shared_cores), "resumes": []}
 

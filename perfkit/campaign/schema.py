@@ -63,6 +63,7 @@ import yaml
 
 from perfkit import dataplanes, framemix, knobs
 from perfkit.campaign.model import RATE_PARAMS, Campaign, GeneratorSpec, MethodSpec, MetricsSpec, Part
+from perfkit.campaign.units import expand
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.host.check import MAX_SECONDS
@@ -213,6 +214,7 @@ def from_mapping(raw: Mapping[str, Any], *, text: str | None = None, source: str
         campaign.scenarios()  # the dataplane checks every combination (and frame sizes against it)
     except ConfigError as err:
         raise ConfigError(f"campaign.{err.field}", err.value, err.allowed) from None
+    expand(campaign)  # no two units of one id
     return campaign
 
 

@@ -23,10 +23,12 @@ These are planning figures; a run prints the estimate first and records it in it
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from perfkit.campaign.model import Campaign, MethodSpec
+from perfkit.errors import ConfigError
 from perfkit.scenario import Scenario
 from perfkit.search import METHODS
 
@@ -60,7 +62,17 @@ def expand(campaign: Campaign) -> list[Unit]:
             for method in campaign.methods:
                 uid = f"{scenario.key}__{method.label}" + (f"__r{repeat}" if campaign.repeats > 1 else "")
                 units.append(Unit(uid, scenario, method, repeat, shared))
+    _refuse_repeated(units)
     return units
+
+
+def _refuse_repeated(units: list[Unit]) -> None:
+    """A ConfigError naming the unit ids the expansion gives more than once (two units of one id
+    would share a search summary and a journal entry, and ``compare`` would merge them)."""
+    repeated = sorted(uid for uid, n in Counter(u.id for u in units).items() if n > 1)
+    if repeated:
+        raise ConfigError("campaign units", ", ".join(repeated),
+                          "distinct unit ids (scenarios that differ in their scenario key, methods in their label)")
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,7 @@ class LabGenerator(Generator):
             dut_core_time=dut.get("dut_core_time", {}), dut_perfkit_share=dut.get("dut_perfkit_share"),
             dut_others_share=dut.get("dut_others_share"),
             hosts={"dut": [self.lab.dut.name], "tester": [t.name for t in self.testers]},
+            objects={f"{self.lab.dut.name}:{k}": v for k, v in (self.loaded.get("objects") or {}).items()},
             ceiling_hosts=self._short(rate_pps, reps))
         # the DUT host's stalls judged as the local testbed's: its veth rings, or a NIC's, on one core
         queues = dut_queues(self.dut_cores, 0)

@@ -343,7 +343,7 @@ class XdpGenerator(Generator):
             shared_cores=self.shared, sink_gap_us=None if self.socket_sink else rep.max_gap_ns / 1e3,
             **dut_cost(sum(thread_ns.values()), runs, ns, window1 - window0, len(self.dut_cores)),
             dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
-            dut_tables=self.dut_tables,
+            dut_tables=self.dut_tables, objects=self.dut.object_hashes(),
             dut_packets_per_core={str(c): per_core1[c] - per_core0.get(c, 0) for c in per_core1},
             dut_busy_per_core=busy_per_core(thread_ns, self.thread_cores, window1 - window0, self.dut_cores),
             ring_cores=ring_cores,

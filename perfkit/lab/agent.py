@@ -7,7 +7,7 @@ stdout, so the agent opens no port on the host. One request per line, one answer
     -> {"id": 1, "op": "load", "args": {"dataplane": NAME, "frame_size": 64, "flows": 4,
                                         "params": {}, "interfaces": ["a0", "b0"], "cores": [1]}}
     <- {"id": 1, "ok": true, "result": {"mode": "native", "modes": {...}, "program": "xdp_NAME",
-                                        "packet_threads": [...]}}
+                                        "packet_threads": [...], "objects": {PATH: SHA256}}}
     <- {"id": 2, "ok": false, "error": "interface of host dut1: 'eth9' is not ..."}
 
 Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
@@ -145,7 +145,7 @@ class Agent:
         modes = self.dut.modes
         return {"mode": "native" if all(m == "native" for m in modes.values()) else "generic", "modes": modes,
                 "program": self.dut.instances[0].program.name, "packet_threads": self.dut.packet_threads,
-                "exporter": self.export.url if self.export else None}
+                "exporter": self.export.url if self.export else None, "objects": self.dut.object_hashes()}
 
     def _exporter(self, scenario: Scenario, pairs: list[list[str]], cores: list[int]) -> DutExport | None:
         """``perfkit exporter`` for the loaded instances, off the DUT cores, where the lab's Prometheus

@@ -143,6 +143,10 @@ class DutSide:
         self.thread_cores = thread_cores(self.packet_threads)
         self._begin: dict[str, Any] = {}
 
+    def object_hashes(self) -> dict[str, str]:
+        """sha256 of every BPF object the instances loaded on this host, by path (``DutProgram.object_hashes``)."""
+        return {k: v for nf in self.instances for k, v in nf.object_hashes().items()}
+
     def counters(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for nf in self.instances:

@@ -27,6 +27,7 @@ from perfkit.encap import BY_FLOW
 from perfkit.errors import ConfigError, TestbedError
 from perfkit.layouts import STEER_MAX_CPUS
 from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach, xdp_prog_id
+from perfkit.provenance import object_hashes
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
@@ -160,6 +161,10 @@ class Dut:
 
     def check_output(self, frame: bytes) -> str | None:
         return self.dataplane.check_output(self.traffic, frame)
+
+    def object_hashes(self) -> dict[str, str]:
+        """sha256 of every BPF object the DUT loaded (the dataplane's, the steering program's), by path."""
+        return {**self.nf.object_hashes(), **object_hashes([self.steer])}
 
     def close(self) -> None:
         if self.steer:
