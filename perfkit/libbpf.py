@@ -422,6 +422,18 @@ def prog_info(fd: int) -> BpfProgInfo:
     return info
 
 
+def prog_from_id(prog_id: int) -> Program:
+    """The program with kernel id ``prog_id``, opened by id (one another loader attached); the
+    caller owns the fd (``os.close(prog.fd)``)."""
+    fd = _check(lib().bpf_prog_get_fd_by_id(prog_id), f"bpf_prog_get_fd_by_id({prog_id})")
+    try:
+        name = prog_info(fd).name.decode(errors="replace")
+    except BaseException:
+        os.close(fd)
+        raise
+    return Program(fd, name)
+
+
 def prog_loaded(prog_id: int) -> bool:
     """Whether the program with kernel id ``prog_id`` is still loaded."""
     fd = lib().bpf_prog_get_fd_by_id(prog_id)
