@@ -28,15 +28,15 @@ def rose(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
 
 def counter_drops(before: Mapping[str, int], after: Mapping[str, int], forwarding: Iterable[str]) -> dict[str, int]:
     """DUT drops by reason: the counters that rose and are not forwarding ones."""
-    fwd = frozenset(forwarding)
-    return {k: n for k, n in rose(before, after).items() if k not in fwd}
+    forward = frozenset(forwarding)
+    return {k: n for k, n in rose(before, after).items() if k not in forward}
 
 
 def handled(before: Mapping[str, int], after: Mapping[str, int], forwarding: Iterable[str]) -> int:
     """Packets the forwarding counters counted between two readings: what XDP_DROP traffic is
     received as (it counts as handled when the DUT dropped it as intended)."""
-    fwd = frozenset(forwarding)
-    return sum(n for k, n in rose(before, after).items() if k in fwd)
+    forward = frozenset(forwarding)
+    return sum(n for k, n in rose(before, after).items() if k in forward)
 
 
 def with_ring(drops: Mapping[str, int], ring: int) -> dict[str, int]:
