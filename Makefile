@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Debian package names; on Ubuntu a missing one is reported and skipped.
 APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping procps \
 	prometheus prometheus-pushgateway prometheus-node-exporter openssh-server \
-	tshark linux-perf python3-venv python3-pip chromium
+	tshark linux-perf python3-venv python3-pip chromium xdp-tools
 
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph

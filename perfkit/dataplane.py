@@ -44,6 +44,10 @@ from perfkit.testbed.topology import PORT_MACS
 from perfkit.units import FCS_LEN
 
 
+#: The XDP verdicts a traffic's packets may get (``Traffic.verdict``).
+VERDICTS = ("XDP_REDIRECT", "XDP_TX", "XDP_PASS", "XDP_DROP")
+
+
 @dataclass(frozen=True)
 class Emitted:
     """A reference model's answer for one frame."""
@@ -156,6 +160,11 @@ class Traffic(ABC):
     """Distinct flows the field engine walks (flow i is ``packet(i)``)."""
     ingress: str = "a"
     """The DUT port the offered frames enter: ``a`` (tester port p0 sends, p1 receives) or ``b``."""
+    verdict: str = "XDP_REDIRECT"
+    """The verdict the traffic's packets should get (``VERDICTS``): XDP_REDIRECT (out of the other
+    port), XDP_TX (back out of the ingress port), XDP_PASS (to the DUT's kernel: a socket if
+    ``to_socket``, else the kernel's counters) or XDP_DROP (measured as a drop rate: a packet is
+    received when the DUT's forwarding counters, ``Dataplane.forwarding``, count it)."""
 
     @abstractmethod
     def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
@@ -180,6 +189,16 @@ class Traffic(ABC):
         the address and UDP port of a socket on the DUT (``perfkit.testbed.socksink``). None: it comes
         out of the DUT's egress port, to the sink."""
         return None
+
+    @property
+    def egress(self) -> str | None:
+        """The DUT port the traffic's frames leave by (``b``/``a``), or None when they leave by none
+        (XDP_PASS, XDP_DROP)."""
+        if self.to_socket:
+            return None
+        if self.verdict == "XDP_REDIRECT":
+            return "b" if self.ingress == "a" else "a"
+        return self.ingress if self.verdict == "XDP_TX" else None
 
     @property
     def wire_frame_size(self) -> int:
@@ -224,6 +243,11 @@ class CounterCell:
 
 class DutProgram(ABC):
     """A dataplane loaded into the kernel and configured for one traffic profile."""
+
+    attached_by_nf: bool = False
+    """True when the NF's own loader (a ``setup`` command, run in the DUT's namespace) attached the
+    program: the testbed then neither attaches nor detaches it, ``program`` is the program found
+    attached (for the kernel's BPF statistics) and ``close`` runs the NF's teardown."""
 
     @property
     @abstractmethod

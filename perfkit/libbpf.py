@@ -473,9 +473,15 @@ def map_info(fd: int) -> MapInfoBtf:
 
 
 def prog_from_id(prog_id: int) -> Program:
-    """The loaded program with kernel id ``prog_id``, opened by id (the caller closes ``fd``)."""
+    """The program with kernel id ``prog_id``, opened by id (one another loader attached); the
+    caller owns the fd (``os.close(prog.fd)``)."""
     fd = _check(lib().bpf_prog_get_fd_by_id(prog_id), f"bpf_prog_get_fd_by_id({prog_id})")
-    return Program(fd, prog_info(fd).name.decode(errors="replace"))
+    try:
+        name = prog_info(fd).name.decode(errors="replace")
+    except BaseException:
+        os.close(fd)
+        raise
+    return Program(fd, name)
 
 
 def prog_loaded(prog_id: int) -> bool:

@@ -130,6 +130,13 @@ class TrialResult:
     """For traffic the dataplane passes to the DUT's kernel (``Traffic.to_socket``): datagrams the
     socket was delivered per packet it received. Above 1, GRO aggregated them; 1, every datagram
     crossed the stack alone. None: traffic out of the DUT's egress port."""
+    verdicts: dict[str, int] = field(default_factory=dict)
+    """Packets per XDP verdict the DUT gave in the trial (``{"XDP_DROP": 1000}``), from the program's
+    own counters where it names them by verdict, else from perfkit's (``verdicts_from``;
+    ``perfkit.accounting.verdicts``). {}: not measured."""
+    verdicts_from: str = ""
+    """Who counted ``verdicts``: ``program`` (its counters) or ``perfkit`` (sink, socket, kernel and
+    drop counters); "": not measured."""
     ring_cores: list[int] = field(default_factory=list)
     """The DUT cores whose receive queue the overflows of ``dut_drops[RING_DROP]`` came from: the one
     that serves it when it can be told (a veth port's ring, on its NAPI thread's core), every DUT
@@ -397,7 +404,7 @@ OFFER_EPS = 1e-3
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
 JSON_FIELDS = ("knobs", "dut_perf_counts", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
-               "dut_busy_per_core", "ring_cores", "stalls", "hosts", "ceiling_hosts", "notes", "objects")
+               "dut_busy_per_core", "ring_cores", "verdicts", "stalls", "hosts", "ceiling_hosts", "notes", "objects")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After
 #: the drain (the sink quiet for 50 ms), frames still queued for the DUT are counted as its ring
@@ -489,6 +496,8 @@ RECORD_COLUMNS = {
     "kernel_ns_per_packet": "dut_ns_per_packet - bpf_ns_per_packet: the kernel path [ns]",
     "dut_busy": "share of the DUT cores' time its packet threads ran [0..1] (mean over the DUT cores)",
     "dut_busy_per_core": "JSON {cpu: share of the core's time the DUT's packet threads on it ran [0..1]}",
+    "verdicts": "JSON {XDP verdict: packets} the DUT gave in the trial",
+    "verdicts_from": "who counted verdicts: program (its own counters) or perfkit",
     "ring_cores": "JSON list of the DUT cores whose receive queue the rx_ring_full drops came from",
     "dut_capacity_pps": "dut_cores x 1e9 / dut_ns_per_packet: packets/s at 100 % of the DUT cores",
     "dut_wakeups": "times the DUT's packet threads were put on a CPU in the trial (wake-ups, returns after preemption)",

@@ -30,6 +30,10 @@ class Generator(ABC):
     #: Whether it counts traffic the dataplane passes to the DUT's kernel, at a socket there
     #: (``Traffic.to_socket``).
     counts_at_socket: bool = False
+    #: The verdicts (``Traffic.verdict``) whose traffic it can count: out of the DUT's other port
+    #: (XDP_REDIRECT), back out of the ingress port (XDP_TX), at the DUT's kernel without a socket
+    #: (XDP_PASS), or at the DUT's drop counters (XDP_DROP).
+    verdicts: frozenset[str] = frozenset({"XDP_REDIRECT"})
     #: Whether it sends frame mixes (``Scenario.frame_mix``: imix) as their weighted sizes.
     sends_mixes: bool = False
 
@@ -50,7 +54,11 @@ class Generator(ABC):
         if scenario.mix and not cls.sends_mixes:
             raise ConfigError("frame_size", scenario.frame_mix, f"a size in bytes with the {cls.name} generator "
                               "(frame mixes: the xdp and sim generators)")
-        socket = scenario.traffic().to_socket
+        traffic = scenario.traffic()
+        socket = traffic.to_socket
+        if not socket and traffic.verdict not in cls.verdicts:
+            raise ConfigError("traffic verdict", traffic.verdict, f"{', '.join(sorted(cls.verdicts))}: what the "
+                              f"{cls.name} generator counts (all four: xdp, the local testbed)")
         if socket and not cls.counts_at_socket:
             raise ConfigError("traffic", f"to a socket on the DUT at {socket[0]}:{socket[1]}",
                               f"traffic out of the DUT's egress port: {cls.name} has no socket sink on the DUT "

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perfkit import knobs
+from perfkit import accounting, knobs
 from perfkit.dataplane import PortMacs
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
@@ -30,7 +30,7 @@ from perfkit.lab.inventory import Lab, LabHost
 from perfkit.lab.remote import AgentSession
 from perfkit.scenario import Scenario
 from perfkit.stl.fieldengine import FlowSlice, slice_engine
-from perfkit.trial import RING_DROP, TrialResult
+from perfkit.trial import TrialResult
 
 #: Seconds between telling the testers to send and the common start (SSH round trips on the way).
 START_DELAY = 0.3
@@ -196,21 +196,22 @@ class LabGenerator(Generator):
         tx = sum(r["tx_packets"] for r in reps)
         captures = [(self.traffics[t.name], bytes.fromhex(c)) for t, r in zip(self.testers, reps) for c in r["captures"]]
         mismatches = [why for traffic, c in captures if (why := self.scenario.dp.check_output(traffic, c))]
-        dut_drops = dict(dut["dut_drops"])
         ring_in = sum(r["dut_ring"] for r in reps)
-        if ring_in:
-            dut_drops[RING_DROP] = ring_in
+        dut_drops = accounting.with_ring(dut["dut_drops"], ring_in)
+        rx = sum(r["rx_packets"] for r in reps)
+        seen = accounting.verdicts({**dut.get("forwarded", {}), **dut["dut_drops"]}, self.scenario.traffic().verdict,
+                                   rx, dut_drops)
         elapsed = max(r["elapsed"] for r in reps)
         result = TrialResult.for_scenario(
             self.scenario, wire_frame_size=reps[0]["wire_frame_size"], dut_cores=len(self.dut_cores), generator=self.name,
             duration=duration, intended_pps=float(rate_pps or 0.0),
             intended_packets=sum(r["intended"] for r in reps) if rate_pps or packets else tx,
-            tx_packets=tx, rx_packets=sum(r["rx_packets"] for r in reps), tx_bytes=sum(r["tx_bytes"] for r in reps),
+            tx_packets=tx, rx_packets=rx, tx_bytes=sum(r["tx_bytes"] for r in reps),
             rx_bytes=sum(r["rx_bytes"] for r in reps), elapsed=elapsed, start_time=min(r["start_time"] for r in reps),
             end_time=max(r["end_time"] for r in reps), latency_ns=merged_percentiles(reps, "latency_hist"),
             ipdv_ns=merged_percentiles(reps, "ipdv_hist"), reordered=sum(r["reordered"] for r in reps),
             duplicates=sum(r["duplicates"] for r in reps), mismatched_packets=len(mismatches), dut_drops=dut_drops,
-            tester_drops={RING_DROP: dut["tester_ring"]} if dut["tester_ring"] else {},
+            tester_drops=accounting.tester_drops(dut["tester_ring"]),
             bpf_ns_per_packet=dut["bpf_ns_per_packet"], dut_ns_per_packet=dut.get("dut_ns_per_packet"),
             kernel_ns_per_packet=dut.get("kernel_ns_per_packet"), dut_busy=dut.get("dut_busy"),
             dut_capacity_pps=dut.get("dut_capacity_pps"), dut_busy_per_core=dut["dut_busy_per_core"],
@@ -224,6 +225,7 @@ class LabGenerator(Generator):
             dut_others_share=dut.get("dut_others_share"),
             hosts={"dut": [self.lab.dut.name], "tester": [t.name for t in self.testers]},
             objects={f"{self.lab.dut.name}:{k}": v for k, v in (self.loaded.get("objects") or {}).items()},
+            verdicts=seen.packets, verdicts_from=seen.source,
             ceiling_hosts=self._short(rate_pps, reps))
         # the DUT host's stalls judged as the local testbed's: its veth rings, or a NIC's, on one core
         queues = dut_queues(self.dut_cores, 0)
@@ -244,9 +246,7 @@ class LabGenerator(Generator):
             notes.append(f"{t.name}: offered {rep['tx_packets']}, received {rep['rx_packets']}")
         if "generic" in modes:
             notes.append("the DUT's driver took no native XDP: the dataplane ran as generic XDP (slower)")
-        unaccounted = r.tx_packets - r.rx_packets - sum(r.dut_drops.values()) - sum(r.tester_drops.values())
-        if unaccounted:
-            notes.append(f"{unaccounted} packets unaccounted for (offered - received - counted drops)")
+        notes.extend(accounting.notes(r))
         if mismatches:
             notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} "
                          f"should emit; first: {mismatches[0]}")

@@ -3,12 +3,18 @@ veth testbed, with the dataplane under test between them.
 
 Setting up (a few seconds) brings up the testbed, attaches and fills the DUT, attaches the sink to
 both tester ports and loads the generator; ``measure()`` then runs one trial and accounts for every
-packet::
+packet (``perfkit.accounting``)::
 
-    offered (generator program)  = received (sink, signed, unique)
+    offered (generator program)  = received (by the traffic's verdict, below)
                                    + DUT drops  (dataplane counters, DUT receive ring full)
                                    + tester drops (tester receive ring full)
                                    + unaccounted (reported in notes; 0 when the counters agree)
+
+Received (``Traffic.verdict``): XDP_REDIRECT, signed unique frames at the sink on the tester port
+cabled to the other DUT port; XDP_TX, the same at the tester port that sent them (the sink is on
+both); XDP_PASS, at the socket (``Traffic.to_socket``) or else by the DUT kernel's IPv4 counters
+(``perfkit.testbed.kernelcount``); XDP_DROP, by the DUT's forwarding counters, which for that
+traffic mean dropped as intended (``perfkit.testbed.dut.CounterSink``).
 
 Which cores the DUT and the tester get, the receive queue each DUT core serves and the DUT's
 per-core figures are ``perfkit.generators.xdpcores``'s.
@@ -24,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfkit import stop
-from perfkit.dataplane import Traffic
+from perfkit import accounting
+from perfkit.dataplane import VERDICTS, Traffic
 from perfkit.errors import BpfError, ConfigError, TestbedError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core, dut_cost, dut_queues, thread_cores
@@ -36,7 +43,8 @@ from perfkit.host.stallprobe import StallProbe
 from perfkit.knobs import SETUP_KNOBS, Knobs, Port as KnobPort
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.testbed.coreshare import CoreShare, trial_fields as core_share_fields
-from perfkit.testbed.dut import Dut, check_rx_queue
+from perfkit.testbed.dut import CounterSink, Dut, check_rx_queue
+from perfkit.testbed.kernelcount import KernelSink
 from perfkit.testbed.exporterproc import DutExport
 from perfkit.stl import addresses
 from perfkit.stl import profile as stlprofile
@@ -50,7 +58,7 @@ from perfkit.testbed.sink import Sink, write_pcap
 from perfkit.testbed.shield import Shield
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 from perfkit.search.params import line_rate_pps
-from perfkit.trial import BUSY_MIN, RING_DROP, TrialResult
+from perfkit.trial import BUSY_MIN, TrialResult
 from perfkit.units import FCS_LEN
 
 if TYPE_CHECKING:
@@ -61,7 +69,6 @@ DRAIN_QUIET = 0.05
 DRAIN_MAX = 2.0
 #: Frames captured per trial for the content check.
 CAPTURE_COUNT = 64
-_DUT_RING = RING_DROP
 #: How long ``speed_reference="auto"`` measures the DUT cores' speed at set-up [s]: the reference
 #: trial, or the idle cores when that trial could not load them.
 SPEED_REFERENCE_S = 1.0
@@ -111,6 +118,7 @@ class XdpGenerator(Generator):
     name = "xdp"
     sets_knobs = True
     counts_at_socket = True
+    verdicts = frozenset(VERDICTS)
     sends_mixes = True
 
     def __init__(self, scenario: Scenario, *, tester_cores: list[int] | None = None, capture: str | Path | None = None,
@@ -171,6 +179,9 @@ class XdpGenerator(Generator):
         self.knobs: Knobs | None = None
         #: Where traffic the dataplane passes to the DUT's kernel is counted (``Traffic.to_socket``).
         self.socket_sink: SocketSink | None = None
+        #: Where traffic that leaves by no DUT port is counted instead of the sink (``Traffic.verdict``):
+        #: the socket, the DUT kernel's counters (XDP_PASS) or its forwarding counters (XDP_DROP).
+        self.receiver: SocketSink | KernelSink | CounterSink | None = None
         #: The loaded dataplane described for ``perfkit exporter`` (and the exporter, with targets).
         self.export: DutExport | None = None
         self._affinity = os.sched_getaffinity(0)
@@ -194,6 +205,7 @@ class XdpGenerator(Generator):
                 addr, port = self.profile.to_socket
                 self.socket_sink = SocketSink(dut_in.ns, addr, port, round(scenario.wire_frame_size) if scenario.mix
                                               else self.profile.wire_frame_size, dev=dut_in.dev)
+            self.receiver = self.socket_sink or self._receiver(scenario)
             self.sink = Sink(self.capture_count)
             sink_threads = []
             for port in (self.testbed.p0, self.testbed.p1):
@@ -206,7 +218,13 @@ class XdpGenerator(Generator):
             self.queues = dut_queues(self.dut_cores, rx_queue)
             at_a = self.profile.ingress == "a"
             self.tx, self.rx = (self.testbed.p0, self.testbed.p1) if at_a else (self.testbed.p1, self.testbed.p0)
-            self.dut_in, self.dut_out = (self.testbed.a, self.testbed.b) if at_a else (self.testbed.b, self.testbed.a)
+            self.dut_in = self.testbed.a if at_a else self.testbed.b
+            #: The DUT port frames leave by (``Traffic.egress``), None for XDP_PASS and XDP_DROP.
+            egress = self.profile.egress
+            self.dut_out = None if egress is None else self.testbed.a if egress == "a" else self.testbed.b
+            #: The DUT port's counter of frames its tester's ring refused: a redirect's, or an XDP_TX's.
+            self.out_errors = "rx_queue_0_xdp_tx_errors" if self.profile.verdict == "XDP_TX" and not \
+                self.profile.to_socket else "tx_queue_0_xdp_xmit_errors"
             #: A frame mix's traffic per size (``Scenario.traffics``), each checked with its own profile.
             self.mix = scenario.traffics() if scenario.mix and profile is None and not self.stl else ()
             self.mix_outputs = {t.output_frame_size - FCS_LEN: t for t, _ in self.mix}
@@ -262,14 +280,14 @@ class XdpGenerator(Generator):
         if self.shield:
             self.shield.refresh()
         self.sink.reset(self.capture_count)
-        if self.socket_sink:
-            self.socket_sink.reset()
+        if self.receiver:
+            self.receiver.reset()
         skbs0 = self.socket_sink.skbs() if self.socket_sink else 0
         self.gen.reset()
         if self.confinement and self.coreshare:
             self.coreshare.set_perfkit(self.confinement.refresh())
         dut0, per_core0 = self.dut.read_counters()
-        links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
+        links0 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out) if p}
         cpu0 = cpustat.snapshot(kthreads=self.dut.kthread_patterns)
         mark = self.stalls.mark() if self.stalls else None
         share0 = self.coreshare.mark() if self.coreshare else None  # the window dut_busy is over
@@ -289,10 +307,10 @@ class XdpGenerator(Generator):
         stalled = (stallprobe.evidence(self.stalls.since(mark), self.dut_cores, self.tester_cores)
                    if self.stalls and mark else {})
         end = time.time()
-        rep = (self.socket_sink or self.sink).read()
+        rep = (self.receiver or self.sink).read()
         skbs = self.socket_sink.skbs() - skbs0 if self.socket_sink else 0
         dut1, per_core1 = self.dut.read_counters()
-        links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out)}
+        links1 = {p.dev: self.testbed.link_stats(p) for p in (self.tx, self.dut_out) if p}
 
         tx_packets, tx_bytes = self.gen.counters()
         if self.gen.trivial:
@@ -300,7 +318,8 @@ class XdpGenerator(Generator):
         xmit_err = "tx_queue_0_xdp_xmit_errors"
         dut_drops = self.dut.drops(dut0, dut1)
         ring_in = links1[self.tx.dev].get(xmit_err, 0) - links0[self.tx.dev].get(xmit_err, 0)
-        ring_out = links1[self.dut_out.dev].get(xmit_err, 0) - links0[self.dut_out.dev].get(xmit_err, 0)
+        out, err = self.dut_out, self.out_errors
+        ring_out = links1[out.dev].get(err, 0) - links0[out.dev].get(err, 0) if out else 0
         tester_ring = ring_out
         # the veth ring in front of the DUT's NAPI threads is on one core, the first DUT core's
         ring_cores = self.dut_cores[:1] if ring_in else []
@@ -318,9 +337,9 @@ class XdpGenerator(Generator):
             if cpumap > 0:
                 ring_in += cpumap
                 ring_cores = list(self.dut_cores)
-        if ring_in:
-            dut_drops[_DUT_RING] = ring_in
-        tester_drops = {RING_DROP: tester_ring} if tester_ring else {}
+        dut_drops = accounting.with_ring(dut_drops, ring_in)
+        tester_drops = accounting.tester_drops(tester_ring)
+        seen = accounting.verdicts(accounting.rose(dut0, dut1), self.profile.verdict, rep.packets, dut_drops)
 
         progs = [p.name for p in self.dut.dut_programs]
         runs = _runs(rt0, rt1, progs[0])
@@ -340,7 +359,8 @@ class XdpGenerator(Generator):
             dut_drops=dut_drops, tester_drops=tester_drops, dut_cpu=cpu.dut_cpu(self.dut_cores),
             cpu_modes={str(c): {m: cpu.fraction(c, m) for m in cpustat.MODES} for c in cpu.cpus},
             dut_kthread_cpu=cpu.kthread_busy(), bpf_ns_per_packet=ns / runs if runs else None,
-            shared_cores=self.shared, sink_gap_us=None if self.socket_sink else rep.max_gap_ns / 1e3,
+            shared_cores=self.shared, sink_gap_us=None if self.receiver else rep.max_gap_ns / 1e3,
+            verdicts=seen.packets, verdicts_from=seen.source,
             **dut_cost(sum(thread_ns.values()), runs, ns, window1 - window0, len(self.dut_cores)),
             dut_wakeups=sum(slices1[p] - slices0[p] for p in slices1 if p in slices0),
             dut_tables=self.dut_tables, objects=self.dut.object_hashes(),
@@ -367,6 +387,16 @@ class XdpGenerator(Generator):
                 result.notes.append(addresses.note(self.stl.address_maps))
         return result
 
+    def _receiver(self, scenario: Scenario) -> KernelSink | CounterSink | None:
+        """Where traffic that leaves by no DUT port is counted (``Traffic.verdict``); None: the sink."""
+        assert self.dut
+        size = round(scenario.wire_frame_size) if scenario.mix else self.profile.wire_frame_size
+        if self.profile.verdict == "XDP_PASS":
+            return KernelSink(self.testbed.dut_ns, size)
+        if self.profile.verdict == "XDP_DROP":
+            return CounterSink(self.dut, size)
+        return None
+
     def _check_output(self, frame: bytes) -> str | None:
         """None when ``frame`` is what the DUT should emit; of a mix, for the traffic of its size
         (a dataplane without a model: not checked)."""
@@ -382,7 +412,7 @@ class XdpGenerator(Generator):
 
     def _drain(self) -> None:
         """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""
-        sink = self.socket_sink or self.sink
+        sink = self.receiver or self.sink
         assert sink
         deadline, last, quiet_since = time.monotonic() + DRAIN_MAX, -1, time.monotonic()
         while time.monotonic() < deadline:
@@ -400,13 +430,7 @@ class XdpGenerator(Generator):
         return bool(self.stl and not self.stl.signed)
 
     def _notes(self, r: TrialResult, unsigned: int, mismatches: list[str], captured: int) -> list[str]:
-        notes = []
-        unaccounted = r.tx_packets - r.rx_packets - sum(r.dut_drops.values()) - sum(r.tester_drops.values())
-        if unaccounted:
-            notes.append(f"{unaccounted} packets unaccounted for (offered - received - counted drops)")
-        if r.tester_drops:
-            notes.append(f"{sum(r.tester_drops.values())} packets lost at the tester's receive ring: the tester, "
-                         "not the DUT, dropped them (dut_loss_ratio excludes them)")
+        notes = accounting.notes(r)
         if unsigned:
             notes.append(f"{unsigned} frames without a signature reached the sink")
         if mismatches:
@@ -436,7 +460,7 @@ class XdpGenerator(Generator):
                 except Exception:  # noqa: BLE001 - the testbed must go down regardless
                     pass
         self.knobs = self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = None
-        self.socket_sink = self.export = None
+        self.socket_sink = self.receiver = self.export = None
         self.dut = None
         self.testbed.down()
         try:

@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import Any
 
+from perfkit import accounting
 from perfkit.dataplane import PortMacs
 from perfkit.errors import BpfError, ConfigError, PerfkitError
 from perfkit.generators.xdpcores import busy_per_core, dut_cost, thread_cores
@@ -197,8 +198,7 @@ class DutSide:
         from perfkit.host.stallprobe import evidence
         stalls = evidence(self.stalls.since(b["stalls"]), self.cores, []) if self.stalls and b["stalls"] else {}
         shares = core_share_fields(self.coreshare.since(b["share"], self.cores)) if self.coreshare and b["share"] else {}
-        drops = {k: counters1[k] - b["counters"].get(k, 0) for k in counters1
-                 if k not in self.forwarding and counters1[k] != b["counters"].get(k, 0)}
+        drops = accounting.counter_drops(b["counters"], counters1, self.forwarding)
         runs, ns = runs1 - b["runtime"][0], ns1 - b["runtime"][1]
         thread_ns = {p: threads1[p] - b["threads"][p] for p in threads1 if p in b["threads"]}
         window = window1 - b["window"]

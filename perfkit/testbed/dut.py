@@ -21,14 +21,18 @@ import os
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
+from perfkit import accounting
 from perfkit.host import cpustat
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.encap import BY_FLOW
 from perfkit.errors import ConfigError, TestbedError
-from perfkit.layouts import STEER_MAX_CPUS
+from perfkit.layouts import SINK_HIST_BUCKETS, STEER_MAX_CPUS
 from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach, xdp_prog_id
 from perfkit.provenance import object_hashes
 from perfkit.testbed.bpfbuild import object_path
+from perfkit.testbed.sink import SinkReport, StreamStats
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 
@@ -72,14 +76,14 @@ class Dut:
         # a dataplane that writes ifindexes into maps (a description's devmap) or runs its NF's loader
         # there is told the DUT's namespace
         in_ns = {"netns": testbed.dut_ns} if getattr(dataplane, "loads_in_netns", False) else {}
-        self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi, **in_ns)
+        # in the DUT's namespace: an NF's own loader (its setup command) finds the ports there
+        with netns.inside(testbed.dut_ns):
+            self.nf = dataplane.load(traffic, testbed.a.ifindex, testbed.b.ifindex, cpumap=multi, **in_ns)
         try:
-            entry = self._setup_cpumap(rx_queue or CPUMAP_QSIZE) if multi else self.nf.program
-            for port in (testbed.a, testbed.b):
-                with netns.inside(port.ns):
-                    xdp_attach(port.ifindex, entry.fd, mode=xdp_mode)
-                    if xdp_prog_id(port.ifindex, xdp_mode) != prog_info(entry.fd).id:  # read back
-                        raise TestbedError(f"knob xdp_mode={xdp_mode}: {port.dev} has no {xdp_mode} XDP program")
+            if self.nf.attached_by_nf:
+                self._check_nf_attached(multi)
+            else:
+                self._attach(self._setup_cpumap(rx_queue or CPUMAP_QSIZE) if multi else self.nf.program)
             napi_cores = set(nic_cores) if rx_queue and nic_cores else {self.cores[0]}
             # SCHED_FIFO: like softirq processing on a real DUT, it runs before any user task
             self.napi_pids = [pid for port in (testbed.a, testbed.b)
@@ -94,6 +98,27 @@ class Dut:
         except BaseException:
             self.close()
             raise
+
+    def _attach(self, entry: Program) -> None:
+        for port in (self.testbed.a, self.testbed.b):
+            with netns.inside(port.ns):
+                xdp_attach(port.ifindex, entry.fd, mode=self.xdp_mode)
+                if xdp_prog_id(port.ifindex, self.xdp_mode) != prog_info(entry.fd).id:  # read back
+                    raise TestbedError(f"knob xdp_mode={self.xdp_mode}: {port.dev} has no {self.xdp_mode} XDP program")
+
+    def _check_nf_attached(self, multi: bool) -> None:
+        """The NF's loader attached its program: it must be the one on the ingress port (in either
+        mode), and it runs there alone (perfkit's steering cannot go in front of it)."""
+        if multi:
+            raise ConfigError("dut_cores", self.cores, "1 core and no rx_queue: the NF's own loader attached "
+                              f"{self.dataplane.name}, so perfkit cannot spread it over a cpumap")
+        port = self.testbed.a if self.traffic.ingress == "a" else self.testbed.b
+        want = prog_info(self.nf.program.fd).id
+        with netns.inside(port.ns):
+            ids = {xdp_prog_id(port.ifindex, mode) for mode in ("native", "generic")}
+        if want not in ids:
+            raise TestbedError(f"dataplane {self.dataplane.name}: its setup attached program id {want} is not on "
+                               f"the ingress port {port.dev} (attached there: {sorted(ids - {0}) or 'none'})")
 
     def _setup_cpumap(self, qsize: int) -> Program:
         steering = BY_FLOW if self.steering == "5tuple" else self.dataplane.steering
@@ -155,9 +180,7 @@ class Dut:
 
     def drops(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         """Counters that rose between two ``counters()`` readings and are not forwarding ones."""
-        forwarding = self.dataplane.forwarding(self.traffic)
-        return {k: after[k] - before.get(k, 0) for k in after
-                if k not in forwarding and after[k] != before.get(k, 0)}
+        return accounting.counter_drops(before, after, self.dataplane.forwarding(self.traffic))
 
     def check_output(self, frame: bytes) -> str | None:
         return self.dataplane.check_output(self.traffic, frame)
@@ -170,7 +193,39 @@ class Dut:
         if self.steer:
             self.steer.close()
             self.steer = None
-        self.nf.close()
+        if netns.exists(self.testbed.dut_ns):  # an NF's teardown runs where its setup did
+            with netns.inside(self.testbed.dut_ns):
+                self.nf.close()
+        else:
+            self.nf.close()
+
+
+class CounterSink:
+    """Where XDP_DROP traffic is "received": the packets the DUT's forwarding counters (here: those
+    that mean dropped as intended, ``Dataplane.forwarding``) counted between ``reset`` and ``read``,
+    as a sink would report them (no sequence or latency figures). ``wire_frame_size``: bytes of each
+    offered frame [bytes, FCS included]."""
+
+    def __init__(self, dut: Dut, wire_frame_size: int):
+        self.dut, self.wire_frame_size = dut, wire_frame_size
+        self.base = dut.counters()
+
+    def reset(self, capture_max: int | None = None) -> None:
+        self.base = self.dut.counters()
+
+    def totals(self) -> tuple[int, int]:
+        n = accounting.handled(self.base, self.dut.counters(), self.dut.dataplane.forwarding(self.dut.traffic))
+        return n, n * self.wire_frame_size
+
+    def read(self) -> SinkReport:
+        packets, frame_bytes = self.totals()
+        empty = np.zeros(SINK_HIST_BUCKETS, dtype=np.int64)
+        streams = [StreamStats(0, packets, frame_bytes, 0, 0, 0, 0, 0, 0)] if packets else []
+        return SinkReport(frames=packets, frame_bytes=frame_bytes, unsigned=0, streams=streams,
+                          latency_hist=empty, ipdv_hist=empty.copy())
+
+    def close(self) -> None:
+        """Nothing to release (the DUT is closed on its own)."""
 
 
 def check_rx_queue(rx_queue: object) -> None:
