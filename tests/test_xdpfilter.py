@@ -29,9 +29,14 @@ def test_trial_counts_equal_xdp_filters_own(verdict: str) -> None:
             nf = gen.dut.nf
             ifname = nf.ifname
             assert nf.attached_by_nf and nf.program.name.startswith("xdpfilt_")
-            before = nf.status()
-            r = gen.measure(100_000, 0.2, packets=PACKETS)
-            after = nf.status()
+            # a host stall longer than the DUT's ring lasts loses frames at the kernel, not in
+            # xdp-filter: such a trial is measured again (at most 3 times), as searches do
+            for _ in range(3):
+                before = nf.status()
+                r = gen.measure(100_000, 0.2, packets=PACKETS)
+                after = nf.status()
+                if r.rx_packets == PACKETS or not any("stalled" in n for n in r.notes):
+                    break
         finally:
             gen.close()
     own = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
