@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfkit import stop
-from perfkit.dataplane import Traffic
+from perfkit.dataplane import NO_MODEL_NOTE, Traffic
 from perfkit.errors import BpfError, ConfigError, TestbedError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core, dut_cost, dut_queues, thread_cores
@@ -371,7 +371,7 @@ class XdpGenerator(Generator):
         traffic = self.mix_outputs.get(len(frame))
         if traffic is None:
             return f"a frame of {len(frame)} bytes, none of the mix's ({sorted(self.mix_outputs)} without FCS)"
-        return self.scenario.dp.check_output(traffic, frame)
+        return self.scenario.dp.output_check(traffic, frame)
 
     def _drain(self) -> None:
         """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""
@@ -405,6 +405,8 @@ class XdpGenerator(Generator):
         if mismatches:
             notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} should emit; "
                          f"first: {mismatches[0]}")
+        if not self.scenario.dp.has_model:
+            notes.append(NO_MODEL_NOTE)
         if self.shared:
             notes.append(f"DUT cores {self.dut_cores} shared with the tester {self.tester_cores}: pessimistic figures")
         if r.speed_reference_ns and r.dut_speed_ns_per_step:

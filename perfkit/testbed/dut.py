@@ -156,7 +156,7 @@ class Dut:
                 if k not in forwarding and after[k] != before.get(k, 0)}
 
     def check_output(self, frame: bytes) -> str | None:
-        return self.dataplane.check_output(self.traffic, frame)
+        return self.dataplane.output_check(self.traffic, frame)
 
     def close(self) -> None:
         if self.steer:

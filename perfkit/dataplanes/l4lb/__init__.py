@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+from perfkit.dataplane import (API_VERSION, BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
                                Traffic)
 from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.control import L4lb
@@ -98,6 +98,7 @@ class L4lbDut(BpfDut):
 
 class L4lbDataplane(Dataplane):
     name = "l4lb"
+    api_version = API_VERSION
     title = "L4 load balancer"
     params = (
         Param("protocol", "udp", "the clients' transport: udp (QUIC, to port 443) or tcp (to port 80)",

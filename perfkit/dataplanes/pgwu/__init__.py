@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+from perfkit.dataplane import (API_VERSION, BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
                                Traffic)
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
@@ -85,6 +85,7 @@ class PgwuDut(BpfDut):
 
 class PgwuDataplane(Dataplane):
     name = "pgwu"
+    api_version = API_VERSION
     title = "PGW-U"
     params = (
         Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out; host: UDP "
