@@ -496,6 +496,9 @@ class Dataplane(ABC):
     """The tunnels its frames carry, in or out (the sink finds the signature through them)."""
     frame_size_doc: str = "frame size [bytes], FCS included"
     """What ``frame_size`` means for this dataplane (which frame)."""
+    layouts: Mapping[str, type[Struct]] = {}
+    """The ctypes mirrors of its object's structs, by C name (``perfkit dataplane check`` compares
+    each with the object's BTF); empty: nothing to check."""
 
     # -- parameters ------------------------------------------------------------------------------
     def param(self, name: str) -> Param:
