@@ -54,8 +54,17 @@ class _Found:
     reason: str | None
 
 
+#: perfkit's own, as pyproject.toml registers them: found also where perfkit runs from a source tree
+#: that was not installed (``PYTHONPATH``, a lab host's copy), which has no entry points.
+BUILTIN = {"calib": "perfkit.dataplanes.calib:DATAPLANE", "l4lb": "perfkit.dataplanes.l4lb:DATAPLANE",
+           "pgwu": "perfkit.dataplanes.pgwu:DATAPLANE"}
+
+
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return sorted(importlib.metadata.entry_points(group=GROUP), key=lambda ep: ep.name)
+    eps = list(importlib.metadata.entry_points(group=GROUP))
+    have = {ep.name for ep in eps}
+    eps += [importlib.metadata.EntryPoint(n, v, GROUP) for n, v in BUILTIN.items() if n not in have]
+    return sorted(eps, key=lambda ep: ep.name)
 
 
 def _last_line(err: BaseException) -> str:
