@@ -1,10 +1,17 @@
 """The seam between perfkit and a network function: the ``Dataplane`` interface.
 
 Everything perfkit measures with (testbed, generators, searches, campaigns, prog-bench, metrics,
-analysis, report, CLI) knows a dataplane only through this module. A dataplane is a package
-``perfkit/dataplanes/<name>/`` whose ``DATAPLANE`` is an instance of a ``Dataplane`` subclass; it
-holds its control plane, its independent reference model, its traffic profiles, its layouts mirror
-and the meaning of its scenario parameters. ``perfkit.dataplanes.get(name)`` finds it.
+analysis, report, CLI) knows a dataplane only through this module. A dataplane is a ``Dataplane``
+subclass (or an instance of one) registered in the entry-point group ``perfkit.dataplanes`` by any
+installed package, perfkit's own three included; ``perfkit.dataplanes.get(name)`` finds it. This
+module is a public, versioned interface (``API_VERSION``; docs/dataplane-api.md): it imports nothing
+from the testbed.
+
+The required core is traffic (``Traffic.packet``, ``Traffic.field_engine``), ``Dataplane.load`` and
+the loaded program's counters. The reference model (``Dataplane.emit``, ``Dataplane.check_output``,
+``Traffic.expected_output``), prog-bench support (``Dataplane.bench_spec``) and other port
+addresses (``Traffic.on_ports``) are optional: they raise ``NotProvided``, and generic code asks
+``Dataplane.has_model`` / ``has_bench`` first and says what is missing.
 
 The parts:
 
@@ -29,19 +36,39 @@ import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Self
+from typing import Any, Callable, ClassVar, Mapping, Self
 
 import numpy as np
 
 from perfkit.encap import BY_DADDR, Encap, Steering
-from perfkit.errors import ConfigError
+from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import Struct
 from perfkit.libbpf import BPF_XDP_CPUMAP, BpfObject, Map, Program
 from perfkit.provenance import object_hashes
 from perfkit.stl.fieldengine import FieldEngine
-from perfkit.testbed.bpfbuild import object_path
-from perfkit.testbed.topology import PORT_MACS
+from perfkit.ports import PORT_MACS
 from perfkit.units import FCS_LEN
+
+#: The version of this interface. A plugin's ``Dataplane`` subclass sets ``api_version`` to the
+#: version it was written for; discovery (``perfkit.dataplanes``) refuses any other, in one line.
+#: It changes only when a change would break a plugin written for the previous one
+#: (docs/dataplane-api.md, "Versioning").
+API_VERSION = 2
+
+
+#: The note a trial carries when its dataplane has no reference model.
+NO_MODEL_NOTE = "output not checked: no model (the dataplane has no reference model)"
+
+
+class NotProvided(ConfigError):
+    """An optional part of the interface that a dataplane does not provide (its reference model,
+    prog-bench support ...): ``dataplane mylb: no reference model (emit)``."""
+
+    def __init__(self, what: str, dataplane: str):
+        self.what = what
+        self.dataplane = dataplane
+        PerfkitError.__init__(self, f"dataplane {dataplane}: {what}")
+        self.field, self.value, self.allowed = f"dataplane {dataplane}", what, "a dataplane that provides it"
 
 
 #: The XDP verdicts a traffic's packets may get (``Traffic.verdict``).
@@ -170,18 +197,22 @@ class Traffic(ABC):
     def packet(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
         """The frame offered for ``flow`` with a signature (``perfkit.stl.signature.SIGNATURE``)."""
 
-    @abstractmethod
     def expected_output(self, flow: int = 0, seq: int = 0, stream: int = 0, ts: int = 0) -> bytes:
-        """What a correct DUT emits for ``packet(flow, ...)`` (the reference model's answer)."""
+        """What a correct DUT emits for ``packet(flow, ...)`` (the reference model's answer).
+        Optional: part of the model (``NotProvided`` without one)."""
+        raise NotProvided("no reference model (Traffic.expected_output)", type(self).__name__)
 
     @abstractmethod
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:
         """How the generator turns ``packet(0)`` into ``packet(i)`` for every flow i."""
 
-    @abstractmethod
     def on_ports(self, macs: PortMacs) -> Self:
         """The same traffic between ports with the MAC addresses ``macs`` (a lab's inventory's):
-        offered frames addressed to the DUT's ingress port, the DUT configured to address the tester."""
+        offered frames addressed to the DUT's ingress port, the DUT configured to address the tester.
+        Optional: only a lab with other addresses than the local testbed's needs it."""
+        if macs == PortMacs():
+            return self
+        raise NotProvided("no traffic for other port addresses (Traffic.on_ports)", type(self).__name__)
 
     @property
     def to_socket(self) -> tuple[str, int] | None:
@@ -207,8 +238,11 @@ class Traffic(ABC):
 
     @property
     def output_frame_size(self) -> int:
-        """Bytes per frame the DUT should emit, FCS included."""
-        return len(self.expected_output(0)) + FCS_LEN
+        """Bytes per frame the DUT should emit, FCS included (without a model: as offered)."""
+        try:
+            return len(self.expected_output(0)) + FCS_LEN
+        except NotProvided:
+            return self.wire_frame_size
 
 
 @dataclass(frozen=True)
@@ -292,16 +326,27 @@ KEY0 = struct.pack("=I", 0)
 
 @dataclass
 class BpfControl:
-    """The control plane of a dataplane's XDP program ``bpf/<name>.bpf.c``, loaded: the object
-    ``<name>.o``, its entry program ``xdp_<name>``, its configuration (the one entry of the array map
-    ``<name>_config``) and its counters (the per-CPU array ``<name>_stats``, one record per counter).
+    """The control plane of a dataplane's XDP program, loaded: the object ``object_file``, its entry
+    program ``entry``, its configuration (the one entry of the array map ``config_map``) and its
+    counters (the per-CPU array ``stats_map``, one record per counter). Each is declared as data by
+    the subclass; none is derived from a name.
 
     A dataplane's control is a dataclass subclass that sets the class attributes and ``config``'s
     default, and adds what it alone has (sessions, VIPs); its ``load`` is
     ``cls(cls.open(...), ...).start()``."""
 
     name: ClassVar[str] = "abstract"
-    """The program's stem: ``bpf/<name>.bpf.c``."""
+    """For messages: the program's name."""
+    object_file: ClassVar[Path | Callable[[], Path] | None] = None
+    """The object to load: a path, or a function that gives it (building it first if it must)."""
+    entry: ClassVar[str] = ""
+    """The XDP program's name in the object."""
+    config_map: ClassVar[str | None] = None
+    """The one-entry array map ``configure`` writes ``config.to_struct()`` to (None: none)."""
+    stats_map: ClassVar[str] = ""
+    """The per-CPU array of counter records (``stat_rec``), indexed by ``stat``."""
+    metric_prefix: ClassVar[str] = ""
+    """The Prometheus prefix of its counters (``perfkit_<name>_``)."""
     stat: ClassVar[type[enum.IntEnum]]
     """``enum <name>_stat``: a counter per member (named by its ``label``) but the last, the count."""
     stat_rec: ClassVar[type[Struct]]
@@ -314,10 +359,17 @@ class BpfControl:
     @classmethod
     def open(cls, path: Path | str | None = None, cpumap: bool = False, max_entries: dict[str, int] | None = None,
              rodata: Struct | None = None) -> BpfObject:
-        """``build/bpf/<name>.o`` (or ``path``) loaded into the kernel, with map sizes and constants set;
+        """``object_file`` (or ``path``) loaded into the kernel, with map sizes and constants set;
         ``cpumap``: its entry program made to run in a cpumap (several DUT cores)."""
-        return BpfObject(Path(path) if path else object_path(cls.name), max_entries=max_entries, rodata=rodata,
-                         attach_types={f"xdp_{cls.name}": BPF_XDP_CPUMAP} if cpumap else None)
+        return BpfObject(Path(path) if path else cls.object_path(), max_entries=max_entries, rodata=rodata,
+                         attach_types={cls.entry: BPF_XDP_CPUMAP} if cpumap else None)
+
+    @classmethod
+    def object_path(cls) -> Path:
+        """``object_file``, as a path (a function is called)."""
+        if cls.object_file is None:
+            raise NotProvided("no object file (BpfControl.object_file)", cls.name)
+        return Path(cls.object_file() if callable(cls.object_file) else cls.object_file)
 
     def start(self) -> Self:
         """Write ``config`` (on a new object: the default); the object is closed when that fails."""
@@ -330,13 +382,14 @@ class BpfControl:
 
     @property
     def program(self) -> Program:
-        return self.obj.program(f"xdp_{self.name}")
+        return self.obj.program(self.entry)
 
     def map(self, name: str) -> Map:
         return self.obj.map(name)
 
     def configure(self, config: Any) -> None:
-        self.map(f"{self.name}_config").update(KEY0, config.to_struct())
+        if self.config_map is not None:
+            self.map(self.config_map).update(KEY0, config.to_struct())
         self.config = config
 
     def summed(self, map_name: str, index: int) -> Struct:
@@ -354,7 +407,12 @@ class BpfControl:
 
     def stats(self) -> dict[str, Struct]:
         """What happened to packets so far: each counter's record by label, summed over CPUs."""
-        return {s.label: self.summed(f"{self.name}_stats", int(s)) for s in list(self.stat)[:-1]}  # type: ignore[attr-defined]
+        return {s.label: self.summed(self.stats_map, int(s)) for s in list(self.stat)[:-1]}  # type: ignore[attr-defined]
+
+    @classmethod
+    def prefix(cls) -> str:
+        """``metric_prefix``, or ``perfkit_<name>_``."""
+        return cls.metric_prefix or f"perfkit_{cls.name}_"
 
     def object_hashes(self) -> dict[str, str]:
         return object_hashes([self.obj])
@@ -392,13 +450,13 @@ class BpfDut(DutProgram):
         """Install the tables the traffic needs (after the configuration)."""
 
     def counter_cells(self) -> list[CounterCell]:
-        """Every counter of ``<name>_stats``, packets and bytes, by its label (``outcome``); a
+        """Every counter of ``stats_map``, packets and bytes, by its label (``outcome``); a
         dataplane's DUT adds its own (per VIP, per real ...)."""
-        name, rec = self.control.name, self.control.stat_rec
+        prefix, rec, stats = self.control.prefix(), self.control.stat_rec, self.control.stats_map
         out = []
         for s in list(self.control.stat)[:-1]:  # type: ignore[attr-defined]
             for unit in ("packets", "bytes"):
-                out.append(CounterCell(f"perfkit_{name}_{unit}_total", (s.label,), f"{name}_stats", int(s),
+                out.append(CounterCell(f"{prefix}{unit}_total", (s.label,), stats, int(s),
                                        getattr(rec, unit).offset))
         return out
 
@@ -418,7 +476,7 @@ class BpfDut(DutProgram):
     def counters_per_cpu(self) -> dict[int, dict[str, int]]:
         out: dict[int, dict[str, int]] = {}
         for s in list(self.control.stat)[:-1]:  # type: ignore[attr-defined]
-            for cpu, rec in enumerate(self.control.per_cpu(f"{self.control.name}_stats", int(s))):
+            for cpu, rec in enumerate(self.control.per_cpu(self.control.stats_map, int(s))):
                 out.setdefault(cpu, {})[s.label] = rec.packets
         return out
 
@@ -451,9 +509,15 @@ class Dataplane(ABC):
     """One network function perfkit can measure. Subclasses set the class attributes."""
 
     name: str = "abstract"
-    """Registry name, ``bpf/<name>.bpf.c``'s stem and the campaign's ``dataplane``."""
+    """Registry name (its entry point's name) and the campaign's ``dataplane``: only that."""
     title: str = "abstract"
     """For people: ``PGW-U``, ``L4 load balancer``."""
+    api_version: int = 0
+    """The ``API_VERSION`` the dataplane was written for; discovery refuses any other."""
+    ports: tuple[str, ...] = ("a", "b")
+    """The DUT port names the dataplane uses (``Traffic.ingress`` is one of them)."""
+    metric_prefix: str = ""
+    """The Prometheus prefix of its counters; empty: ``perfkit_<name>_``."""
     params: tuple[Param, ...] = ()
     """The scenario parameters, in the order keys and grids use them."""
     variant: str = ""
@@ -468,6 +532,9 @@ class Dataplane(ABC):
     """The tunnels its frames carry, in or out (the sink finds the signature through them)."""
     frame_size_doc: str = "frame size [bytes], FCS included"
     """What ``frame_size`` means for this dataplane (which frame)."""
+    layouts: Mapping[str, type[Struct]] = {}
+    """The ctypes mirrors of its object's structs, by C name (``perfkit dataplane check`` compares
+    each with the object's BTF); empty: nothing to check."""
 
     # -- parameters ------------------------------------------------------------------------------
     def param(self, name: str) -> Param:
@@ -513,24 +580,46 @@ class Dataplane(ABC):
         enter at ``traffic.ingress``); ``cpumap`` loads the program to run in a cpumap (several DUT
         cores)."""
 
-    @abstractmethod
     def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
         """The reference model's answer for ``frame`` offered to a DUT set up for ``traffic`` (on the
-        testbed's ports: ``load(traffic, 1, 2)``; the fuzz tests compare the kernel with it)."""
+        testbed's ports: ``load(traffic, 1, 2)``; the fuzz tests compare the kernel with it).
+        Optional, with ``check_output`` (``has_model``)."""
+        raise NotProvided("no reference model (emit)", self.name)
 
     def forwarding(self, traffic: Traffic) -> frozenset[str]:
         """The counters of the path ``traffic`` should take (``forward_counters``, unless the traffic
         is for the DUT's kernel, ``Traffic.to_socket``): every other counter that rises is a DUT drop."""
         return self.forward_counters
 
-    @abstractmethod
     def check_output(self, traffic: Traffic, frame: bytes) -> str | None:
         """None when ``frame`` is what the DUT should emit for some packet of ``traffic``, else one
-        line saying what differs (the frames a sink or TRex captured, checked with the model)."""
+        line saying what differs (the frames a sink or TRex captured, checked with the model).
+        Optional, with ``emit`` (``has_model``)."""
+        raise NotProvided("no reference model (check_output)", self.name)
 
-    @abstractmethod
     def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
-        """prog-bench: the harness set-up and the loaded program (with its tables filled)."""
+        """prog-bench: the harness set-up and the loaded program (with its tables filled).
+        Optional (``has_bench``)."""
+        raise NotProvided("no prog-bench support (bench_spec)", self.name)
+
+    @property
+    def has_model(self) -> bool:
+        """Whether the dataplane has a reference model: ``emit`` and ``check_output`` provided."""
+        return type(self).emit is not Dataplane.emit and type(self).check_output is not Dataplane.check_output
+
+    @property
+    def has_bench(self) -> bool:
+        """Whether ``bench_spec`` is provided (``perfkit prog-bench`` can drive the program)."""
+        return type(self).bench_spec is not Dataplane.bench_spec
+
+    def output_check(self, traffic: Traffic, frame: bytes) -> str | None:
+        """``check_output``, or None without a model (the caller says "output not checked: no model")."""
+        return self.check_output(traffic, frame) if self.has_model else None
+
+    @property
+    def prefix(self) -> str:
+        """``metric_prefix``, or ``perfkit_<name>_``."""
+        return self.metric_prefix or f"perfkit_{self.name}_"
 
     def min_frame_size(self, params: Mapping[str, Any]) -> int:
         """Smallest ``frame_size`` the traffic can carry (with the signature)."""
@@ -541,9 +630,9 @@ class Dataplane(ABC):
         """The counters its loaded program exports (``DutProgram.counter_cells`` says where they are):
         by default packets and bytes per counter of ``<name>_stats`` (label ``outcome``: ``fwd``, a
         drop reason ...); a dataplane adds its own."""
-        return (CounterSpec(f"perfkit_{self.name}_packets_total",
+        return (CounterSpec(f"{self.prefix}packets_total",
                             f"Packets the {self.title} counted, by what happened to them (outcome).",
                             ("outcome",), "packets"),
-                CounterSpec(f"perfkit_{self.name}_bytes_total",
+                CounterSpec(f"{self.prefix}bytes_total",
                             f"Frame bytes (as received) the {self.title} counted, by what happened to them.",
                             ("outcome",), "bytes"))

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from perfkit import dataplanes
-from perfkit.dataplane import BenchSpec, DutProgram
+from perfkit.dataplane import BenchSpec, DutProgram, NotProvided
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import BENCH_KEY_MAX, BENCH_MAX_FIELDS, BENCH_RESTORE_MAX, bench_config, bench_template
 from perfkit.libbpf import XDP_PACKET_HEADROOM, BpfObject
@@ -99,6 +99,9 @@ def prog_bench(dataplane: str = dataplanes.DEFAULT, frame_size: int = 64, params
     if over > 0:  # a longer frame is split over pages (multi-buffer): the program sees only the first
         raise ConfigError("frame_size", frame_size, f"<= {frame_size - over} bytes for this {scenario.dp.title} traffic "
                           f"(BPF_PROG_TEST_RUN gives a program at most {TEST_RUN_MAX} bytes in one buffer)")
+    if not scenario.dp.has_bench:
+        raise NotProvided("no prog-bench support (bench_spec): prog-bench cannot keep its program on one path",
+                          scenario.dp.name)
     spec, dut = scenario.dp.bench_spec(frame_size, scenario.params, seed)
     cpu = cpu if cpu is not None else allowed[-1]
     old_affinity = os.sched_getaffinity(0)

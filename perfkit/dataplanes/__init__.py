@@ -1,53 +1,160 @@
-"""The dataplanes perfkit can measure, found by name: one package per network function.
+"""The dataplanes perfkit can measure, found by name through the entry-point group
+``perfkit.dataplanes`` (as pytest finds its plugins and papermill its engines).
 
-Each subpackage ``perfkit/dataplanes/<name>/`` exports ``DATAPLANE``, an instance of
-``perfkit.dataplane.Dataplane``. Adding a dataplane is adding a package (and its BPF program and
-campaign file): nothing here or in the generic modules changes.
+Any installed package registers one in its ``pyproject.toml``::
+
+    [project.entry-points."perfkit.dataplanes"]
+    mylb = "mylb.perfkit:DATAPLANE"
+
+The object named is a ``perfkit.dataplane.Dataplane`` instance, or a subclass that takes no
+arguments; its ``name`` is the entry point's name and its ``api_version`` is
+``perfkit.dataplane.API_VERSION``. perfkit's own three (``perfkit/dataplanes/<name>/``) register
+through the same group. A plugin that fails to import, names something else or was written for
+another version is left out and reported in one line by ``broken()`` (``perfkit dataplanes``
+lists both); the others still load. docs/dataplane-api.md is the interface.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import importlib.metadata
+import traceback
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from perfkit.dataplane import Dataplane
+from perfkit.dataplane import API_VERSION, Dataplane
 from perfkit.encap import Encap
 from perfkit.errors import ConfigError
 
+#: The entry-point group dataplanes register in.
+GROUP = "perfkit.dataplanes"
 #: The dataplane commands use when none is named.
 DEFAULT = "pgwu"
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where an installed dataplane comes from."""
+
+    name: str
+    """Its registry name (the entry point's)."""
+    value: str
+    """The entry point's object reference (``module:attribute``)."""
+    distribution: str | None
+    """The installed package that registers it (``perfkit``, ``perfkit-demo-plugin``)."""
+    version: str | None
+    """That package's version."""
+    file: str | None
+    """The file of the module that defines it (None when it did not import)."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    origin: Origin
+    dataplane: Dataplane | None
+    reason: str | None
+
+
+#: perfkit's own, as pyproject.toml registers them: found also where perfkit runs from a source tree
+#: that was not installed (``PYTHONPATH``, a lab host's copy), which has no entry points.
+BUILTIN = {"calib": "perfkit.dataplanes.calib:DATAPLANE", "l4lb": "perfkit.dataplanes.l4lb:DATAPLANE",
+           "pgwu": "perfkit.dataplanes.pgwu:DATAPLANE"}
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    eps = list(importlib.metadata.entry_points(group=GROUP))
+    have = {ep.name for ep in eps}
+    eps += [importlib.metadata.EntryPoint(n, v, GROUP) for n, v in BUILTIN.items() if n not in have]
+    return sorted(eps, key=lambda ep: ep.name)
+
+
+def _last_line(err: BaseException) -> str:
+    line = " ".join(traceback.format_exception_only(type(err), err)[-1].split())
+    return line or type(err).__name__
+
+
+def _resolve(ep: importlib.metadata.EntryPoint) -> tuple[Dataplane | None, str | None]:
+    """The dataplane ``ep`` names, or (None, one line saying why it is not one)."""
+    try:
+        obj = ep.load()
+    except Exception as err:  # noqa: BLE001 - any error of a plugin's import is that plugin's
+        return None, f"does not import ({ep.value}): {_last_line(err)}"
+    if isinstance(obj, type) and issubclass(obj, Dataplane):
+        try:
+            obj = obj()
+        except Exception as err:  # noqa: BLE001
+            return None, f"{ep.value}() fails: {_last_line(err)}"
+    if not isinstance(obj, Dataplane):
+        return None, f"{ep.value} is a {type(obj).__name__}, not a perfkit.dataplane.Dataplane instance or subclass"
+    version = getattr(obj, "api_version", None)
+    if version != API_VERSION:
+        return None, (f"written for dataplane API version {version!r}; this perfkit has version {API_VERSION} "
+                      "(docs/dataplane-api.md)")
+    if obj.name != ep.name:
+        return None, f"{ep.value}.name is {obj.name!r}, not its entry point's name {ep.name!r}"
+    return obj, None
+
+
+def _origin(ep: importlib.metadata.EntryPoint, dp: Dataplane | None) -> Origin:
+    dist = getattr(ep, "dist", None)
+    file = None
+    if dp is not None:
+        module = importlib.import_module(type(dp).__module__)
+        file = getattr(module, "__file__", None)
+    return Origin(ep.name, ep.value, dist.metadata["Name"] if dist else None, dist.version if dist else None, file)
+
+
 @lru_cache(maxsize=None)
+def _found() -> dict[str, _Found]:
+    out: dict[str, _Found] = {}
+    for ep in _entry_points():
+        if ep.name in out:   # the same name registered twice (two packages, or a stale install)
+            first = out[ep.name].origin
+            if ep.value != first.value:
+                out[ep.name] = _Found(first, None, f"registered twice: {first.value} and {ep.value}")
+            continue
+        dp, reason = _resolve(ep)
+        out[ep.name] = _Found(_origin(ep, dp), dp, reason)
+    return out
+
+
 def names() -> tuple[str, ...]:
-    """Every dataplane package (a subpackage that exports ``DATAPLANE``), sorted."""
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if m.ispkg and hasattr(importlib.import_module(f"{__name__}.{m.name}"), "DATAPLANE")))
+    """Every installed dataplane that loads, sorted."""
+    return tuple(n for n, f in _found().items() if f.dataplane is not None)
 
 
-def get(name: str) -> Dataplane:
-    """The dataplane called ``name``, or described by the file at that path (``perfkit.describe``:
-    a path ending in .yaml/.yml or holding a ``/``); ConfigError lists the known ones."""
-    from perfkit.describe.schema import is_description
-    if is_description(name):
-        return _described(str(Path(name).expanduser().resolve()))
-    return _registered(name)
+def broken() -> dict[str, str]:
+    """Installed dataplanes that do not load: name -> one line saying why."""
+    return {n: f.reason for n, f in _found().items() if f.reason is not None}
+
+
+def origins() -> dict[str, Origin]:
+    """Where every registered dataplane (loading or broken) comes from, by name."""
+    return {n: f.origin for n, f in _found().items()}
+
+
+def is_path(name: str) -> bool:
+    """Whether a ``--dataplane`` value is a description file's path rather than a registry name."""
+    return str(name).lower().endswith((".yaml", ".yml")) or "/" in str(name)
 
 
 @lru_cache(maxsize=None)
-def _described(path: str) -> Dataplane:
+def _described(path: Path) -> Dataplane:
     from perfkit import describe
     return describe.load(path)
 
 
-@lru_cache(maxsize=None)
-def _registered(name: str) -> Dataplane:
-    if name not in names():
+def get(name: str) -> Dataplane:
+    """The dataplane called ``name``, or described by the file at that path (``perfkit.describe``:
+    a path ending in .yaml/.yml or holding a ``/``); ConfigError lists the known ones and says why a
+    broken one does not load."""
+    if is_path(name):
+        return _described(Path(name).expanduser().resolve())
+    found = _found().get(name)
+    if found is None:
         raise ConfigError("dataplane", name, names())
-    dp = importlib.import_module(f"{__name__}.{name}").DATAPLANE
-    assert isinstance(dp, Dataplane) and dp.name == name, f"{name}: DATAPLANE must be its Dataplane"
-    return dp
+    if found.dataplane is None:
+        raise ConfigError("dataplane", name, f"{', '.join(names())} ({name} {found.reason})")
+    return found.dataplane
 
 
 def all_params() -> dict[str, list[str]]:
@@ -64,3 +171,10 @@ def encapsulations() -> tuple[Encap, ...]:
     """Every tunnel some dataplane's frames carry (``Dataplane.encaps``), each once, in name order of
     the dataplanes: what the sink and the signature finder walk through."""
     return tuple(dict.fromkeys(e for n in names() for e in get(n).encaps))
+
+
+def refresh() -> None:
+    """Find the installed dataplanes again (after a package was installed or removed)."""
+    _found.cache_clear()
+    _described.cache_clear()
+    encapsulations.cache_clear()

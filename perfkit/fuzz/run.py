@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from perfkit import dataplanes
-from perfkit.dataplane import Dataplane, Emitted, Traffic
+from perfkit.dataplane import Dataplane, Emitted, NotProvided, Traffic
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.fuzz.frames import BATCH, FLOWS, MIN_FRAME, Seeds, config_name, configs, plan, seed_frames, systematic
 from perfkit.fuzz.result import Failure, FuzzResult
@@ -184,6 +184,8 @@ def _shard(name: str, frames: int, seed: int, shard: int, shards: int, max_examp
            model: Model | None = None) -> FuzzResult:
     """One worker's share: ``frames`` split over the parameter sets, ``shard`` of ``shards`` of each."""
     dp = dataplanes.get(name)
+    if model is None and not dp.has_model:
+        raise NotProvided("no reference model (emit): fuzzing compares the kernel with it", dp.name)
     params_list = configs(dp)
     seeds = Seeds.build(seed_frames(dp, params_list))
     sysrec = {k: r[shard::shards] for k, r in systematic(seeds).items()}  # each worker its own part

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perfkit import accounting, knobs
-from perfkit.dataplane import PortMacs
+from perfkit.dataplane import NO_MODEL_NOTE, PortMacs
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import dut_queues
@@ -195,7 +195,7 @@ class LabGenerator(Generator):
                 dut: dict[str, Any]) -> TrialResult:
         tx = sum(r["tx_packets"] for r in reps)
         captures = [(self.traffics[t.name], bytes.fromhex(c)) for t, r in zip(self.testers, reps) for c in r["captures"]]
-        mismatches = [why for traffic, c in captures if (why := self.scenario.dp.check_output(traffic, c))]
+        mismatches = [why for traffic, c in captures if (why := self.scenario.dp.output_check(traffic, c))]
         ring_in = sum(r["dut_ring"] for r in reps)
         dut_drops = accounting.with_ring(dut["dut_drops"], ring_in)
         rx = sum(r["rx_packets"] for r in reps)
@@ -247,6 +247,8 @@ class LabGenerator(Generator):
         if "generic" in modes:
             notes.append("the DUT's driver took no native XDP: the dataplane ran as generic XDP (slower)")
         notes.extend(accounting.notes(r))
+        if not self.scenario.dp.has_model:
+            notes.append(NO_MODEL_NOTE)
         if mismatches:
             notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} "
                          f"should emit; first: {mismatches[0]}")

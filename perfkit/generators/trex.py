@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfkit.dataplane import Traffic
+from perfkit.dataplane import NO_MODEL_NOTE, Traffic
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.generators.base import Generator
 from perfkit.scenario import Scenario
@@ -163,8 +163,10 @@ class TRexGenerator(Generator):
         self._client("set_service_mode", ports=[self.rx_port], enabled=False)
         frames = [base64.b64decode(p["binary"]) for p in captured]
         _write_pcap(self.capture_path, frames)
-        why = [w for f in frames if (w := self.scenario.dp.check_output(self.profile, f))]
+        why = [w for f in frames if (w := self.scenario.dp.output_check(self.profile, f))]
         result.mismatched_packets = len(why)
+        if not self.scenario.dp.has_model:
+            result.notes.append(NO_MODEL_NOTE)
         result.notes.append(f"RX port {self.rx_port} was in service mode to capture {len(frames)} frames")
         if why:
             result.notes.append(f"{len(why)} of {len(frames)} captured packets are not what the {self.scenario.dp.title} should emit; "

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from perfkit import stop
 from perfkit import accounting
-from perfkit.dataplane import VERDICTS, Traffic
+from perfkit.dataplane import NO_MODEL_NOTE, VERDICTS, Traffic
 from perfkit.errors import BpfError, ConfigError, TestbedError
 from perfkit.generators.base import Generator
 from perfkit.generators.xdpcores import RX_QUEUE, allocate_cores, busy_per_core, dut_cost, dut_queues, thread_cores
@@ -379,8 +379,6 @@ class XdpGenerator(Generator):
         if stall:
             result.notes.append(f"stalled: {stall}: host stalls may have cost it frames")
         result.notes.extend(self._notes(result, 0 if self._unsigned else rep.unsigned, mismatches, len(caps)))
-        if not getattr(self.scenario.dp, "has_model", True):
-            result.notes.append("output not checked: no model")
         if self.stl and self.trex_profile:
             result.notes.append(stlgen.counting_note(self.trex_profile, self.stl))
             if self.stl.address_maps:
@@ -401,14 +399,14 @@ class XdpGenerator(Generator):
         """None when ``frame`` is what the DUT should emit; of a mix, for the traffic of its size
         (a dataplane without a model: not checked)."""
         assert self.dut
-        if not getattr(self.scenario.dp, "has_model", True):
+        if not self.scenario.dp.has_model:
             return None
         if not self.mix_outputs:
             return self.dut.check_output(frame)
         traffic = self.mix_outputs.get(len(frame))
         if traffic is None:
             return f"a frame of {len(frame)} bytes, none of the mix's ({sorted(self.mix_outputs)} without FCS)"
-        return self.scenario.dp.check_output(traffic, frame)
+        return self.scenario.dp.output_check(traffic, frame)
 
     def _drain(self) -> None:
         """Wait until frames stop arriving at the sink (in-flight frames are not lost frames)."""
@@ -436,6 +434,8 @@ class XdpGenerator(Generator):
         if mismatches:
             notes.append(f"{len(mismatches)} of {captured} captured packets are not what the {self.scenario.dp.title} should emit; "
                          f"first: {mismatches[0]}")
+        if not self.scenario.dp.has_model:
+            notes.append(NO_MODEL_NOTE)
         if self.shared:
             notes.append(f"DUT cores {self.dut_cores} shared with the tester {self.tester_cores}: pessimistic figures")
         if r.speed_reference_ns and r.dut_speed_ns_per_step:

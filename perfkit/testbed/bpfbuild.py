@@ -23,6 +23,7 @@ import platform
 import shutil
 import struct
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -130,6 +131,16 @@ def object_path(program: str) -> Path:
     tmp.write_text(key)
     tmp.replace(stamp)
     return obj
+
+
+@dataclass(frozen=True)
+class Built:
+    """``object_path(program)`` as a value: a built-in dataplane's ``BpfControl.object_file``."""
+
+    program: str
+
+    def __call__(self) -> Path:
+        return object_path(self.program)
 
 
 def built_with(program: str, defines: dict[str, int]) -> Path:

@@ -183,7 +183,7 @@ class Dut:
         return accounting.counter_drops(before, after, self.dataplane.forwarding(self.traffic))
 
     def check_output(self, frame: bytes) -> str | None:
-        return self.dataplane.check_output(self.traffic, frame)
+        return self.dataplane.output_check(self.traffic, frame)
 
     def object_hashes(self) -> dict[str, str]:
         """sha256 of every BPF object the DUT loaded (the dataplane's, the steering program's), by path."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from perfkit import knobs, owners, stop
 from perfkit.crashpoints import crashpoint
 from perfkit.errors import ConfigError, TestbedError
+from perfkit.ports import PORT_MACS  # noqa: F401  (re-exported: perfkit.testbed.topology.PORT_MACS)
 from perfkit.testbed import netns, shield
 from perfkit.units import MTU_MAX
 
@@ -45,9 +46,6 @@ PREFIX = "pk"
 _NS_RE = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-(tester|dut)$")
 MTU_MIN = 68
 PIN_DIR = Path("/sys/fs/bpf/perfkit")
-#: MAC address of each port by role: tester ports p0/p1, DUT ports a (faces p0) and b (faces p1).
-PORT_MACS = {"a": "02:00:00:00:01:01", "p0": "02:00:00:00:01:02",
-             "b": "02:00:00:00:02:01", "p1": "02:00:00:00:02:02", "anchor": "02:00:00:00:03:01"}
 #: IPv4 address of each port by role (one /30 per link, inside 198.19.255.0/24).
 PORT_ADDRS = {"a": "198.19.255.1", "p0": "198.19.255.2", "b": "198.19.255.5", "p1": "198.19.255.6"}
 

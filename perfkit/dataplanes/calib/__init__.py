@@ -26,10 +26,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
+from perfkit.dataplane import API_VERSION, BenchSpec, BpfDut, Dataplane, DutProgram, Emitted, Param, Traffic
 from perfkit.dataplanes.calib.calibration import DEFAULT_WORKS, Calibration, Line, bench_work, calibrate, fit_line
 from perfkit.dataplanes.calib.control import Calib, CalibConfig
-from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK
+from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK, STRUCTS
 from perfkit.dataplanes.calib.model import FWD, emit
 from perfkit.dataplanes.calib.traffic import CalibTraffic, check_output
 from perfkit.encap import BY_FLOW
@@ -51,6 +51,8 @@ class CalibDut(BpfDut):
 
 class CalibDataplane(Dataplane):
     name = "calib"
+    api_version = API_VERSION
+    layouts = STRUCTS
     title = "Calibrated DUT"
     params = (
         Param("work_iterations", 0, "work per packet: iterations of the program's bpf_loop (0: forward only)",

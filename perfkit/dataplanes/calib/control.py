@@ -10,6 +10,7 @@ from typing import ClassVar
 from perfkit.dataplane import BpfControl
 from perfkit.dataplanes.calib.layouts import CALIB_MAX_WORK, CalibStat, calib_config, calib_stat_rec
 from perfkit.errors import ConfigError
+from perfkit.testbed.bpfbuild import Built
 from perfkit.netaddr import mac_bytes
 from perfkit.testbed.topology import PORT_MACS
 
@@ -50,6 +51,10 @@ class Calib(BpfControl):
     when all is well)."""
 
     name: ClassVar[str] = "calib"
+    object_file: ClassVar[Built] = Built("calib")
+    entry: ClassVar[str] = "xdp_calib"
+    config_map: ClassVar[str] = "calib_config"
+    stats_map: ClassVar[str] = "calib_stats"
     stat: ClassVar[type[CalibStat]] = CalibStat
     stat_rec: ClassVar[type[calib_stat_rec]] = calib_stat_rec
     config: CalibConfig = field(default_factory=CalibConfig)

@@ -32,11 +32,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+from perfkit.dataplane import (API_VERSION, BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
                                Traffic)
 from perfkit.dataplanes.l4lb.config import CLIENT_BASE, CLIENT_POOL, VIP_BASE, L4lbConfig, Vip
 from perfkit.dataplanes.l4lb.control import L4lb
-from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, L4lbStat, l4lb_stat_rec
+from perfkit.dataplanes.l4lb.layouts import L4LB_MAX_VIPS, STRUCTS, L4lbStat, l4lb_stat_rec
 from perfkit.dataplanes.l4lb.model import check_output, emit
 from perfkit.dataplanes.l4lb.traffic import MAX_REALS_TOTAL, PROTOCOLS, SPORT_BASE, L4lbTraffic
 from perfkit.encap import BY_FLOW, Encap
@@ -98,6 +98,8 @@ class L4lbDut(BpfDut):
 
 class L4lbDataplane(Dataplane):
     name = "l4lb"
+    api_version = API_VERSION
+    layouts = STRUCTS
     title = "L4 load balancer"
     params = (
         Param("protocol", "udp", "the clients' transport: udp (QUIC, to port 443) or tcp (to port 80)",

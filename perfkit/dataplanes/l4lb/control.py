@@ -29,6 +29,7 @@ from perfkit.dataplanes.l4lb.layouts import (L4LB_MAX_REALS, L4LB_VIP_F_MSS_CLAM
                                              l4lb_stat_rec, real_def, vip_slot)
 from perfkit.dataplanes.l4lb.maglev import Pool
 from perfkit.errors import ConfigError
+from perfkit.testbed.bpfbuild import Built
 from perfkit.netaddr import ip2int
 
 __all__ = ["L4lb", "L4lbConfig", "Real", "Vip"]
@@ -54,6 +55,10 @@ class L4lb(BpfControl):
     (``stats``, ``vip_stats``, ``real_stats``) count packets and bytes (as received)."""
 
     name: ClassVar[str] = "l4lb"
+    object_file: ClassVar[Built] = Built("l4lb")
+    entry: ClassVar[str] = "xdp_l4lb"
+    config_map: ClassVar[str] = "l4lb_config"
+    stats_map: ClassVar[str] = "l4lb_stats"
     stat: ClassVar[type[L4lbStat]] = L4lbStat
     stat_rec: ClassVar[type[l4lb_stat_rec]] = l4lb_stat_rec
     config: L4lbConfig = field(default_factory=L4lbConfig)

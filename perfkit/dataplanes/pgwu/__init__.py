@@ -25,11 +25,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from perfkit.dataplane import (BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
+from perfkit.dataplane import (API_VERSION, BenchSpec, BpfDut, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Param,
                                Traffic)
 from perfkit.dataplanes.pgwu.control import UE_POOL, Pgwu, PgwuConfig, SessionPlan, session_columns
 from perfkit.dataplanes.pgwu.model import check_output, emit
-from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES, PgwuStat, pgwu_stat_rec
+from perfkit.dataplanes.pgwu.layouts import GTPU_PORT, SESSION_TABLES, STRUCTS, PgwuStat, pgwu_stat_rec
 from perfkit.dataplanes.pgwu.traffic import DIRECTIONS, S5_VLAN, PgwuTraffic
 from perfkit.encap import Encap, Steering, Word
 from perfkit.errors import ConfigError
@@ -85,6 +85,8 @@ class PgwuDut(BpfDut):
 
 class PgwuDataplane(Dataplane):
     name = "pgwu"
+    api_version = API_VERSION
+    layouts = STRUCTS
     title = "PGW-U"
     params = (
         Param("direction", "ul", "ul: GTP-U in, decapsulated out; dl: IP in, GTP-U encapsulated out; host: UDP "

@@ -27,7 +27,7 @@ from perfkit.dataplanes.pgwu.layouts import (PGWU_F_UDP_CSUM, PGWU_F_XDP_TX, SES
 from perfkit.dataplane import BpfControl
 from perfkit.errors import ConfigError
 from perfkit.netaddr import be32 as _be32, int2ip, ip2int, mac_bytes as _mac_bytes
-from perfkit.testbed.bpfbuild import built_with
+from perfkit.testbed.bpfbuild import Built, built_with
 from perfkit.testbed.topology import PORT_ADDRS, PORT_MACS
 
 UE_BASE = ip2int("198.18.0.0")
@@ -289,6 +289,10 @@ class Pgwu(BpfControl):
     """A loaded PGW-U object. ``Pgwu.load()`` then ``configure()`` and ``add_sessions()``."""
 
     name: ClassVar[str] = "pgwu"
+    object_file: ClassVar[Built] = Built("pgwu")
+    entry: ClassVar[str] = "xdp_pgwu"
+    config_map: ClassVar[str] = "pgwu_config"
+    stats_map: ClassVar[str] = "pgwu_stats"
     stat: ClassVar[type[PgwuStat]] = PgwuStat
     stat_rec: ClassVar[type[pgwu_stat_rec]] = pgwu_stat_rec
     config: PgwuConfig = field(default_factory=PgwuConfig)
