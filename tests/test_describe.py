@@ -365,7 +365,7 @@ def test_a_trial_without_a_model_counts_and_says_output_is_not_checked(scratch):
     with create("xdp", Scenario(dataplane=str(path), frame_size=128)) as gen:
         r = gen.measure(10_000, 0.3)
         counts = gen.dut.counters()
-    assert "output not checked: no model" in r.notes
+    assert any(n.startswith("output not checked: no model") for n in r.notes)
     lost = r.dut_drops.get("rx_ring_full", 0) + r.tester_drops.get("rx_ring_full", 0)  # the host's, not the NF's
     assert r.tx_packets > 0 and r.rx_packets + lost == r.tx_packets, (r.dut_drops, r.tester_drops, r.notes)
     assert counts["fwd"] >= r.rx_packets and r.wire_frame_size == 128
