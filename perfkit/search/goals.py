@@ -189,10 +189,14 @@ class LoadStat:
 
     def upper_seconds_needed(self) -> float:
         """The duration [s] of the next trial to take at a load leaning bad: the initial trial
-        duration if one more bad short trial would make it an upper bound, else the final one."""
-        short = self.goal.initial_trial_duration
-        trial = LoadStat(self.goal, self.good_long, self.bad_long, self.good_short, self.bad_short + short)
-        if short < self.goal.final_trial_duration * (1 - DURATION_EPS) and trial.classification == "upper":
+        duration while the short trials there add up to bad seconds (or there are none), else the
+        final one. Short trials settle an upper bound at the same cost in seconds as full-length
+        ones (the excess over ``exceed_ratio`` of the duration sum is what counts), and a rare loss
+        event takes one of them, not a whole final trial's worth: 11 bad seconds of 21 take 11
+        short trials in a row, or one short and one full-length of 10 s."""
+        c, short = self.goal.exceed_ratio, self.goal.initial_trial_duration
+        if short < self.goal.final_trial_duration * (1 - DURATION_EPS) and (
+                self.bad_short - self.good_short * c / (1.0 - c) >= 0):
             return short
         return self.goal.final_trial_duration
 
