@@ -3,6 +3,7 @@ conditional throughput, and the MLRsearch library as method mlrsearch -- on the 
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 
@@ -18,6 +19,7 @@ from perfkit.campaign import Campaign
 from perfkit.campaign.schema import from_mapping
 from perfkit.cli import main as cli_main
 from perfkit.errors import ConfigError
+from perfkit.generators import create
 from perfkit.generators.sim import SimGenerator
 from perfkit.scenario import Scenario
 from perfkit.search import Goal, MlrSearch, NdrPdr, mlrsearch, ndrpdr, run_method
@@ -133,3 +135,22 @@ def test_search_json_names_the_specifications_bounds(capsys: pytest.CaptureFixtu
         assert g["goal"]["exceed_ratio"] == 0.5 and g["goal"]["duration_sum"] == 4.0
     res = run_method("mlrsearch", SimGenerator(SC, threshold=T), {"max_rate": 2 * T, "final_duration": 2.0})
     assert res.goals[0].to_dict()["relevant_lower_bound"] == res.lower_bound
+
+
+# make test-slow: two searches on the real testbed (about a minute)
+@pytest.mark.slow
+def test_mlrsearch_on_the_testbed_agrees_with_ndrpdr_within_their_widths() -> None:
+    """The calibrated DUT behind a NIC-sized queue, one flow: MLRsearch through perfkit's generator
+    and perfkit's ndrpdr, the same goals, one after the other on one testbed; each one's lower
+    bound lies within the other's bounds, one width of allowance below."""
+    params = dict(goals=(0.0, 0.005), exceed_ratio=0.5, duration_sum=2.0, initial_duration=0.5, final_duration=1.0,
+                  relative_width=0.05, max_rate=1e6, min_rate=1e4)
+    with create("xdp", Scenario("calib", frame_size=64, flows=1, params={"work_iterations": 600}), rx_queue=4096) as gen:
+        ours = ndrpdr(gen, NdrPdr(**params))
+        theirs = mlrsearch(gen, MlrSearch(**params))
+    for a, b in zip(ours.goals, theirs.goals):
+        print(f"\n{a.name}: ndrpdr {a.lower_bound}..{a.upper_bound} ({ours.trial_seconds:g} trial s), "
+              f"mlrsearch {b.lower_bound}..{b.upper_bound} ({theirs.trial_seconds:g} trial s)")
+        assert a.lower_bound is not None and b.lower_bound is not None
+        assert b.lower_bound * (1 - 0.05) <= a.lower_bound <= (b.upper_bound or math.inf)
+        assert a.lower_bound * (1 - 0.05) <= b.lower_bound <= (a.upper_bound or math.inf)

@@ -190,15 +190,14 @@ class LoadStat:
     def upper_seconds_needed(self) -> float:
         """The duration [s] of the next trial to take at a load leaning bad: the initial trial
         duration while the short trials there add up to bad seconds (or there are none), else the
-        final one. Short trials settle an upper bound at the same cost in seconds as full-length
-        ones (the excess over ``exceed_ratio`` of the duration sum is what counts), and a rare loss
-        event takes one of them, not a whole final trial's worth: 11 bad seconds of 21 take 11
-        short trials in a row, or one short and one full-length of 10 s."""
-        c, short = self.goal.exceed_ratio, self.goal.initial_trial_duration
-        if short < self.goal.final_trial_duration * (1 - DURATION_EPS) and (
-                self.bad_short - self.good_short * c / (1.0 - c) >= 0):
-            return short
-        return self.goal.final_trial_duration
+        final one. Short trials settle an upper bound at the same cost in seconds (the
+        excess over ``exceed_ratio`` of the duration sum is what counts), and a rare loss event
+        takes one of them, not a whole final trial's worth: 11 bad seconds of 21 take 11 short
+        trials of 1 s in a row, or one short and one full-length of 10 s."""
+        c, short, final = self.goal.exceed_ratio, self.goal.initial_trial_duration, self.goal.final_trial_duration
+        if short >= final * (1 - DURATION_EPS):
+            return final
+        return short if self.bad_short - self.good_short * c / (1.0 - c) >= 0 else final
 
     @property
     def pessimistic_loss_ratio(self) -> float:

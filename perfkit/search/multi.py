@@ -13,8 +13,9 @@ perfkit's own:
    below its guess, then *expand* away from it in log-rate steps that double (one width, two,
    four ...) until the verdict flips, then *bisect* in log space. Each trial classifies every goal
    at once (bad for NDR can be good for a PDR). A bad trial gives a new guess (its forwarding
-   rate, corrected for the goal) that the expansion jumps to when it is further. Short trials for
-   every goal come before any confirmation.
+   rate, corrected for the goal) that the expansion jumps to when it is further. With the old
+   goals short trials for every goal come before any confirmation; with an exceed ratio or a
+   duration sum, the least strict goal goes first and is settled before the next one.
 3. *confirm*: once a goal's bracket is narrower than its width, one final-duration trial at its
    lower rate (a load of its own). Where one trial cannot classify a load (an exceed ratio above
    0, or a duration sum above the final trial duration), the search *repeats* trials at the same
@@ -318,14 +319,21 @@ class _Search:
     # -- the loop ----------------------------------------------------------------------------
     def next_trial(self) -> tuple[float, float, str, _Goal | None, float | None] | None:
         """(rate, duration, phase, goal it is for, load it repeats) or None when every goal is
-        finished. Short trials for every goal come before any confirmation; of those, the lowest
-        rate first."""
+        finished. With the old goals, the strictest goal first, and short trials for every goal
+        before any confirmation (of those, the lowest rate first). Where a goal has an exceed
+        ratio or a duration sum, the least strict goal first, each settled before the next one is
+        bracketed: a strict goal the host never lets pass (an NDR through stalls) does not spend
+        the trials the others need."""
         settle: list[tuple[float, float, str, float | None]] = []
-        for goal in self.goals:
+        legacy = all(g.goal.legacy for g in self.goals)
+        for goal in self.goals if legacy else reversed(self.goals):
             v = _view(self.obs, goal)
             if self.finished(goal, v):
                 continue
             if (nxt := self._classify(goal, v)) is not None:
+                if not legacy:
+                    rate, duration, phase, load = nxt
+                    return rate, duration, phase, None, load
                 settle.append(nxt)
                 continue
             g = goal.goal
