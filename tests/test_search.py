@@ -390,9 +390,10 @@ def test_searches_stay_within_min_and_max_rate() -> None:
 # -- methods by name ------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_run_method_by_name(method: str) -> None:
-    res = run_method(method, sim(), {"duration": 1.0} if method != "ndrpdr" else {"final_duration": 2.0})
+    goals = method in ("ndrpdr", "mlrsearch")
+    res = run_method(method, sim(), {"final_duration": 2.0} if goals else {"duration": 1.0})
     assert res.method == method and res.trial_count > 0
-    if method in ("ndr", "ndrpdr", "latency"):
+    if method in ("ndr", "ndrpdr", "latency", "mlrsearch"):
         assert brackets(res.lower_bound, res.upper_bound, T)
 
 

@@ -1,6 +1,6 @@
 """``perfkit search METHOD``: run one benchmark methodology against a generator and print the result.
 
-Methods: maxrate, sweep, ndr, pdr, ndrpdr, bestworst, latency (see ``perfkit.search``). Every
+Methods: maxrate, sweep, ndr, pdr, ndrpdr, mlrsearch, bestworst, latency (see ``perfkit.search``). Every
 method takes the scenario and trial options of ``perfkit trial``; ``--rate`` is the maximum rate
 (default 100 % of --line-rate). ``--generator sim --sim-model sharp --sim-threshold 1Mpps`` runs
 without a testbed. ``--json`` prints the result with every trial.
@@ -126,12 +126,35 @@ def build_bestworst(args: argparse.Namespace, sc: Scenario) -> Params:
     return {**_binary_params(args, sc, _tolerance(args)), "n": args.n}
 
 
-def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("ndrpdr (--duration is the final, confirming trial duration, default 10)")
-    g.add_argument("--goals", default="0,0.5%", help="loss ratios to search, comma-separated (default 0,0.5%%)")
-    g.add_argument("--relative-width", default="0.5%", help="target relative width (default 0.5%%)")
-    g.add_argument("--initial-duration", type=seconds, default=1.0, help="short trial duration (default 1 s)")
+def _goal_options(p: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """The goals' options ndrpdr and mlrsearch share (draft-ietf-bmwg-mlrsearch's goal attributes)."""
+    g = p.add_argument_group(title)
+    g.add_argument("--goals", default="0,0.5%", help="goal loss ratios to search, comma-separated (default 0,0.5%%)")
+    g.add_argument("--relative-width", default="0.5%", help="goal width: target relative width (default 0.5%%)")
+    g.add_argument("--initial-duration", type=seconds, default=1.0,
+                   help="goal initial trial duration: short trials (default 1 s)")
+    g.add_argument("--exceed-ratio", default="0",
+                   help="goal exceed ratio: share of the duration sum that may be bad at a lower bound (default 0)")
+    g.add_argument("--duration-sum", type=seconds, default=None,
+                   help="goal duration sum: full-length seconds that classify a load (default: --duration)")
     g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
+    return g
+
+
+def _goal_params(args: argparse.Namespace, sc: Scenario) -> Params:
+    return dict(goals=parse_fractions("goals", args.goals),
+                relative_width=parse_fraction("relative_width", args.relative_width),
+                initial_duration=args.initial_duration, final_duration=_duration(args, 10.0),
+                exceed_ratio=parse_fraction("exceed_ratio", args.exceed_ratio), duration_sum=args.duration_sum,
+                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc))
+
+
+def opts_mlrsearch(p: argparse.ArgumentParser) -> None:
+    _goal_options(p, "mlrsearch (--duration is the goal final trial duration, default 10)")
+
+
+def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
+    g = _goal_options(p, "ndrpdr (--duration is the goal final trial duration, default 10)")
     g.add_argument("--latency-fractions", default="", metavar="FRACTIONS",
                    help="then measure latency at these fractions of each goal found, e.g. 100%%,50%% "
                         "(default none)")
@@ -140,10 +163,7 @@ def opts_ndrpdr(p: argparse.ArgumentParser) -> None:
 
 
 def build_ndrpdr(args: argparse.Namespace, sc: Scenario) -> Params:
-    return dict(goals=parse_fractions("goals", args.goals),
-                relative_width=parse_fraction("relative_width", args.relative_width),
-                initial_duration=args.initial_duration, final_duration=_duration(args, 10.0),
-                max_rate=rate_pps("rate", args.rate, sc), min_rate=rate_pps("min_rate", args.min_rate, sc),
+    return dict(**_goal_params(args, sc),
                 latency_fractions=parse_fractions("latency_fractions", args.latency_fractions),
                 latency_duration=args.latency_duration)
 
@@ -166,12 +186,14 @@ METHODS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "pdr": ("PDR: vNet-SLA binary search at --loss-tolerance", lambda p: _binary_options(p, "0.5%"), build_pdr),
     "ndrpdr": ("NDR and PDRs in one search: short trials, then full-duration confirmation",
                opts_ndrpdr, build_ndrpdr),
+    "mlrsearch": ("the same goals searched by FD.io CSIT's MLRsearch library, measuring here",
+                  opts_mlrsearch, _goal_params),
     "bestworst": ("best-of-N and worst-of-N binary searches: the run-to-run range",
                   lambda p: _binary_options(p, "0", n=True), build_bestworst),
     "latency": ("NDR, then latency at fractions of it", opts_latency, build_latency),
 }
 #: Methods whose result is meaningless without a lower bound (exit code 2 then).
-NEEDS_LOWER = ("ndr", "pdr", "ndrpdr", "bestworst", "latency")
+NEEDS_LOWER = ("ndr", "pdr", "ndrpdr", "mlrsearch", "bestworst", "latency")
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -183,10 +205,11 @@ def human(d: dict[str, Any]) -> str:
         lines += _trial_table([t for t in d["trials"] if t["method"].startswith(d["method"])])
     if d["goals"]:
         lines.append(f"{'goal':10s} {'lower [Mpps]':>12s} {'upper [Mpps]':>12s} {'lower [Gbps L1]':>15s} "
-                     f"{'width':>7s}")
+                     f"{'width':>7s}" + (f" {'cond. tput [Mpps]':>17s}" if d["goals"][0].get("goal") else ""))
         for g in d["goals"]:
             lines.append(f"{g['name']:10s} {_mpps(g['lower_bound']):>12s} {_mpps(g['upper_bound']):>12s} "
-                         f"{_gbps(g['lower_bound'], d):>15s} {_pct(g['relative_width']):>7s}")
+                         f"{_gbps(g['lower_bound'], d):>15s} {_pct(g['relative_width']):>7s}"
+                         + (f" {_mpps(g['conditional_throughput']):>17s}" if g.get("goal") else ""))
         lines += _goal_latency(d["goals"])
     elif d["method"] == "maxrate":
         lines.append(f"offered {_mpps(d['upper_bound'])} Mpps, received {_mpps(d['lower_bound'])} Mpps")

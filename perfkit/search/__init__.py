@@ -7,7 +7,11 @@ The same searches run on the local generator, TRex or a simulated DUT:
 - ``binary_search(BinarySearch)``: vNet-SLA NDR/PDR binary search, single run (linear phase, then
   halving the step to a resolution); ``best_worst`` runs it as best-of-N and worst-of-N;
 - ``ndrpdr(NdrPdr)``: NDR and several PDRs in one search, short trials then full-duration
-  confirmations (perfkit's design after MLRsearch's idea);
+  confirmations (perfkit's design after MLRsearch's idea), goals with the attributes of
+  draft-ietf-bmwg-mlrsearch (``goals``: ``Goal``, loss ratio, exceed ratio, trial durations,
+  duration sum, width) and their conditional throughput;
+- ``mlrsearch(MlrSearch)``: the same goals searched by FD.io CSIT's ``MLRsearch`` library itself,
+  measuring through the same generators;
 - ``latency_at(LatencyAt)``: latency at fractions of a throughput found (``ndr_then_latency``
   does both).
 
@@ -20,13 +24,16 @@ soon as it ends.
 What the methods share, one module each: ``measurer`` (the protocol), ``params`` (checks and the
 line rate), ``judging`` (the rate and loss a trial is judged by), ``limits`` (what limited a figure:
 the words and every rule that picks one), ``trials`` (``TrialLog``: running, retrying and keeping
-trials) and ``result`` (``SearchResult``, ``Bounds``).
+trials), ``goals`` (the specification's search goals and load classification) and ``result``
+(``SearchResult``, ``Bounds``).
 """
 from perfkit.search.binary import RULES, BinarySearch, best_worst, binary_search
+from perfkit.search.goals import Goal, GoalParams
 from perfkit.search.judging import is_good, offered_rate
 from perfkit.search.limits import OFFER_SHORTFALL, generator_limited
 from perfkit.search.measurer import Measurer, OnTrial
 from perfkit.search.methods import METHODS, ndr_then_latency, run_method
+from perfkit.search.mlr import MlrSearch, mlrsearch
 from perfkit.search.multi import NdrPdr, ndrpdr
 from perfkit.search.params import line_rate_pps
 from perfkit.search.result import Bounds, SearchResult
@@ -34,8 +41,9 @@ from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rat
 from perfkit.search.trials import TrialLog
 
 __all__ = [
-    "METHODS", "OFFER_SHORTFALL", "RULES", "BinarySearch", "Bounds", "LatencyAt", "MaxRate", "Measurer", "NdrPdr",
+    "METHODS", "OFFER_SHORTFALL", "RULES", "BinarySearch", "Bounds", "Goal", "GoalParams", "LatencyAt", "MaxRate",
+    "Measurer", "MlrSearch", "NdrPdr",
     "OnTrial", "SearchResult", "Sweep", "TrialLog", "best_worst", "binary_search", "generator_limited",
-    "is_good", "latency_at", "line_rate_pps", "max_rate", "ndr_then_latency", "ndrpdr", "offered_rate",
+    "is_good", "latency_at", "line_rate_pps", "max_rate", "mlrsearch", "ndr_then_latency", "ndrpdr", "offered_rate",
     "run_method", "sweep",
 ]

@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 from perfkit.errors import ConfigError
 from perfkit.search.binary import BinarySearch, best_worst, binary_search
+from perfkit.search.goals import GoalParams
 from perfkit.search.measurer import Measurer, OnTrial
+from perfkit.search.mlr import MlrSearch, mlrsearch
 from perfkit.search.result import SearchResult
 from perfkit.search.multi import NdrPdr, ndrpdr
 from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rate, sweep
@@ -47,6 +49,7 @@ METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[..., SearchRe
     "pdr": (_binary({"loss_tolerance": 0.005}), binary_search),
     "bestworst": (_binary({"n": 5}), best_worst),
     "ndrpdr": (lambda kw: _build(NdrPdr, kw), ndrpdr),
+    "mlrsearch": (lambda kw: _build(MlrSearch, kw), mlrsearch),
     "latency": (_latency, ndr_then_latency),
 }
 
@@ -56,7 +59,7 @@ def _build(cls: type, kw: dict[str, Any]) -> Any:
     unknown = sorted(set(kw) - names)
     if unknown:
         raise ConfigError(unknown[0], kw[unknown[0]], f"a parameter of {cls.__name__}: {', '.join(sorted(names))}")
-    if cls is NdrPdr:
+    if issubclass(cls, GoalParams):
         kw = {**kw, **{k: tuple(kw[k]) for k in ("goals", "latency_fractions") if k in kw}}
     if cls is LatencyAt and "fractions" in kw:
         kw = {**kw, "fractions": tuple(kw["fractions"])}

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfkit.search.goals import Goal
 from perfkit.trial import TrialResult
 
 
@@ -55,6 +56,23 @@ class Bounds:
     latency: list[LatencyPoint] = field(default_factory=list)
     """Latency at fractions of ``lower_bound`` (ndrpdr's ``latency_fractions``), measured after the
     search; these trials judge nothing."""
+    goal: Goal | None = None
+    """The search goal with all its attributes (ndrpdr, mlrsearch: ``perfkit.search.goals``); None
+    for searches whose goals have none (binary searches, bestworst)."""
+    conditional_throughput: float | None = None
+    """Conditional Throughput (draft-ietf-bmwg-mlrsearch) [pps]: the relevant lower bound x (1 - the
+    loss ratio at the 1 - exceed ratio quantile of its full-length trials); None without a lower
+    bound or a goal."""
+
+    @property
+    def relevant_lower_bound(self) -> float | None:
+        """Relevant Lower Bound [pps]: ``lower_bound`` under the specification's name."""
+        return self.lower_bound
+
+    @property
+    def relevant_upper_bound(self) -> float | None:
+        """Relevant Upper Bound [pps]: ``upper_bound`` under the specification's name."""
+        return self.upper_bound
 
     @property
     def relative_width(self) -> float | None:
@@ -66,6 +84,8 @@ class Bounds:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["relative_width"] = self.relative_width
+        if self.goal is not None:
+            d["relevant_lower_bound"], d["relevant_upper_bound"] = self.lower_bound, self.upper_bound
         return d
 
 
