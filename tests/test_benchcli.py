@@ -37,8 +37,8 @@ def test_a_bench_refuses_bad_input_in_one_line():
 
 #: Benches that do not start yet, and why: the lead removes an entry when its mend is merged
 #: (strict: a bench that starts again fails here until its entry goes).
-NOT_STARTING = {"search_vs_mlrsearch.py": "imports perfkit.search.common, gone since the search modules were split "
-                                          "(issue 37 item 7: the search37 branch mends it)"}
+#: Benches known not to start, with the reason (none now; a strict xfail fails once one starts again).
+NOT_STARTING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(raises=ImportError, strict=True,
