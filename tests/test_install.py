@@ -100,8 +100,10 @@ def test_perfkit_declares_what_it_imports_and_imports_what_it_declares():
     used = _distributions(_imports(package))
     assert used - runtime == set(), "imported by perfkit, not declared in pyproject.toml dependencies"
     assert runtime - used == RUN_NOT_IMPORTED, "declared, never imported (nor run: RUN_NOT_IMPORTED)"
-    # tests/data holds TRex profiles: TRex's client runs them in its own environment (``make trex-venv``)
-    tests = [p for p in (ROOT / "tests").rglob("*.py") if (ROOT / "tests" / "data") not in p.parents]
+    # tests/data and tests/describe hold TRex profiles: TRex's client runs them in its own environment
+    # (``make trex-venv``)
+    profiles = (ROOT / "tests" / "data", ROOT / "tests" / "describe")
+    tests = [p for p in (ROOT / "tests").rglob("*.py") if not any(d in p.parents for d in profiles)]
     around = _distributions(_imports([*tests, *(ROOT / "bench").rglob("*.py")]))
     assert around - runtime - dev == set(), "imported by tests or benches, declared nowhere"
     assert dev - around == DEV_NOT_IMPORTED, "dev dependencies nothing uses"

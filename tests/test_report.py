@@ -64,7 +64,10 @@ def test_every_page_is_rendered(report):
 def test_pages_embed_their_figures(report, page, at_least):
     html = (Path(report["dir"]) / f"{page}.html").read_text()
     images = _images(html)
-    assert len(images) >= at_least
+    # a goal no unit found a rate for is one line instead of a chart (plots.missing_figure): on a
+    # host with stalls the NDR may have none; the line stands for the figure
+    missing = len(re.findall(r"no (?:NDR|PDR[^ ]*|max-rate) figure: ", html))
+    assert len(images) + missing >= at_least and images
     for im in images:
         px = np.asarray(im.convert("L"), dtype=float)
         assert im.width > 200 and im.height > 100 and px.std() > 5          # a figure, not a blank square

@@ -16,7 +16,12 @@ def test_xdp_tx_counted_at_the_sending_port(tmp_path: Path) -> None:
         scenario = Scenario(dataplane="xdptx", frame_size=64, flows=4)
         assert scenario.traffic().egress == "a"
         with XdpGenerator(scenario, perf_stat=False) as gen:
-            r = gen.measure(100_000, 0.2, packets=PACKETS)
+            # a host stall longer than a ring lasts loses frames: such a trial is measured again
+            # (at most 3 times), as searches do
+            for _ in range(3):
+                r = gen.measure(100_000, 0.2, packets=PACKETS)
+                if r.rx_packets == PACKETS or not r.stalled:
+                    break
     # exact counts, signed and checked against the model, with latency, at p0 (cabled to a)
     assert r.tx_packets == PACKETS and r.rx_packets == PACKETS, r.notes
     assert r.mismatched_packets == 0 and r.reordered == 0 and r.duplicates == 0
