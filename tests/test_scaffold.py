@@ -47,7 +47,7 @@ def test_perfkit_run_renders_every_page(project, tmp_path):
     """Needs XDP_TX output on the testbed (branch verdicts)."""
     from perfkit.report import PAGES
     env = {**os.environ, "PERFKIT_CACHE": str(project / ".cache")}
-    proc = subprocess.run([sys.executable, "-m", "perfkit.cli", "run", "campaign.yaml", "--report", "--json",
+    proc = subprocess.run([sys.executable, "-m", "perfkit", "run", "campaign.yaml", "--report", "--json",
                            "--no-progress", "--no-metrics", "--root", str(tmp_path / "runs"),
                            "--reports", str(tmp_path / "reports")], cwd=project, capture_output=True, text=True,
                           env=env)
