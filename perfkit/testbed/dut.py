@@ -21,18 +21,17 @@ import os
 import struct
 from dataclasses import dataclass
 
-import numpy as np
 
 from perfkit import accounting
 from perfkit.host import cpustat
 from perfkit.dataplane import Dataplane, Traffic
 from perfkit.encap import BY_FLOW
 from perfkit.errors import ConfigError, TestbedError
-from perfkit.layouts import SINK_HIST_BUCKETS, STEER_MAX_CPUS
+from perfkit.layouts import STEER_MAX_CPUS
 from perfkit.libbpf import BpfObject, Program, prog_info, xdp_attach, xdp_prog_id
 from perfkit.provenance import object_hashes
 from perfkit.testbed.bpfbuild import object_path
-from perfkit.testbed.sink import SinkReport, StreamStats
+from perfkit.testbed.sink import SinkReport
 from perfkit.testbed import netns
 from perfkit.testbed.topology import Testbed, xdp_max_mtu
 
@@ -218,11 +217,7 @@ class CounterSink:
         return n, n * self.wire_frame_size
 
     def read(self) -> SinkReport:
-        packets, frame_bytes = self.totals()
-        empty = np.zeros(SINK_HIST_BUCKETS, dtype=np.int64)
-        streams = [StreamStats(0, packets, frame_bytes, 0, 0, 0, 0, 0, 0)] if packets else []
-        return SinkReport(frames=packets, frame_bytes=frame_bytes, unsigned=0, streams=streams,
-                          latency_hist=empty, ipdv_hist=empty.copy())
+        return SinkReport.counted(*self.totals())
 
     def close(self) -> None:
         """Nothing to release (the DUT is closed on its own)."""

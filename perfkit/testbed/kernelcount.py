@@ -9,11 +9,9 @@ else sends IPv4 into it (its IPv6 is off).
 """
 from __future__ import annotations
 
-import numpy as np
 
-from perfkit.layouts import SINK_HIST_BUCKETS
 from perfkit.testbed import netns
-from perfkit.testbed.sink import SinkReport, StreamStats
+from perfkit.testbed.sink import SinkReport
 
 #: The ``IpExt`` counters whose sum is every IPv4 packet received.
 ECN_COUNTERS = ("InNoECTPkts", "InECT1Pkts", "InECT0Pkts", "InCEPkts")
@@ -47,11 +45,7 @@ class KernelSink:
         return n, n * self.wire_frame_size
 
     def read(self) -> SinkReport:
-        packets, frame_bytes = self.totals()
-        empty = np.zeros(SINK_HIST_BUCKETS, dtype=np.int64)
-        streams = [StreamStats(0, packets, frame_bytes, 0, 0, 0, 0, 0, 0)] if packets else []
-        return SinkReport(frames=packets, frame_bytes=frame_bytes, unsigned=0, streams=streams,
-                          latency_hist=empty, ipdv_hist=empty.copy())
+        return SinkReport.counted(*self.totals())
 
     def close(self) -> None:
         """Nothing to release (``Sink.close``'s counterpart)."""

@@ -120,6 +120,16 @@ class SinkReport:
         return percentiles(self.ipdv_hist)
 
 
+    @classmethod
+    def counted(cls, packets: int, frame_bytes: int) -> SinkReport:
+        """The report of a receiver that only counts (the DUT's kernel, its own counters): one stream,
+        no latency, no captures."""
+        empty = np.zeros(SINK_HIST_BUCKETS, dtype=np.int64)
+        streams = [StreamStats(0, packets, frame_bytes, 0, 0, 0, 0, 0, 0)] if packets else []
+        return cls(frames=packets, frame_bytes=frame_bytes, unsigned=0, streams=streams,
+                   latency_hist=empty, ipdv_hist=empty.copy())
+
+
 @dataclass
 class Capture:
     """One captured frame."""
