@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from perfkit.btf import Btf
-from perfkit.dataplane import CounterCell, CounterSpec
+from perfkit.dataplane import CounterCell
 from perfkit.describe.btfconfig import MapRef
 from perfkit.describe.schema import CountersSpec
 from perfkit.errors import ConfigError
@@ -112,18 +112,6 @@ def read(lay: CounterLayout, ref: MapRef, what: Field | None = None) -> dict[int
         for cpu, v in enumerate(values):
             out.setdefault(cpu, {})[name] = f.read(v) if v else 0
     return out
-
-
-def specs(dataplane: str, title: str, lay: CounterLayout | None) -> tuple[CounterSpec, ...]:
-    """The Prometheus families of the counters: packets (and bytes) by ``outcome``."""
-    if lay is None:
-        return ()
-    out = [CounterSpec(f"perfkit_{dataplane}_packets_total", f"Packets the {title} counted, by outcome.",
-                       ("outcome",), "packets")]
-    if lay.bytes:
-        out.append(CounterSpec(f"perfkit_{dataplane}_bytes_total", f"Bytes the {title} counted, by outcome.",
-                               ("outcome",), "bytes"))
-    return tuple(out)
 
 
 def cells(dataplane: str, lay: CounterLayout | None) -> list[CounterCell]:

@@ -42,11 +42,8 @@ VERIFIER_TAIL = 3
 
 
 def _not_provided(what: str, dp: Dataplane) -> ConfigError:
-    """The seam's refusal of an optional part (``perfkit.dataplane.NotProvided`` where it exists)."""
-    cls = getattr(seam, "NotProvided", None)
-    if cls is not None:
-        return cls(what, dp)
-    return ConfigError(f"dataplane {dp.name}", what, "a dataplane that provides it (a description has none)")
+    """The seam's refusal of an optional part: ``dataplane mynf: no prog-bench support (bench_spec)``."""
+    return seam.NotProvided(what, dp.name)
 
 
 class DescribedDut(DutProgram):
@@ -256,7 +253,7 @@ def dut_namespace(ifindex_a: int, ifindex_b: int) -> str | None:
 class DescribedDataplane(Dataplane):
     """A network function described by a file (``perfkit.describe.load``)."""
 
-    api_version = 2
+    api_version = seam.API_VERSION
     ports = ("a", "b")
     #: ``load`` takes ``netns``, the DUT's namespace (``perfkit.testbed.dut.Dut`` passes it).
     loads_in_netns = True
@@ -298,7 +295,7 @@ class DescribedDataplane(Dataplane):
     def emit(self, traffic: Traffic, frame: bytes) -> Emitted:
         """The model's answer: an output frame (the traffic's verdict), or a verdict name."""
         if self._model is None:
-            raise _not_provided("emit", self)
+            raise _not_provided("no reference model (emit)", self)
         out = self._model(frame, traffic)
         if isinstance(out, Emitted):
             return out
@@ -313,7 +310,7 @@ class DescribedDataplane(Dataplane):
         """None when ``frame`` is what the model emits for the offered frame with the same signature
         (stream 0's frame: a profile's varied fields are not compared), else the first difference."""
         if self._model is None:
-            raise _not_provided("check_output", self)
+            raise _not_provided("no reference model (check_output)", self)
         assert isinstance(traffic, DescribedTraffic)
         from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
         sig = traffic.compiled.streams[0].sig_offset
@@ -336,7 +333,7 @@ class DescribedDataplane(Dataplane):
         return None
 
     def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
-        raise _not_provided("bench_spec", self)
+        raise _not_provided("no prog-bench support (bench_spec)", self)
 
     def counter_specs(self) -> tuple[CounterSpec, ...]:
         c = self.desc.counters
