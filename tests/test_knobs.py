@@ -21,6 +21,7 @@ from perfkit.errors import ConfigError
 from perfkit.generators import create
 from perfkit.scenario import Scenario
 from perfkit.testbed import netns
+from tests.counting import QUIET_RATE
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 UL = {"direction": "ul"}
@@ -108,7 +109,7 @@ def test_gro_on_a_kernel_path_aggregates_what_the_socket_gets_and_gro_off_does_n
     full = {}
     for gro in ("on", "off"):
         with create("xdp", Scenario(frame_size=64, flows=4, params={"direction": "host"}, knobs={"gro": gro})) as gen:
-            low = gen.measure(20_000, 0.25)
+            low = gen.measure(QUIET_RATE, 1.0)
             assert low.rx_packets == low.tx_packets == 5000 and low.dut_drops == {} and low.mismatched_packets == 0
             full[gro] = gen.measure(None, 0.5)
     assert full["on"].socket_datagrams_per_skb > 4 and full["on"].knobs == {"gro": "on"}
@@ -317,10 +318,11 @@ def test_steering_on_the_5tuple_puts_a_tunnels_packets_on_one_core_and_the_datap
     for steering in ("dataplane", "5tuple"):
         sc = Scenario(frame_size=64, flows=1000, dut_cores=2, params={**UL, "sessions": 1000}, knobs={"steering": steering})
         with create("xdp", sc) as gen:
-            r = gen.measure(100_000, 0.3)
+            r = gen.measure(20_000, 5.0, packets=6000)
         assert r.knobs == {"steering": steering} and r.mismatched_packets == 0
         per_core = r.dut_packets_per_core
-        assert len(per_core) == 2 and sum(per_core.values()) == r.rx_packets
+        # the DUT's cores saw every frame sent; a stall can still overflow the tester's ring after them
+        assert len(per_core) == 2 and sum(per_core.values()) == r.tx_packets == 6000 and r.dut_drops == {}
         spread[steering] = min(per_core.values()) / sum(per_core.values())
     assert spread["5tuple"] == 0 and spread["dataplane"] > 0.3
 

@@ -35,6 +35,7 @@ from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
 from perfkit.stl.signature import SIGNATURE
 from tests.conftest import BUILD, ROOT
+from tests.counting import QUIET_RATE
 from tests.dataplane_checks import kernel_does_as_the_model_says
 
 CFG = L4lbConfig(egress_ifindex=7)
@@ -742,7 +743,7 @@ def test_prog_bench_runs_the_load_balancer():
 def test_trial_forwards_every_packet_at_a_low_rate(size, flows, cores, params):
     per_flow = 50
     with create("xdp", Scenario("l4lb", frame_size=size, flows=flows, dut_cores=cores, params=params)) as g:
-        r = g.measure(20_000, 5.0, packets=per_flow * flows)
+        r = g.measure(QUIET_RATE, 5.0, packets=per_flow * flows)
         streams = g.sink.read().streams
         lb = g.dut.nf.control
         vip_counts = {v: c.packets for v, c in lb.vip_stats().items()}

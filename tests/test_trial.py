@@ -27,25 +27,7 @@ from perfkit.testbed.livegen import LATE_STOP
 from perfkit.testbed.topology import running
 from perfkit.scenario import Scenario
 from tests.conftest import ROOT
-
-
-RING = "rx_ring_full"
-
-
-def accounted(r) -> bool:
-    """sent = received + every drop counted somewhere."""
-    return r.tx_packets == r.rx_packets + sum(r.dut_drops.values()) + sum(r.tester_drops.values())
-
-
-def ring_lost(r) -> int:
-    """Frames lost to a full receive ring, the DUT's or the tester's: the host, not the program."""
-    return r.dut_drops.get(RING, 0) + r.tester_drops.get(RING, 0)
-
-
-def all_through(r, n: int) -> bool:
-    """``n`` frames offered, and every one received but for those counted as lost to a full ring."""
-    return (r.tx_packets == n and r.rx_packets + ring_lost(r) == n and set(r.dut_drops) <= {RING}
-            and set(r.tester_drops) <= {RING} and accounted(r))
+from tests.counting import RING, accounted, all_through, ring_lost
 
 
 @pytest.fixture(scope="module")
