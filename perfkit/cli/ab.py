@@ -17,7 +17,6 @@ from pathlib import Path
 
 from perfkit.cli.options import add_json, emit, integer, number
 from perfkit.errors import ConfigError, RegressionFound
-from perfkit.perfci.ab import run_ab
 from perfkit.perfci.sides import git
 from perfkit.store import DEFAULT_ROOT
 
@@ -42,6 +41,7 @@ def campaign_file(path: str) -> Path:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    from perfkit.perfci.ab import run_ab  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
     repo = repo_root("--repo", args.repo)
     campaign = campaign_file(args.campaign)
     out = Path(args.out) if args.out else Path("reports") / "ab"

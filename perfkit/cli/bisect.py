@@ -20,7 +20,6 @@ from pathlib import Path
 from perfkit.cli.ab import add_revisions_setting, campaign_file, repo_root
 from perfkit.cli.options import add_json, emit, integer, number
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.perfci.bisect import ABORT, run_bisect, step
 
 
 def _pct(x: float | None) -> str:
@@ -41,6 +40,7 @@ def _human(d: dict) -> str:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
+    from perfkit.perfci.bisect import run_bisect  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
     repo = repo_root("--repo", args.repo)
     campaign = campaign_file(args.campaign)
     if args.min_rounds > args.max_rounds:
@@ -58,6 +58,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     """One step, run by ``git bisect run``: its exit code is git's answer; an error aborts the bisection."""
+    from perfkit.perfci.bisect import ABORT, step  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
     try:
         return step(Path(args.state), lambda m: print(m, file=sys.stderr, flush=True))
     except PerfkitError as err:

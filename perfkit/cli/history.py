@@ -15,7 +15,6 @@ from pathlib import Path
 from perfkit.campaign.schema import load_campaign
 from perfkit.cli.ab import DEFAULT_CAMPAIGN, repo_root
 from perfkit.cli.options import add_json, emit, number
-from perfkit.perfci.history import gather, write_history
 from perfkit.store import DEFAULT_ROOT
 
 
@@ -32,6 +31,7 @@ def _human(d: dict) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from perfkit.perfci.history import gather, write_history  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
     name = load_campaign(args.campaign).name if Path(args.campaign).is_file() else args.campaign
     repo = repo_root("--repo", args.repo)
     hist = gather(Path(args.root), name, repo, args.metric, args.threshold)
