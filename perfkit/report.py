@@ -16,6 +16,8 @@ from __future__ import annotations
 import html
 import os
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,6 +29,9 @@ from perfkit.paths import NOTEBOOKS_DIR, reports_dir
 from perfkit.store import DEFAULT_ROOT, RunStore, list_runs
 
 DEFAULT_REPORTS = reports_dir()
+#: Notebooks executed at once, each in a kernel of its own: a kernel spends most of a page's time on
+#: one core (imports, pandas, plotting), so two pages take about the time of one on two cores.
+PAGE_WORKERS = 2
 KERNEL = "python3"
 #: How a report's kernel talks to papermill: Unix sockets, not TCP on 127.0.0.1. Over TCP without
 #: CurveZMQ keys ipykernel warns (rightly) that any local user could connect and eavesdrop; the
@@ -42,7 +47,8 @@ def kernel_options() -> dict[str, str]:
 
     runtime = Path(jupyter_runtime_dir())
     runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return {"transport": KERNEL_TRANSPORT, "ip": str(runtime / f"perfkit-{os.getpid()}-ipc")}
+    # one prefix per kernel: kernels started at once in one process would otherwise pick the same sockets
+    return {"transport": KERNEL_TRANSPORT, "ip": str(runtime / f"perfkit-{os.getpid()}-{uuid.uuid4().hex[:8]}-ipc")}
 
 
 def kernel_config() -> Any:
@@ -165,11 +171,16 @@ def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: 
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     params = {"run_id": run_id, "baseline_run_id": baseline_run_id, "data_root": str(data_root)}
     report = Report(run_id, baseline_run_id, out, out / "index.html", list(extra_pages))
-    bar = tqdm([*pages, INDEX], desc=f"report {run_id}", unit="page", disable=not progress)
-    for spec in bar:
-        bar.set_postfix_str(spec.name)
-        extra = {"pages": [asdict(p) for p in report.pages]} if spec is INDEX else {}
-        report.pages.append(render_page(spec, nb_dir, out, {**params, **extra}, show_code, kernel_name, timeout))
+    with tqdm(total=len(pages) + 1, desc=f"report {run_id}", unit="page", disable=not progress) as bar, \
+            ThreadPoolExecutor(PAGE_WORKERS) as pool:
+        def render(spec: PageSpec, extra: dict[str, Any]) -> Page:
+            page = render_page(spec, nb_dir, out, {**params, **extra}, show_code, kernel_name, timeout)
+            bar.set_postfix_str(spec.name)
+            bar.update(1)
+            return page
+        # the pages at once (each in a kernel of its own), in their order; the index, which lists them, last
+        report.pages += list(pool.map(lambda spec: render(spec, {}), pages))
+        report.pages.append(render(INDEX, {"pages": [asdict(p) for p in report.pages]}))
     return report
 
 
@@ -183,8 +194,11 @@ def render_page(spec: PageSpec, nb_dir: Path, out: Path, params: dict[str, Any],
     page = Page(spec.name, spec.title, spec.description, f"{spec.name}.html")
     start = time.monotonic()
     try:
+        # the kernel's working directory through nbclient's resources, not papermill's ``cwd``: that
+        # changes the whole process's directory, which pages rendered at once share
         papermill.execute_notebook(str(nb_dir / f"{spec.name}.ipynb"), str(executed), parameters=params,
-                                   kernel_name=kernel_name, progress_bar=False, cwd=str(out),
+                                   kernel_name=kernel_name, progress_bar=False,
+                                   resources={"metadata": {"path": str(out)}},
                                    execution_timeout=timeout, config=kernel_config())
     except PapermillExecutionError as err:
         page.ok, page.error = False, f"cell {err.cell_index}: {err.ename}: {' '.join(str(err.evalue).split())[:300]}"
@@ -270,19 +284,20 @@ def check_pages(report_dir: str | Path, chromium: str | None = None) -> list[str
     exe = chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         raise ConfigError("chromium", None, "a Chromium binary on PATH (apt-get install -y chromium)")
-    out = []
-    with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:
-        for page in sorted(Path(report_dir).resolve().glob("*.html")):
+
+    def one(page: Path) -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="perfkit-chromium-") as profile:   # one Chromium per profile
             measured = Path(profile) / "page.html"        # the page's own file stays as written
             measured.write_text(page.read_text() + MEASURE_JS)
             dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--window-size={CHECK_WINDOW[0]},{CHECK_WINDOW[1]}",
                                   f"--user-data-dir={profile}", "--dump-dom", measured.as_uri()],
                                  capture_output=True, text=True, timeout=180).stdout
-            if not dom.strip():
-                out.append(f"{page.name}: Chromium rendered nothing")
-                continue
-            out += [f"{page.name}: {p}" for p in _dom_problems(BeautifulSoup(dom, "html.parser"))]
-    return out
+        if not dom.strip():
+            return [f"{page.name}: Chromium rendered nothing"]
+        return [f"{page.name}: {p}" for p in _dom_problems(BeautifulSoup(dom, "html.parser"))]
+
+    with ThreadPoolExecutor(PAGE_WORKERS) as pool:
+        return [p for found in pool.map(one, sorted(Path(report_dir).resolve().glob("*.html"))) for p in found]
 
 
 def _dom_problems(soup: Any) -> list[str]:
