@@ -12,7 +12,6 @@ from perfkit.errors import ConfigError
 from perfkit.search.binary import BinarySearch, best_worst, binary_search
 from perfkit.search.goals import GoalParams
 from perfkit.search.measurer import Measurer, OnTrial
-from perfkit.search.mlr import MlrSearch, mlrsearch
 from perfkit.search.result import SearchResult
 from perfkit.search.multi import NdrPdr, ndrpdr
 from perfkit.search.simple import LatencyAt, MaxRate, Sweep, latency_at, max_rate, sweep
@@ -49,9 +48,16 @@ METHODS: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[..., SearchRe
     "pdr": (_binary({"loss_tolerance": 0.005}), binary_search),
     "bestworst": (_binary({"n": 5}), best_worst),
     "ndrpdr": (lambda kw: _build(NdrPdr, kw), ndrpdr),
-    "mlrsearch": (lambda kw: _build(MlrSearch, kw), mlrsearch),
+    "mlrsearch": (lambda kw: _build(_mlr().MlrSearch, kw), lambda *a, **kw: _mlr().mlrsearch(*a, **kw)),
     "latency": (_latency, ndr_then_latency),
 }
+
+
+def _mlr() -> Any:
+    """``perfkit.search.mlr``, imported when a campaign or command uses it (the library takes 1.3 s)."""
+    from perfkit.search import mlr
+
+    return mlr
 
 
 def _build(cls: type, kw: dict[str, Any]) -> Any:
