@@ -23,6 +23,7 @@ from perfkit.btf import Btf
 from perfkit.describe import load
 from perfkit.describe.btfconfig import encode
 from perfkit.describe.dataplane import attached_program
+from perfkit.dataplane import NotProvided
 from perfkit.errors import ConfigError
 from perfkit.libbpf import BpfObject
 from perfkit.testbed.topology import Testbed
@@ -242,6 +243,34 @@ def test_a_bad_description_exits_2_in_one_line(scratch, perfkit_module):
     r = perfkit_module.run(["trial", "--dataplane", str(path), "--rate", "1kpps", "--duration", "0.1"])
     assert r.returncode == 2
     assert "traffic.verdict: 'XDP_FORWARD' is not allowed; allowed: XDP_REDIRECT, XDP_TX, XDP_PASS, XDP_DROP" in r.stderr
+
+
+# -- prog-bench ---------------------------------------------------------------------------------------
+def test_prog_bench_runs_the_descriptions_program_on_its_profiles_frame(scratch):
+    from perfkit.progbench import prog_bench
+    path = write(scratch, base(), "bench")
+    before = loaded()
+    d = prog_bench(str(path), 64, rounds=3, repeat=2000).to_dict()   # what ``prog-bench --json`` prints
+    # the configured flow's path, counted by the program's own BTF-enum-named counter, every run
+    assert d["path_verified"] and d["path_counter"] == "fwd" and d["path_packets"] == 3 * 2000
+    assert d["params"] == {"backend": 1, "mynf_max_backends": 16, "dport": 5001, "profile": "udp.py"}
+    assert d["ns_per_packet"] > d["baseline_ns_per_packet"] > 0 and d["wire_frame_size"] == 64
+    assert loaded() == before                                      # nothing left loaded
+
+
+def test_prog_bench_refuses_a_frame_off_the_forwarding_path_and_a_description_without_counters(scratch):
+    from perfkit.progbench import prog_bench
+    desc = base()
+    desc["config"]["maps"]["flows"][0]["key"]["dport"] = 5002   # the profile's frame has no flow
+    before = loaded()
+    with pytest.raises(ConfigError, match=r"traffic.profile: 'udp.py' .* as forwarded \(fwd\); it got XDP_DROP "
+                                          r"and raised no_flow"):
+        prog_bench(str(write(scratch, desc, "noflow")), 64, rounds=3, repeat=1000)
+    assert loaded() == before                                      # the refused program was unloaded
+    desc = base()
+    desc.pop("counters")
+    with pytest.raises(NotProvided, match="dataplane nocount: no prog-bench support: no counters to prove the path"):
+        prog_bench(str(write(scratch, desc, "nocount")))            # a ConfigError: one line, exit 2
 
 
 # -- attached by the NF's own loader ----------------------------------------------------------------
