@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from perfkit import dataplanes
@@ -243,6 +246,33 @@ def test_a_bad_description_exits_2_in_one_line(scratch, perfkit_module):
     r = perfkit_module.run(["trial", "--dataplane", str(path), "--rate", "1kpps", "--duration", "0.1"])
     assert r.returncode == 2
     assert "traffic.verdict: 'XDP_FORWARD' is not allowed; allowed: XDP_REDIRECT, XDP_TX, XDP_PASS, XDP_DROP" in r.stderr
+
+
+@pytest.mark.slow   # a testbed and a trial, the exporter's start: 4.5 to 7 s
+def test_perfkit_exporter_serves_the_counters_of_a_descriptions_trial(scratch):
+    """A trial on the testbed, then ``perfkit exporter`` on the loaded description (as a lab host's
+    agent starts it) scraped over HTTP: the BTF enum's names, the DUT's own counts."""
+    from perfkit.generators import create
+    from perfkit.scenario import Scenario
+    path = write(scratch, base())
+    with create("xdp", Scenario(dataplane=str(path), frame_size=64)) as gen:
+        r = gen.measure(5000, 0.3)
+        counts = gen.dut.counters()
+        proc = subprocess.Popen([sys.executable, "-m", "perfkit.cli.exporter", "--dut", str(gen.export.path), "--json"],
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            url = json.loads(proc.stdout.readline())["url"]
+            text = requests.get(url, timeout=5).text
+        except BaseException:
+            proc.kill()
+            raise
+    assert proc.wait(30) == 0, proc.stderr.read()   # the dataplane unloaded: the exporter stopped by itself
+    served = {(m.group(1), m.group(2)): float(m.group(3)) for m in re.finditer(
+        r'^perfkit_mynf_(packets|bytes)_total{dataplane="mynf",outcome="(\w+)",testbed="\w+"} (\S+)$', text, re.M)}
+    assert {o for _, o in served} == {"fwd", "no_flow", "not_ip", "denied"}, text   # enum mynf_stat's names
+    assert r.tx_packets > 0 and served[("packets", "fwd")] == counts["fwd"] >= r.rx_packets > 0
+    assert served[("bytes", "fwd")] == 60 * counts["fwd"]                           # 64 B less the FCS
+    assert all(served[(u, o)] == 0 for u in ("packets", "bytes") for o in ("no_flow", "not_ip", "denied"))
 
 
 # -- prog-bench ---------------------------------------------------------------------------------------
