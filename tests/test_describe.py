@@ -342,23 +342,15 @@ def test_a_setup_that_attaches_nothing_is_refused(scratch, testbed):
     assert attached_program(testbed.dut_ns, testbed.a.ifindex) == 0
 
 
-XDP_FILTER = {
-    "name": "xdpfilter",
-    "program": {"name": "xdpfilt_alw_all"},   # the variant xdp-filter loads for policy allow, all features
-    "attach": {"setup": "xdp-filter load -m native {dev_a} && xdp-filter port {dport}",
-               "teardown": "xdp-filter unload {dev_a}"},
-    "counters": {"map": "xdp_stats_map", "names": ["aborted", "drop", "pass", "tx", "redirect"],
-                 "packets": "rx_packets", "bytes": "rx_bytes", "forward": ["drop"]},
-    "traffic": {"profile": "udp.py", "frame_size": "size", "tunables": {"size": 64, "dport": 5001},
-                "verdict": "XDP_DROP"},
-}
+#: xdp-filter described for perfkit, as a user would (attached and configured by its own CLI).
+XDP_FILTER = HERE.parent.parent / "examples" / "xdp-filter.dataplane.yaml"
 
 
 @pytest.mark.skipif(shutil.which("xdp-filter") is None, reason="xdp-tools' xdp-filter is not installed")
 def test_xdp_filter_attached_by_its_own_cli_counts_as_its_status_does(scratch, testbed):
     """A program perfkit did not build or load: xdp-filter denies UDP port 5001; perfkit finds the
     program on the DUT port and reads xdp-filter's own counters, which equal ``xdp-filter status``."""
-    dp = load(write(scratch, XDP_FILTER, "xdpfilter"))
+    dp = load(XDP_FILTER)
     traffic = dp.traffic(64, 1, dp.validate({}))
     dut = dp.load(traffic, testbed.a.ifindex, testbed.b.ifindex)
     try:

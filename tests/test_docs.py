@@ -44,7 +44,7 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 #: Fence languages that hold no commands; ``console`` holds them, anything else is refused.
 QUIET_FENCES = {"text", "yaml", "python", "json", "c", "toml", "ini"}
 #: The checkout's own directories whose files a command may name (they must exist).
-CHECKOUT_DIRS = {"bpf", "bench", "campaigns", "docs", "labs", "notebooks", "perfkit", "tests", "trex_profiles"}
+CHECKOUT_DIRS = {"bpf", "bench", "campaigns", "docs", "examples", "labs", "notebooks", "perfkit", "tests", "trex_profiles"}
 #: An argument that stands for something the reader fills in (RUN_ID, FILE, KEY=VALUE).
 PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]{2,}")
 #: Commands cheap enough for every test run (seconds), and those for the slow tests (minutes).
