@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from perfkit import dataplanes
@@ -23,6 +26,7 @@ from perfkit.btf import Btf
 from perfkit.describe import load
 from perfkit.describe.btfconfig import encode
 from perfkit.describe.dataplane import attached_program
+from perfkit.dataplane import NotProvided
 from perfkit.errors import ConfigError
 from perfkit.libbpf import BpfObject
 from perfkit.testbed.topology import Testbed
@@ -244,6 +248,61 @@ def test_a_bad_description_exits_2_in_one_line(scratch, perfkit_module):
     assert "traffic.verdict: 'XDP_FORWARD' is not allowed; allowed: XDP_REDIRECT, XDP_TX, XDP_PASS, XDP_DROP" in r.stderr
 
 
+@pytest.mark.slow   # a testbed and a trial, the exporter's start: 4.5 to 7 s
+def test_perfkit_exporter_serves_the_counters_of_a_descriptions_trial(scratch):
+    """A trial on the testbed, then ``perfkit exporter`` on the loaded description (as a lab host's
+    agent starts it) scraped over HTTP: the BTF enum's names, the DUT's own counts."""
+    from perfkit.generators import create
+    from perfkit.scenario import Scenario
+    path = write(scratch, base())
+    with create("xdp", Scenario(dataplane=str(path), frame_size=64)) as gen:
+        r = gen.measure(5000, 0.3)
+        counts = gen.dut.counters()
+        proc = subprocess.Popen([sys.executable, "-m", "perfkit.cli.exporter", "--dut", str(gen.export.path), "--json"],
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            url = json.loads(proc.stdout.readline())["url"]
+            text = requests.get(url, timeout=5).text
+        except BaseException:
+            proc.kill()
+            raise
+    assert proc.wait(30) == 0, proc.stderr.read()   # the dataplane unloaded: the exporter stopped by itself
+    served = {(m.group(1), m.group(2)): float(m.group(3)) for m in re.finditer(
+        r'^perfkit_mynf_(packets|bytes)_total{dataplane="mynf",outcome="(\w+)",testbed="\w+"} (\S+)$', text, re.M)}
+    assert {o for _, o in served} == {"fwd", "no_flow", "not_ip", "denied"}, text   # enum mynf_stat's names
+    assert r.tx_packets > 0 and served[("packets", "fwd")] == counts["fwd"] >= r.rx_packets > 0
+    assert served[("bytes", "fwd")] == 60 * counts["fwd"]                           # 64 B less the FCS
+    assert all(served[(u, o)] == 0 for u in ("packets", "bytes") for o in ("no_flow", "not_ip", "denied"))
+
+
+# -- prog-bench ---------------------------------------------------------------------------------------
+def test_prog_bench_runs_the_descriptions_program_on_its_profiles_frame(scratch):
+    from perfkit.progbench import prog_bench
+    path = write(scratch, base(), "bench")
+    before = loaded()
+    d = prog_bench(str(path), 64, rounds=3, repeat=2000).to_dict()   # what ``prog-bench --json`` prints
+    # the configured flow's path, counted by the program's own BTF-enum-named counter, every run
+    assert d["path_verified"] and d["path_counter"] == "fwd" and d["path_packets"] == 3 * 2000
+    assert d["params"] == {"backend": 1, "mynf_max_backends": 16, "dport": 5001, "profile": "udp.py"}
+    assert d["ns_per_packet"] > d["baseline_ns_per_packet"] > 0 and d["wire_frame_size"] == 64
+    assert loaded() == before                                      # nothing left loaded
+
+
+def test_prog_bench_refuses_a_frame_off_the_forwarding_path_and_a_description_without_counters(scratch):
+    from perfkit.progbench import prog_bench
+    desc = base()
+    desc["config"]["maps"]["flows"][0]["key"]["dport"] = 5002   # the profile's frame has no flow
+    before = loaded()
+    with pytest.raises(ConfigError, match=r"traffic.profile: 'udp.py' .* as forwarded \(fwd\); it got XDP_DROP "
+                                          r"and raised no_flow"):
+        prog_bench(str(write(scratch, desc, "noflow")), 64, rounds=3, repeat=1000)
+    assert loaded() == before                                      # the refused program was unloaded
+    desc = base()
+    desc.pop("counters")
+    with pytest.raises(NotProvided, match="dataplane nocount: no prog-bench support: no counters to prove the path"):
+        prog_bench(str(write(scratch, desc, "nocount")))            # a ConfigError: one line, exit 2
+
+
 # -- attached by the NF's own loader ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def testbed():
@@ -283,23 +342,15 @@ def test_a_setup_that_attaches_nothing_is_refused(scratch, testbed):
     assert attached_program(testbed.dut_ns, testbed.a.ifindex) == 0
 
 
-XDP_FILTER = {
-    "name": "xdpfilter",
-    "program": {"name": "xdpfilt_alw_all"},   # the variant xdp-filter loads for policy allow, all features
-    "attach": {"setup": "xdp-filter load -m native {dev_a} && xdp-filter port {dport}",
-               "teardown": "xdp-filter unload {dev_a}"},
-    "counters": {"map": "xdp_stats_map", "names": ["aborted", "drop", "pass", "tx", "redirect"],
-                 "packets": "rx_packets", "bytes": "rx_bytes", "forward": ["drop"]},
-    "traffic": {"profile": "udp.py", "frame_size": "size", "tunables": {"size": 64, "dport": 5001},
-                "verdict": "XDP_DROP"},
-}
+#: xdp-filter described for perfkit, as a user would (attached and configured by its own CLI).
+XDP_FILTER = HERE.parent.parent / "examples" / "xdp-filter.dataplane.yaml"
 
 
 @pytest.mark.skipif(shutil.which("xdp-filter") is None, reason="xdp-tools' xdp-filter is not installed")
 def test_xdp_filter_attached_by_its_own_cli_counts_as_its_status_does(scratch, testbed):
     """A program perfkit did not build or load: xdp-filter denies UDP port 5001; perfkit finds the
     program on the DUT port and reads xdp-filter's own counters, which equal ``xdp-filter status``."""
-    dp = load(write(scratch, XDP_FILTER, "xdpfilter"))
+    dp = load(XDP_FILTER)
     traffic = dp.traffic(64, 1, dp.validate({}))
     dut = dp.load(traffic, testbed.a.ifindex, testbed.b.ifindex)
     try:

@@ -23,6 +23,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 from perfkit import dataplane as seam
 from perfkit.btf import Btf
 from perfkit.dataplane import BenchSpec, CounterCell, CounterSpec, Dataplane, DutProgram, Emitted, Traffic
@@ -280,7 +282,17 @@ class DescribedDataplane(Dataplane):
 
     @property
     def has_bench(self) -> bool:
-        return False
+        """prog-bench runs the program alone: perfkit must load it (not the NF's own loader), and its
+        counters must prove the path (``bench_missing``)."""
+        return not self.bench_missing()
+
+    def bench_missing(self) -> str:
+        """Why prog-bench cannot drive this description's program ('' when it can)."""
+        if self.desc.attach.by_nf:
+            return "no prog-bench support: its own loader attaches it (attach.setup), prog-bench loads the object itself"
+        if self.desc.counters is None:
+            return "no prog-bench support: no counters to prove the path its frame takes (counters)"
+        return ""
 
     def traffic(self, frame_size: int, flows: int, params: Mapping[str, Any]) -> DescribedTraffic:
         return build_traffic(self.desc, frame_size, flows, dict(params), self._model)
@@ -333,7 +345,26 @@ class DescribedDataplane(Dataplane):
         return None
 
     def bench_spec(self, frame_size: int, params: Mapping[str, Any], seed: int = 1) -> tuple[BenchSpec, DutProgram]:
-        raise _not_provided("no prog-bench support (bench_spec)", self)
+        """The profile's first stream's frame, as it is (no keys: the harness restores the same frame
+        before every run), on the program loaded as ``perfkit dataplane check`` loads it (ports 1
+        and 2 of this namespace). The path counter is the one counter that frame raises, once run
+        through the program: it must be one of ``counters.forward``. The expected answer is the
+        model's; without one, only the verdict (``traffic.verdict``) is checked."""
+        if why := self.bench_missing():
+            raise _not_provided(why, self)
+        params = self.validate(params)
+        traffic = self.traffic(frame_size, 1, params)
+        frame = traffic.packet(0)
+        dut = self.load(traffic, 1, 2)
+        try:
+            path = _path_counter(self, traffic, dut, frame)
+            expected = self.emit(traffic, frame) if self.has_model else Emitted(traffic.verdict, path)
+        except BaseException:
+            dut.close()
+            raise
+        spec = BenchSpec(frame=frame, fields=(), keys=np.zeros((0, 16), dtype=np.uint8), path_counter=path,
+                         expected=expected, description={"profile": self.desc.traffic.profile.name})
+        return spec, dut
 
     def counter_specs(self) -> tuple[CounterSpec, ...]:
         c = self.desc.counters
@@ -345,6 +376,22 @@ class DescribedDataplane(Dataplane):
             out.append(CounterSpec(f"perfkit_{self.name}_bytes_total", f"Bytes the {self.title} counted, by outcome.",
                                    ("outcome",), "bytes"))
         return tuple(out)
+
+
+def _path_counter(dp: DescribedDataplane, traffic: DescribedTraffic, dut: DutProgram, frame: bytes) -> str:
+    """The counter ``frame`` raises, run once through the program; refused unless it is exactly one
+    of the forwarding counters."""
+    before = dut.counters()
+    res = dut.program.test_run(frame)
+    after = dut.counters()
+    rose = sorted(k for k in after if after[k] != before.get(k, 0))
+    forward = sorted(dp.forwarding(traffic))
+    if len(rose) != 1 or (forward and rose[0] not in forward):
+        raise ConfigError(f"{dp.desc.path.name}: traffic.profile", dp.desc.traffic.profile.name,
+                          f"a profile whose first frame the program counts once, as forwarded "
+                          f"({', '.join(forward) or 'a counter'}); it got {res.verdict} and raised "
+                          f"{', '.join(rose) or 'no counter'}")
+    return rose[0]
 
 
 def _varied(traffic: DescribedTraffic) -> set[int]:
