@@ -179,7 +179,11 @@ def build_report(run_id: str, *, baseline_run_id: str | None = None, data_root: 
             bar.update(1)
             return page
         # the pages at once (each in a kernel of its own), in their order; the index, which lists them, last
-        report.pages += list(pool.map(lambda spec: render(spec, {}), pages))
+        try:
+            report.pages += list(pool.map(lambda spec: render(spec, {}), pages))
+        except BaseException:   # Ctrl-C, SIGTERM: no page starts after it; those running end
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         report.pages.append(render(INDEX, {"pages": [asdict(p) for p in report.pages]}))
     return report
 
