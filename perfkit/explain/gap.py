@@ -158,7 +158,8 @@ def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Expl
 
 def _movers(fa: pd.DataFrame, fb: pd.DataFrame, unseen_a: float, unseen_b: float) -> tuple[Mover, ...]:
     cols = ["kind", "self_ns", "self_ns_sd", "inclusive_ns"]
-    both = fa.set_index("symbol")[cols].join(fb.set_index("symbol")[cols], how="outer", lsuffix="_a", rsuffix="_b")
+    both = pd.merge(fa.set_index("symbol")[cols], fb.set_index("symbol")[cols], how="outer", left_index=True,
+                    right_index=True, suffixes=("_a", "_b"))
     out = []
     for sym, r in both.iterrows():
         kind = r["kind_b"] if isinstance(r["kind_b"], str) else r["kind_a"]
