@@ -186,12 +186,13 @@ def test_bad_input_is_one_line_and_exit_2(runs, argv, message, capsys):
 
 
 # -- known truth on the real testbed ------------------------------------------------------------------------
-@pytest.mark.slow   # some 50 s: 6 testbeds of the calibrated DUT with perf, and prog-bench passes between
+@pytest.mark.slow   # some 50 s: 4 testbeds of the calibrated DUT with perf, and prog-bench passes between
 def test_the_calibrated_gap_is_the_programs_and_what_the_calibration_predicts(tmp_path):
     """N = 100 against 2N = 200 (bench/explain_calib.py): >= 90 % of the gap on the BPF program
     (its function and its bpf_loop callback), and the gap within 15 % of prog-bench's slope x N."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "100", "--rounds", "3",
-                          "--root", str(tmp_path), "--json", "--no-record"], capture_output=True, text=True, timeout=180)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "100", "--rounds", "2",
+                          "--trials", "3", "--root", str(tmp_path), "--json", "--no-record"],
+                         capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     f = json.loads(out.stdout)
     print(f"\n{f['sentence']}\npredicted {f['predicted_gap_ns']:.0f} ns ({f['ns_per_iteration']:.2f} ns per iteration)")
