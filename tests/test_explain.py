@@ -18,6 +18,7 @@ from perfkit.explain.gap import explain
 from perfkit.explain.kinds import function_kind
 from perfkit.explain.sets import TrialSet
 from perfkit.perf.store import write_folded
+from perfkit.perfci.comment import ab_comment
 from perfkit.store import RunStore
 from perfkit.trial import TrialResult
 from tests.conftest import ROOT
@@ -186,12 +187,12 @@ def test_bad_input_is_one_line_and_exit_2(runs, argv, message, capsys):
 
 
 # -- known truth on the real testbed ------------------------------------------------------------------------
-@pytest.mark.slow   # some 50 s: 4 testbeds of the calibrated DUT with perf, and prog-bench passes between
+@pytest.mark.slow   # some 70 s: 8 testbeds of the calibrated DUT with perf, and prog-bench passes between
 def test_the_calibrated_gap_is_the_programs_and_what_the_calibration_predicts(tmp_path):
     """N = 100 against 2N = 200 (bench/explain_calib.py): >= 90 % of the gap on the BPF program
     (its function and its bpf_loop callback), and the gap within 15 % of prog-bench's slope x N."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "100", "--rounds", "2",
-                          "--trials", "3", "--root", str(tmp_path), "--json", "--no-record"],
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "100", "--rounds", "4",
+                          "--trials", "1", "--root", str(tmp_path), "--json", "--no-record"],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     f = json.loads(out.stdout)
@@ -199,3 +200,15 @@ def test_the_calibrated_gap_is_the_programs_and_what_the_calibration_predicts(tm
     assert f["program_fraction"] >= 0.90
     assert f["gap_over_predicted"] == pytest.approx(1.0, abs=0.15)
     assert f["top_function"] in ("xdp_calib", "work_step")
+
+
+def test_the_ab_comment_names_the_functions_that_moved_in_a_regressed_scenario(runs):
+    root, (base, head) = runs
+    row = {"verdict": "regression", "scenario_key": "calib-64B-1flow-1core-w100", "label": "maxrate",
+           "metric": "max rate rx", "baseline_mpps": 1.0, "current_mpps": 0.95, "change_pct": -5.0, "band_pct": 2.0}
+    facts = {"verdict": "regression", "headline": "slower", "threshold_pct": 5.0, "repeats": 2, "caveats": [],
+             "base": {"commit": "a" * 40, "run_id": base}, "head": {"commit": "b" * 40, "run_id": head},
+             "rows": [row, {**row, "metric": "ndr"}], "plots": ["change.png"]}
+    with_root = ab_comment({**facts, "root": str(root)})
+    assert with_root.count("moved most") == 1 and "`xdp_calib` +50 ± " in with_root
+    assert "moved most" not in ab_comment(facts)
