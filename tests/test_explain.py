@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
+from perfkit.analysis import load_run
 from perfkit.cli import main
 from perfkit.explain import top_movers
 from perfkit.explain.cost import TrialProfile, cost_frame, function_costs, kind_costs, share_sd
 from perfkit.explain.flame import ns_diff_flamegraph_svg, ns_diff_folded
 from perfkit.explain.gap import explain
 from perfkit.explain.kinds import function_kind
-from perfkit.explain.sets import TrialSet
+from perfkit.explain.sets import TrialSet, all_knob_pairs, variant_pairs
 from perfkit.perf.store import write_folded
 from perfkit.perfci.comment import ab_comment
 from perfkit.store import RunStore
@@ -212,3 +213,12 @@ def test_the_ab_comment_names_the_functions_that_moved_in_a_regressed_scenario(r
     with_root = ab_comment({**facts, "root": str(root)})
     assert with_root.count("moved most") == 1 and "`xdp_calib` +50 ± " in with_root
     assert "moved most" not in ab_comment(facts)
+
+
+def test_the_report_page_pairs_each_variant_with_the_first_where_the_rest_is_the_same(runs):
+    root, (run, _) = runs
+    (pair,) = variant_pairs(load_run(run, root))
+    assert (pair.a.label, pair.b.label) == ("N = 100 work iterations", "N = 200 work iterations")
+    assert pair.context == "calib-64B-1flow-1core-w100 vs calib-64B-1flow-1core-w200"
+    assert [len(pair.a.profiles), len(pair.b.profiles)] == [2, 2]
+    assert all_knob_pairs(load_run(run, root)) == []

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from perfkit.analysis.knobs import knob_contexts, with_knob_columns
-from perfkit.analysis.run import RunData
+from perfkit import dataplanes
+from perfkit.analysis.knobs import knob_contexts, varied_knobs, with_knob_columns
+from perfkit.analysis.run import RunData, variant_label
 from perfkit.errors import ConfigError
 from perfkit.explain.cost import TrialProfile
 from perfkit.perf.store import perf_trial_ids, read_folded
@@ -106,3 +107,37 @@ def run_pairs(run: RunData, baseline: RunData, scenario: str | None = None) -> l
         raise ConfigError("--baseline", baseline.run_id, f"a run with perf data of a scenario of run {run.run_id}")
     return [Pair(trial_set(baseline, base[base["scenario_key"] == k], f"run {baseline.run_id}"),
                  trial_set(run, mine[mine["scenario_key"] == k], f"run {run.run_id}"), k) for k in common]
+
+
+def variant_pairs(run: RunData) -> list[Pair]:
+    """Per scenario where only the dataplane's variant differs (its main parameter, e.g. a direction),
+    each other variant against the run's first one."""
+    df, names = with_knob_columns(profiled(run))
+    pairs: list[Pair] = []
+    for dp_name in df["dataplane"].dropna().unique() if len(df) else []:
+        param = dataplanes.get(dp_name).variant
+        mine = df[df["dataplane"] == dp_name]
+        if not param or mine["variant"].nunique() < 2:
+            continue
+        for group, values in knob_contexts(mine.drop(columns=[param], errors="ignore"), "variant", names):
+            sides = {v: group[group["variant"] == v] for v in values}
+            base = sides[values[0]]
+            for v in values[1:]:
+                pairs.append(Pair(trial_set(run, base, variant_label(dp_name, values[0])),
+                                  trial_set(run, sides[v], variant_label(dp_name, v)),
+                                  f"{base['scenario_key'].iloc[0]} vs {sides[v]['scenario_key'].iloc[0]}"))
+    return pairs
+
+
+def all_knob_pairs(run: RunData) -> list[Pair]:
+    """``knob_pairs`` of every knob the run varied with perf data (each value against the first)."""
+    df, _ = with_knob_columns(profiled(run))
+    pairs: list[Pair] = []
+    for knob in varied_knobs(profiled(run)) if len(df) else []:
+        values = list(dict.fromkeys(df[knob]))
+        for v in values[1:]:
+            try:
+                pairs += knob_pairs(run, knob, values[0], v)
+            except ConfigError:   # no scenario with both values profiled
+                continue
+    return pairs
