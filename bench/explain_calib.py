@@ -13,7 +13,7 @@ prediction, their ratio, the share of the gap on the program (kind ``program``),
 Every run is recorded (``bench/results/explain_calib.jsonl``, a dated line in ``bench/RESULTS.md``)
 unless ``--no-record``. Run it under the testbed lock.
 
-    .venv/bin/python bench/explain_calib.py [--work 100] [--rounds 2] [--trials 2] [--duration 1]
+    .venv/bin/python bench/explain_calib.py [--work 400] [--rounds 2] [--trials 2] [--duration 1]
         [--root DIR] [--json] [--no-record]
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     ap = benchcli.parser(__doc__, record="explain_calib")
-    ap.add_argument("--work", type=integer(1, 2000), default=100, metavar="N", help="N (the other side: 2N)")
+    ap.add_argument("--work", type=integer(1, 2000), default=400, metavar="N", help="N (the other side: 2N)")
     ap.add_argument("--rounds", type=integer(1), default=2, help="testbeds per N, alternated (default 2)")
     ap.add_argument("--trials", type=integer(1), default=2, help="trials per testbed (default 2)")
     ap.add_argument("--duration", type=seconds, default=1.0, help="seconds per trial (default 1)")

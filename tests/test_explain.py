@@ -188,12 +188,16 @@ def test_bad_input_is_one_line_and_exit_2(runs, argv, message, capsys):
 
 
 # -- known truth on the real testbed ------------------------------------------------------------------------
-@pytest.mark.slow   # some 70 s: 8 testbeds of the calibrated DUT with perf, and prog-bench passes between
+@pytest.mark.slow   # some 40 s: 4 testbeds of the calibrated DUT with perf, and prog-bench passes between
 def test_the_calibrated_gap_is_the_programs_and_what_the_calibration_predicts(tmp_path):
-    """N = 100 against 2N = 200 (bench/explain_calib.py): >= 90 % of the gap on the BPF program
-    (its function and its bpf_loop callback), and the gap within 15 % of prog-bench's slope x N."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "100", "--rounds", "4",
-                          "--trials", "1", "--root", str(tmp_path), "--json", "--no-record"],
+    """N = 400 against 2N = 800 (bench/explain_calib.py): >= 90 % of the gap on the BPF program
+    (its function and its bpf_loop callback), and the gap within 15 % of prog-bench's slope x N.
+
+    N = 100 against 200 passed and failed by turns on this 2-vCPU VM shared with other work: the
+    kernel's part per packet moves by 100-200 ns with the load and the rate (NAPI wake-ups,
+    batching), 10-20 % of a 1000 ns gap, and the VM's speed drifted 15 % between testbeds."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "explain_calib.py"), "--work", "400", "--rounds", "2",
+                          "--trials", "2", "--root", str(tmp_path), "--json", "--no-record"],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     f = json.loads(out.stdout)
