@@ -133,7 +133,8 @@ def _trial(work: int, ns: float, trial_id: str) -> TrialResult:
     return TrialResult(dataplane="calib", frame_size=64, wire_frame_size=64, flows=1, dut_cores=1, generator="xdp",
                        duration=1.0, intended_pps=1e6, intended_packets=1_000_000, tx_packets=1_000_000,
                        rx_packets=900_000, elapsed=1.0, trial_id=trial_id, method="maxrate",
-                       params={"work_iterations": work, "drop_every": 0}, dut_ns_per_packet=ns)
+                       params={"work_iterations": work, "drop_every": 0}, dut_ns_per_packet=ns,
+                       dut_kthread_cpu={"napi/veth-dut0-8193": 0.9, "napi/veth-dut1-8194": 0.0})
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +227,15 @@ def test_the_report_page_pairs_each_variant_with_the_first_where_the_rest_is_the
     assert pair.context == "calib-64B-1flow-1core-w100 vs calib-64B-1flow-1core-w200"
     assert [len(pair.a.profiles), len(pair.b.profiles)] == [2, 2]
     assert all_knob_pairs(load_run(run, root)) == []
+
+
+def test_another_testbeds_packet_thread_on_the_dut_core_is_not_the_duts_cost():
+    """perf names tasks by their first 15 characters: napi/veth-dut0-8193 is napi/veth-dut0-."""
+    mine = folded(prog=400, csum=100)
+    theirs = "napi/veth-other-77;napi_threaded_poll_[k];bpf_prog_abcdefabcdefabcd_xdp_other_[k] 1000\n"
+    own = TrialProfile("t", 1000.0, mine + theirs, ("napi/veth-dut0-8193", "napi/veth-dut1-8194"))
+    df = cost_frame([own]).set_index("symbol")
+    assert df["packet_samples"].iloc[0] == 1000 and "bpf_prog_0000000000000000_xdp_other" not in df.index
+    assert df.loc["bpf_prog_0000000000000000_xdp_calib", "self_ns"] == pytest.approx(400.0)
+    every = cost_frame([TrialProfile("t", 1000.0, mine + theirs)])   # threads unknown: every NAPI thread
+    assert every["packet_samples"].iloc[0] == 2000

@@ -45,6 +45,8 @@ from perfkit.errors import ConfigError
 from perfkit.explain.kinds import function_kind
 from perfkit.perf.folded import PACKET_THREADS, parse_folded, strip_annotation, untagged
 
+#: The length of a task's name as the kernel keeps it (TASK_COMM_LEN - 1) [characters].
+COMM_LEN = 15
 COST_COLUMNS = ["trial_id", "symbol", "kind", "self_samples", "inclusive_samples", "packet_samples",
                 "dut_ns_per_packet", "self_share", "inclusive_share", "self_ns", "inclusive_ns", "self_ns_sd",
                 "inclusive_ns_sd"]
@@ -61,6 +63,10 @@ class TrialProfile:
     """CPU time of the DUT's packet threads per packet processed [ns] (the trial's field)."""
     folded: str
     """Folded stacks of the DUT cores during the trial (``perfkit.perf.store.read_folded``)."""
+    threads: tuple[str, ...] = ()
+    """The DUT's own packet threads (the trial's ``dut_kthread_cpu`` names): only their samples
+    count, not those of another testbed's threads on the same cores. Empty: every NAPI and cpumap
+    thread's."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.dut_ns_per_packet, (int, float)) and math.isfinite(self.dut_ns_per_packet)
@@ -69,15 +75,17 @@ class TrialProfile:
                               "a measured cost > 0 [ns]")
 
 
-def packet_stacks(folded: str) -> list[tuple[list[str], int]]:
-    """The stacks of the DUT's packet threads (NAPI and cpumap kernel threads), BPF tags zeroed and
-    each thread named by its kind (``napi``, ``cpumap``: their device and id differ from testbed to
-    testbed), annotations stripped."""
+def packet_stacks(folded: str, threads: Sequence[str] = ()) -> list[tuple[list[str], int]]:
+    """The stacks of the DUT's packet threads (``threads``, or every NAPI and cpumap kernel thread),
+    BPF tags zeroed and each thread named by its kind (``napi``, ``cpumap``: their device and id
+    differ from testbed to testbed), annotations stripped. perf names a task as the kernel keeps its
+    name, cut to ``COMM_LEN`` characters."""
+    own = {t[:COMM_LEN] for t in threads}
     out = []
     for frames, count in parse_folded(untagged(folded)):
         comm = frames[0]
         kind = next((p for p in PACKET_THREADS if comm.startswith(p)), None)
-        if kind is not None:
+        if kind is not None and (not own or comm[:COMM_LEN] in own):
             out.append(([kind.rstrip("/")] + [strip_annotation(f) for f in frames[1:]], count))
     return out
 
@@ -93,7 +101,7 @@ def share_sd(k: float, n: float) -> float:
 
 def trial_costs(profile: TrialProfile) -> pd.DataFrame:
     """``cost_frame``'s rows of one trial (empty when perf sampled none of its packet threads)."""
-    stacks = packet_stacks(profile.folded)
+    stacks = packet_stacks(profile.folded, profile.threads)
     n = sum(c for _, c in stacks)
     self_c: Counter[str] = Counter()
     incl: Counter[str] = Counter()
@@ -152,7 +160,7 @@ def unseen_sd(profiles: Sequence[TrialProfile]) -> float:
     """The uncertainty of a function none of the trials sampled: one sample's worth per trial,
     combined (``share_sd(0, n)``) [ns per packet]."""
     sds = [p.dut_ns_per_packet * share_sd(0, n) for p in profiles
-           if (n := sum(c for _, c in packet_stacks(p.folded))) > 0]
+           if (n := sum(c for _, c in packet_stacks(p.folded, p.threads))) > 0]
     return math.sqrt(sum(x * x for x in sds)) / len(sds) if sds else 0.0
 
 

@@ -22,7 +22,7 @@ def stack_costs(profiles: Sequence[TrialProfile]) -> Counter[str]:
     """Stack (``thread;outermost;...;leaf``) -> mean cost per packet over the trials [ns]."""
     total: Counter[str] = Counter()
     for p in profiles:
-        stacks = packet_stacks(p.folded)
+        stacks = packet_stacks(p.folded, p.threads)
         n = sum(c for _, c in stacks)
         for frames, count in stacks:
             total[";".join(frames)] += p.dut_ns_per_packet * count / n / len(profiles)

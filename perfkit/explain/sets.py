@@ -7,6 +7,7 @@ repeats are the set's trials. Trials without a measured ``dut_ns_per_packet`` ar
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -55,10 +56,18 @@ def profiled(run: RunData) -> pd.DataFrame:
 
 def trial_set(run: RunData, trials: pd.DataFrame, label: str) -> TrialSet:
     """The set of ``trials`` (rows of ``profiled``), their stacks read from the run."""
-    profiles = tuple(TrialProfile(str(r.trial_id), float(r.dut_ns_per_packet), read_folded(run.store.path, r.trial_id))
+    profiles = tuple(TrialProfile(str(r.trial_id), float(r.dut_ns_per_packet), read_folded(run.store.path, r.trial_id),
+                                  _threads(getattr(r, "dut_kthread_cpu", None)))
                      for r in trials.sort_values("trial_id").itertuples())
     keys = list(dict.fromkeys(trials["scenario_key"]))
     return TrialSet(label, profiles, keys[0] if keys else "", run.run_id)
+
+
+def _threads(kthread_cpu: object) -> tuple[str, ...]:
+    """The DUT's packet threads' names from a stored ``dut_kthread_cpu`` (JSON text or a map)."""
+    if isinstance(kthread_cpu, str) and kthread_cpu:
+        kthread_cpu = json.loads(kthread_cpu)
+    return tuple(sorted(kthread_cpu)) if isinstance(kthread_cpu, dict) else ()
 
 
 def scenario_pair(run: RunData, a: str, b: str) -> Pair:
