@@ -90,6 +90,11 @@ def packet_stacks(folded: str, threads: Sequence[str] = ()) -> list[tuple[list[s
     return out
 
 
+def packet_samples(profile: TrialProfile) -> int:
+    """The trial's samples of the DUT's packet threads."""
+    return sum(c for _, c in packet_stacks(profile.folded, profile.threads))
+
+
 def share_sd(k: float, n: float) -> float:
     """Standard deviation of a share of ``k`` samples of ``n`` (binomial; ``k = 0`` counts as one
     sample's worth) [0..1]."""
@@ -160,7 +165,7 @@ def unseen_sd(profiles: Sequence[TrialProfile]) -> float:
     """The uncertainty of a function none of the trials sampled: one sample's worth per trial,
     combined (``share_sd(0, n)``) [ns per packet]."""
     sds = [p.dut_ns_per_packet * share_sd(0, n) for p in profiles
-           if (n := sum(c for _, c in packet_stacks(p.folded, p.threads))) > 0]
+           if (n := packet_samples(p)) > 0]
     return math.sqrt(sum(x * x for x in sds)) / len(sds) if sds else 0.0
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from perfkit.errors import ConfigError
-from perfkit.explain.cost import function_costs, kind_costs, unseen_sd
+from perfkit.explain.cost import function_costs, kind_costs, packet_samples, unseen_sd
 from perfkit.explain.kinds import KINDS, display_name
 from perfkit.explain.sets import TrialSet
 
@@ -139,7 +139,9 @@ def set_cost(s: TrialSet) -> tuple[float, float | None]:
 
 
 def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Explanation:
-    """``b`` against ``a``, decomposed (module doc)."""
+    """``b`` against ``a``, decomposed (module doc). Trials without a sample of the DUT's packet
+    threads are left out of both the gap and the functions, so that these still add up."""
+    a, b = (replace(s, profiles=tuple(p for p in s.profiles if packet_samples(p))) for s in (a, b))
     for opt, s in (("a", a), ("b", b)):
         if not s.profiles:
             raise ConfigError(opt, s.label, "a set with at least one trial with perf data and a measured cost")
