@@ -40,7 +40,7 @@ def folded(prog: int, csum: int = 0, veth: int = 300, redirect: int = 200, idle:
 
 @pytest.mark.parametrize("symbol, kind", [
     (f"{PROG}_[k]", "program"), ("bpf_prog_0000000000000000_work_step", "program"),
-    ("bpf_xdp_adjust_head_[k]", "helper"), ("htab_map_lookup_elem", "helper"), ("bpf_loop", "helper"),
+    ("bpf_xdp_adjust_head_[k]", "helper"), ("htab_map_lookup_elem", "helper"), ("lookup_nulls_elem_raw", "helper"), ("bpf_loop", "helper"),
     ("veth_xdp_rcv_one_[k]", "driver"), ("napi_gro_receive", "gro"), ("udp4_gro_receive", "gro"),
     ("__cgroup_account_cputime", "other"), ("xdp_do_redirect", "stack"), ("__netif_receive_skb_core", "stack"),
     ("csum_partial", "stack"), ("__schedule", "scheduler"), ("enqueue_task_fair", "scheduler"),

@@ -28,7 +28,7 @@ KINDS = {
 KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
     ("gro", r"(^|_)gro(_|$)"),
     ("helper", r"^(__)?bpf_|_map_(lookup|update|delete|push|pop|peek)_elem|^(__)?htab_|^array_map_|"
-               r"^(__)?percpu_array_|^(__)?ringbuf_|^trie_|^bpf_loop$"),
+               r"^(__)?percpu_array_|^(__)?ringbuf_|^trie_|^bpf_loop$|^lookup_(nulls_)?elem_raw$|^(__)?jhash"),
     ("driver", r"^(veth|virtnet|virtqueue|vring|mlx[45]e?|ixgbe|i40e|ice|igb|igc|bnxt|ena|e1000e?|tun)_"),
     ("scheduler", r"^(__)?schedule|^(__)?sched_|^finish_task_switch|^pick_next|^(__)?(en|de)queue_(task|entity)|"
                   r"^try_to_wake_up|^(__)?wake_up|^update_(curr|load_avg|rq_clock|cfs)|_fair$|^psi_|"
