@@ -81,6 +81,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("knobs", "What each knob did",
              "per knob, the change of DUT cost, throughput and loss with confidence intervals; tables held; "
              "work per DUT core; differential flame graphs"),
+    PageSpec("explain", "Explain",
+             "where the ns per packet go between the dataplane's variants (UL vs DL per frame size) and knob values: "
+             "the gap decomposed into functions, with differential flame graphs of ns per packet"),
     PageSpec("history", "History by commit",
              "each figure of the run's campaign along the commit order, from every run of it in the store; steps "
              "beyond the noise"),

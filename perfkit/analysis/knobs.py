@@ -81,7 +81,7 @@ def knob_effects(run: RunData, method: str = "maxrate", level: float = 0.95) -> 
     limits = _unit_limits(run)
     rows: list[dict[str, Any]] = []
     for knob in [n for n in names if df[n].nunique() > 1]:
-        for group, values in _contexts(df, knob, names):
+        for group, values in knob_contexts(df, knob, names):
             base = group[group[knob] == values[0]]
             for value in values[1:]:
                 other = group[group[knob] == value]
@@ -122,7 +122,7 @@ def perf_pairs(run: RunData, knob: str, perf_ids: set[str]) -> list[tuple[str, s
     if df.empty or knob not in names:
         return []
     out = []
-    for group, values in _contexts(df, knob, names):
+    for group, values in knob_contexts(df, knob, names):
         best = group.sort_values("rx_pps", ascending=False).drop_duplicates(knob)
         by_value = dict(zip(best[knob], best["trial_id"]))
         ctx = str(best[best[knob] == values[0]]["scenario_key"].iloc[0])
@@ -130,7 +130,7 @@ def perf_pairs(run: RunData, knob: str, perf_ids: set[str]) -> list[tuple[str, s
     return out
 
 
-def _contexts(df: pd.DataFrame, knob: str, names: list[str]) -> list[tuple[pd.DataFrame, list[str]]]:
+def knob_contexts(df: pd.DataFrame, knob: str, names: list[str]) -> list[tuple[pd.DataFrame, list[str]]]:
     """The groups of ``df`` that differ in ``knob`` alone, each with its values in run order (the
     first: the baseline); groups with one value are left out."""
     order = list(dict.fromkeys(df[knob]))

@@ -51,14 +51,22 @@ def diff_folded(before: str, after: str) -> str:
 def diff_flamegraph_svg(before: str, after: str, title: str, *, width: int = 1200) -> str:
     """A differential flame graph: ``after``'s stacks, each frame red where it got more samples than
     in ``before`` and blue where fewer (inferno's differential colours; the profiles normalized)."""
+    if not before.strip() or not after.strip():
+        raise PerfError("no samples to draw a differential flame graph of")
+    return differential_svg(diff_folded(before, after), title, width=width)
+
+
+def differential_svg(diff: str, title: str, *, width: int = 1200, count_name: str = "samples") -> str:
+    """A differential flame graph of ``diff``: ``stack <before> <after>`` lines (integer counts, in
+    ``count_name`` units), drawn as ``after``'s stacks coloured by the change."""
     tool = find_tool("inferno-flamegraph")
     if not tool:
         raise PerfError(f"flame graphs need inferno-flamegraph, not found in {TOOLS_DIR}, ~/.cargo/bin or PATH; "
                         f"install it: {INSTALL_INFERNO}")
-    if not before.strip() or not after.strip():
+    if not diff.strip():
         raise PerfError("no samples to draw a differential flame graph of")
-    out = subprocess.run([tool, "--title", title, "--countname", "samples", "--width", str(width)],
-                         input=diff_folded(before, after).encode(), capture_output=True, check=False)
+    out = subprocess.run([tool, "--title", title, "--countname", count_name, "--width", str(width)],
+                         input=diff.encode(), capture_output=True, check=False)
     if out.returncode != 0:
         raise PerfError(f"inferno-flamegraph failed: {last_line(out.stderr)}")
     return out.stdout.decode()

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from perfkit.compare import MARKS
+from perfkit.explain import top_movers
+from perfkit.explain.movers import movers_text
 
 #: The hidden first line the CI jobs look for to update their own comment.
 COMMENT_MARKER = "<!-- perfkit-ab -->"
@@ -27,7 +29,8 @@ def _limit(text: Any) -> str:
 
 
 def ab_comment(facts: dict[str, Any]) -> str:
-    """Markdown from ``ab.result_facts`` (module doc)."""
+    """Markdown from ``ab.result_facts`` (module doc); with ``facts["root"]`` (the runs directory), a
+    regressed scenario's three functions that moved most (``perfkit.explain.top_movers``)."""
     base, head = facts["base"], facts["head"]
     marks = MARKS["github"]
     verdict = facts["verdict"]
@@ -50,6 +53,9 @@ def ab_comment(facts: dict[str, Any]) -> str:
             _fmt(r.get("baseline_mpps"), ".4g"), _fmt(r.get("current_mpps"), ".4g"), change,
             "±" + _fmt(r.get("band_pct"), ".1f") + " %",
             f"{_limit(r.get('limited_base'))} / {_limit(r.get('limited_head'))}"]) + " |")
+    for key in dict.fromkeys(r["scenario_key"] for r in facts["rows"] if r["verdict"] == "regression"):
+        moved = movers_text(top_movers(head["run_id"], base["run_id"], key, facts["root"])) if facts.get("root") else ""
+        lines += [f"- `{key}`: moved most, ns per packet head - base: {moved}"] if moved else []
     lines += ["", f"_band = max(threshold {facts['threshold_pct']:g} %, noise of the repeats and search brackets "
                   "of both sides); a figure limited by anything but the DUT is a lower bound of its capacity._",
               "", "Plots (artifacts of this job): " + ", ".join(f"`{p}`" for p in facts["plots"]) + "."]

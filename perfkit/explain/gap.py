@@ -1,0 +1,195 @@
+"""The difference between two sets of trials, decomposed into functions: ``explain(a, b)``.
+
+The gap is ``b``'s measured ``dut_ns_per_packet`` minus ``a``'s (means over each set's trials). Each
+function's share of it is its self cost in ``b`` minus its self cost in ``a``
+(``perfkit.explain.cost``); these add up to the gap exactly, since a trial's self costs add up to
+its cost. A function *carries* the gap when its change exceeds its noise (``Z`` standard
+deviations); the ``top`` largest of those are named, largest first, and the rest of the gap is
+*unexplained*: spread over functions each within its noise, or left to the named ones' noise.
+
+Uncertainties are 95 % half-widths (``Z`` = 1.96 standard deviations): the gap's from the repeats
+of each side (none with a single trial on a side: the gap's noise is then unknown, and said so),
+a function's from its sample counts and the repeats (``cost.mean_and_sd``). A gap within its
+noise is said as such.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from perfkit.errors import ConfigError
+from perfkit.explain.cost import function_costs, kind_costs, packet_samples, unseen_sd
+from perfkit.explain.kinds import KINDS, display_name
+from perfkit.explain.sets import TrialSet
+
+#: Standard deviations of a 95 % interval (the ``±`` of every figure).
+Z = 1.96
+#: Functions named by default.
+TOP = 5
+
+
+@dataclass(frozen=True)
+class Mover:
+    """One function's part of the gap."""
+
+    symbol: str
+    """The function (BPF tags zeroed)."""
+    name: str
+    """How sentences name it (a BPF program by its function's name)."""
+    kind: str
+    """``perfkit.explain.kinds.KINDS``."""
+    a_ns: float
+    """Its self cost in ``a`` [ns per packet]."""
+    b_ns: float
+    """Its self cost in ``b`` [ns per packet]."""
+    delta_ns: float
+    """``b_ns - a_ns`` [ns per packet]."""
+    delta_err_ns: float
+    """95 % half-width of ``delta_ns`` [ns per packet]."""
+    inclusive_delta_ns: float
+    """The change of its inclusive cost (it and what it calls) [ns per packet]."""
+
+    @property
+    def significant(self) -> bool:
+        """The change exceeds its noise."""
+        return abs(self.delta_ns) > self.delta_err_ns
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Where the nanoseconds per packet go between ``a`` and ``b``."""
+
+    a: str
+    """``a``'s label."""
+    b: str
+    """``b``'s label."""
+    context: str
+    """What stayed the same (a scenario key), or empty."""
+    a_trials: int
+    b_trials: int
+    a_ns: float
+    """``a``'s measured cost, mean over its trials [ns per packet]."""
+    b_ns: float
+    gap_ns: float
+    """``b_ns - a_ns`` [ns per packet]."""
+    gap_err_ns: float | None
+    """95 % half-width of ``gap_ns`` from the repeats [ns per packet]; None with one trial on a side."""
+    within_noise: bool
+    """The gap is within its noise (``|gap| <= gap_err``); False when the noise is unknown."""
+    movers: tuple[Mover, ...]
+    """Every function, largest ``|delta_ns|`` first."""
+    named: tuple[Mover, ...]
+    """The functions that carry the gap: up to ``top`` significant movers, largest first."""
+    unexplained_ns: float
+    """``gap_ns`` minus the named functions' deltas [ns per packet]."""
+    unexplained_err_ns: float | None
+    """Its 95 % half-width (the gap's and the named deltas' combined) [ns per packet]."""
+    kinds: dict[str, dict[str, float]]
+    """Per kind: ``a_ns``, ``b_ns``, ``delta_ns``, ``delta_err_ns`` of its functions' self costs."""
+
+    def kind_fraction(self, kind: str) -> float:
+        """The share of the gap the functions of ``kind`` carry (``delta / gap``; NaN without a gap)."""
+        return self.kinds.get(kind, {}).get("delta_ns", 0.0) / self.gap_ns if self.gap_ns else math.nan
+
+    def sentence(self) -> str:
+        """``b costs 61 ± 6 ns more than a: f +28 ± 2, g +11 ± 1; unexplained +3 ± 6``."""
+        err = f" ± {_ns(self.gap_err_ns)}" if self.gap_err_ns is not None else ""
+        where = f" ({self.context})" if self.context else ""
+        if self.within_noise:
+            return (f"{self.b} and {self.a} cost the same within the noise{where}: {self.b} - {self.a} = "
+                    f"{_ns(self.gap_ns, '+')}{err} ns per packet ({_ns(self.b_ns)} against {_ns(self.a_ns)})")
+        word = "more" if self.gap_ns > 0 else "less"
+        head = f"{self.b} costs {_ns(abs(self.gap_ns))}{err} ns {word} per packet than {self.a}{where}"
+        if self.gap_err_ns is None:
+            head += " (one trial on a side: the gap's noise is unknown)"
+        parts = [f"{m.name} {_ns(m.delta_ns, '+')} ± {_ns(m.delta_err_ns)}" for m in self.named]
+        rest = f"unexplained {_ns(self.unexplained_ns, '+')}"
+        rest += f" ± {_ns(self.unexplained_err_ns)}" if self.unexplained_err_ns is not None else ""
+        return f"{head}: " + ", ".join(parts + [rest])
+
+    def kinds_line(self) -> str:
+        """``by kind: program +55 ± 2, stack +3 ± 1, ...`` (largest change first)."""
+        order = sorted(self.kinds.items(), key=lambda kv: -abs(kv[1]["delta_ns"]))
+        return "by kind: " + ", ".join(f"{k} {_ns(v['delta_ns'], '+')} ± {_ns(v['delta_err_ns'])}"
+                                          for k, v in order)
+
+    def table(self, n: int = 15) -> pd.DataFrame:
+        """The ``n`` largest movers: name, kind, a ns, b ns, delta ns, ± ns, inclusive delta ns."""
+        return pd.DataFrame([(m.name, m.kind, m.a_ns, m.b_ns, m.delta_ns, m.delta_err_ns, m.inclusive_delta_ns)
+                             for m in self.movers[:n]],
+                            columns=["function", "kind", f"{self.a} [ns]", f"{self.b} [ns]", "delta [ns]", "± [ns]",
+                                     "inclusive delta [ns]"])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sentence"] = self.sentence()
+        d["movers"] = d["movers"][:50]
+        return d
+
+
+def set_cost(s: TrialSet) -> tuple[float, float | None]:
+    """The set's measured cost, mean over its trials [ns], and its standard error (None: one trial)."""
+    costs = [p.dut_ns_per_packet for p in s.profiles]
+    se = statistics.stdev(costs) / math.sqrt(len(costs)) if len(costs) > 1 else None
+    return statistics.fmean(costs), se
+
+
+def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Explanation:
+    """``b`` against ``a``, decomposed (module doc). Trials without a sample of the DUT's packet
+    threads are left out of both the gap and the functions, so that these still add up."""
+    a, b = (replace(s, profiles=tuple(p for p in s.profiles if packet_samples(p))) for s in (a, b))
+    for opt, s in (("a", a), ("b", b)):
+        if not s.profiles:
+            raise ConfigError(opt, s.label, "a set with at least one trial with perf data and a measured cost")
+    (a_ns, a_se), (b_ns, b_se) = set_cost(a), set_cost(b)
+    gap = b_ns - a_ns
+    gap_err = Z * math.hypot(a_se, b_se) if a_se is not None and b_se is not None else None
+    movers = _movers(function_costs(a.profiles), function_costs(b.profiles), unseen_sd(a.profiles),
+                     unseen_sd(b.profiles))
+    named = tuple(m for m in movers if m.significant)[:top]
+    explained = sum(m.delta_ns for m in named)
+    unexp_err = (math.sqrt(gap_err ** 2 + sum(m.delta_err_ns ** 2 for m in named)) if gap_err is not None else None)
+    return Explanation(a.label, b.label, context, len(a.profiles), len(b.profiles), a_ns, b_ns, gap, gap_err,
+                       gap_err is not None and abs(gap) <= gap_err, movers, named, gap - explained, unexp_err,
+                       _kinds(kind_costs(a.profiles), kind_costs(b.profiles)))
+
+
+def _movers(fa: pd.DataFrame, fb: pd.DataFrame, unseen_a: float, unseen_b: float) -> tuple[Mover, ...]:
+    cols = ["kind", "self_ns", "self_ns_sd", "inclusive_ns"]
+    both = pd.merge(fa.set_index("symbol")[cols], fb.set_index("symbol")[cols], how="outer", left_index=True,
+                    right_index=True, suffixes=("_a", "_b"))
+    out = []
+    for sym, r in both.iterrows():
+        kind = r["kind_b"] if isinstance(r["kind_b"], str) else r["kind_a"]
+        va, vb = _num(r["self_ns_a"]), _num(r["self_ns_b"])
+        sa, sb = _num(r["self_ns_sd_a"], unseen_a), _num(r["self_ns_sd_b"], unseen_b)
+        out.append(Mover(str(sym), display_name(str(sym)), str(kind), va, vb, vb - va, Z * math.hypot(sa, sb),
+                         _num(r["inclusive_ns_b"]) - _num(r["inclusive_ns_a"])))
+    return tuple(sorted(out, key=lambda m: (-abs(m.delta_ns), m.symbol)))
+
+
+def _kinds(ka: pd.DataFrame, kb: pd.DataFrame) -> dict[str, dict[str, float]]:
+    a, b = ka.set_index("kind"), kb.set_index("kind")
+    out = {}
+    for kind in KINDS:
+        if kind not in a.index and kind not in b.index:
+            continue
+        va = float(a.at[kind, "self_ns"]) if kind in a.index else 0.0
+        vb = float(b.at[kind, "self_ns"]) if kind in b.index else 0.0
+        sa = float(a.at[kind, "self_ns_sd"]) if kind in a.index else 0.0
+        sb = float(b.at[kind, "self_ns_sd"]) if kind in b.index else 0.0
+        out[kind] = {"a_ns": va, "b_ns": vb, "delta_ns": vb - va, "delta_err_ns": Z * math.hypot(sa, sb)}
+    return out
+
+
+def _num(x: Any, default: float = 0.0) -> float:
+    return default if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _ns(x: float, sign: str = "") -> str:
+    """A cost as sentences show it: whole ns from 10 ns on, one decimal below."""
+    return format(x, f"{sign}.0f" if abs(x) >= 9.95 else f"{sign}.1f")
