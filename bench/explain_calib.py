@@ -34,9 +34,10 @@ from perfkit.scenario import Scenario
 from perfkit.store import RunStore
 
 
-def record_run(root: Path, work: int, rounds: int, trials: int, duration: float) -> tuple[RunStore, Calibration,
-                                                                                            dict[int, str]]:
-    """The run of trials at N and 2N (with perf), the calibration taken between them, and N -> key."""
+def record_run(root: Path, work: int, rounds: int, trials: int, duration: float,
+               speeds: dict[int, list[float]]) -> tuple[RunStore, Calibration, dict[int, str]]:
+    """The run of trials at N and 2N (with perf), the calibration taken between them, and N -> key.
+    ``speeds`` gets each trial's DUT core speed (the stall probe's step, ns: higher is slower)."""
     store = RunStore.create(None, root)
     works = (work, 2 * work)
     points: dict[int, list[float]] = {w: [] for w in works}
@@ -51,6 +52,8 @@ def record_run(root: Path, work: int, rounds: int, trials: int, duration: float)
                     with PerfRecorder(g.dut_cores) as rec:
                         trial = g.measure(None, duration)
                     store.append(trial, {"unit": f"{sc.key}__maxrate__{r}.{i}"})
+                    if trial.dut_speed_ns_per_step:
+                        speeds.setdefault(w, []).append(trial.dut_speed_ns_per_step)
                     assert rec.profile is not None
                     write_folded(store.path, trial.trial_id, rec.profile.folded)
                 core = g.dut_cores[0]
@@ -60,9 +63,15 @@ def record_run(root: Path, work: int, rounds: int, trials: int, duration: float)
     return store, Calibration.fit(points), keys
 
 
+def _drift(a: list[float] | None, b: list[float] | None) -> float | None:
+    """mean(b) / mean(a) - 1: how much slower the core ran during ``b``; None without both."""
+    return (sum(b) / len(b)) / (sum(a) / len(a)) - 1 if a and b else None
+
+
 def main(args: argparse.Namespace) -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="perfkit-explain-calib-"))
-    store, cal, keys = record_run(root, args.work, args.rounds, args.trials, args.duration)
+    speeds: dict[int, list[float]] = {}
+    store, cal, keys = record_run(root, args.work, args.rounds, args.trials, args.duration, speeds)
     pair = choose_pairs(store.run_id, root, keys[args.work], keys[2 * args.work])
     done = explain_pairs(pair, root / store.run_id / "explain")[0]
     e = done.explanation
@@ -74,7 +83,10 @@ def main(args: argparse.Namespace) -> int:
                "program_delta_ns": e.kinds.get("program", {}).get("delta_ns"),
                "top_function": top.name if top else None, "top_delta_ns": top.delta_ns if top else None,
                "ns_per_iteration": cal.ns_per_iteration, "sentence": e.sentence(), "run_id": store.run_id,
-               "root": str(root), "flamegraph": done.flamegraph}
+               "root": str(root), "flamegraph": done.flamegraph,
+               # how much slower the DUT core ran during the 2N trials than during the N ones (the stall
+               # probe's speed step; 0.15: 15 % slower): a host that slows between the sides widens the gap
+               "speed_drift": _drift(speeds.get(args.work), speeds.get(2 * args.work))}
     summary = (f"calib N = {args.work} vs {2 * args.work}, {e.a_trials}+{e.b_trials} trials: gap "
                f"{e.gap_ns:.0f} ± {e.gap_err_ns or 0:.0f} ns/packet, calibration predicts {predicted:.0f} "
                f"({100 * (e.gap_ns / predicted - 1):+.1f} %); {100 * e.kind_fraction('program'):.1f} % of it on the "
