@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 
 from perfkit.cli.options import add_json, check_run, emit, integer
-from perfkit.explain.command import choose_pairs, default_flamegraph_dir, explain_pairs
-from perfkit.explain.gap import TOP
+from perfkit.explain import TOP
 from perfkit.store import DEFAULT_ROOT
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from perfkit.explain.command import choose_pairs, default_flamegraph_dir, explain_pairs   # pandas, scipy
+
     check_run("--run", args.run, args.root)
     if args.baseline is not None:
         check_run("--baseline", args.baseline, args.root)

@@ -12,6 +12,19 @@
 
 ``docs/explain.md`` describes the method and ``perfkit explain``.
 """
-from perfkit.explain.movers import top_movers
 
-__all__ = ["top_movers"]
+#: Functions an explanation names at most, by default (``perfkit explain --top``).
+TOP = 5
+
+
+def __getattr__(name: str) -> object:
+    """``top_movers``, imported when first used: its modules import scipy, which every ``perfkit``
+    command would pay (``perfkit.perfci.comment`` and the CLI import this package)."""
+    if name == "top_movers":
+        from perfkit.explain.movers import top_movers
+
+        return top_movers
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["TOP", "top_movers"]

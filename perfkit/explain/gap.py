@@ -22,14 +22,13 @@ from typing import Any
 import pandas as pd
 
 from perfkit.errors import ConfigError
+from perfkit.explain import TOP
 from perfkit.explain.cost import function_costs, kind_costs, packet_samples, unseen_sd
 from perfkit.explain.kinds import KINDS, display_name
 from perfkit.explain.sets import TrialSet
 
 #: Standard deviations of a 95 % interval (the ``±`` of every figure).
 Z = 1.96
-#: Functions named by default.
-TOP = 5
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from perfkit.compare import MARKS
-from perfkit.explain import top_movers
-from perfkit.explain.movers import movers_text
 
 #: The hidden first line the CI jobs look for to update their own comment.
 COMMENT_MARKER = "<!-- perfkit-ab -->"
@@ -31,6 +29,9 @@ def _limit(text: Any) -> str:
 def ab_comment(facts: dict[str, Any]) -> str:
     """Markdown from ``ab.result_facts`` (module doc); with ``facts["root"]`` (the runs directory), a
     regressed scenario's three functions that moved most (``perfkit.explain.top_movers``)."""
+    from perfkit.explain import top_movers   # perf stacks and scipy: imported for a comment that needs them
+    from perfkit.explain.movers import movers_text
+
     base, head = facts["base"], facts["head"]
     marks = MARKS["github"]
     verdict = facts["verdict"]
