@@ -89,6 +89,27 @@ def git_source(path: Path) -> dict[str, Any]:
     return {"repository": top, "commit": commit, "dirty": bool(status) if status is not None else None, "path": rel}
 
 
+@functools.lru_cache(maxsize=64)
+def source_facts(name: str) -> dict[str, Any]:
+    """Where dataplane ``name``'s code came from, for each trial (its field ``dataplane_source``):
+    ``git_source`` of a description file (repository, commit, dirty, path), or of a plugin's
+    module with its ``package``; {} for perfkit's own (the run's ``perfkit`` has its commit) and a
+    name that does not load. Taken once per process and name: a run's trials share it."""
+    from perfkit import dataplanes
+
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return git_source(Path(name).resolve())
+    try:
+        module = type(dataplanes.get(name)).__module__
+    except PerfkitError:
+        return {}
+    if module.split(".", 1)[0] == __name__.split(".", 1)[0]:
+        return {}
+    spec = importlib.util.find_spec(module.split(".", 1)[0])
+    where = Path(spec.origin).parent if spec is not None and spec.origin else None
+    return {"package": distribution_of(module), **(git_source(where) if where else {})}
+
+
 def dataplane_source(name: str) -> dict[str, Any]:
     """Where dataplane ``name`` (a registry name or a description file's path) comes from (module
     doc): a description file's ``file``, ``sha256``, ``build`` (its command, "" for none),

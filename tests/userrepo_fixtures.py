@@ -17,7 +17,7 @@ from perfkit import scaffold
 PLANTED = 5
 COMMITS = 8
 #: Map lookups the planted commit adds per frame sent back.
-PLANTED_LOOKUPS = 256
+PLANTED_LOOKUPS = 2000
 DESCRIPTION = "demo.dataplane.yaml"
 AB_CAMPAIGN = """\
 name: demo-ab

@@ -90,7 +90,9 @@ class AbResult:
         they differ) and ``commits`` (base, head)."""
         if isinstance(self.base, DataplaneSide):
             v = running_perfkit()
-            return {**v, "same_on_both_sides": True, "commits": [v["git_sha_full"]] * 2}
+            commits = [self.base.perfkit_commit or v["git_sha_full"], self.head.perfkit_commit or v["git_sha_full"]]
+            return {**v, "git_sha_full": commits[0], "git_sha": commits[0][:7], "same_on_both_sides": commits[0] == commits[1],
+                    "commits": commits}
         same = self.base.commit == self.head.commit
         return {"same_on_both_sides": same, "git_sha_full": self.base.commit if same else None,
                 "commits": [self.base.commit, self.head.commit]}

@@ -66,6 +66,8 @@ class DataplaneSide(Side):
     """The description file, relative to the repository."""
     object_sha256: str = ""
     """sha256 of the object built with the default build options ("": the NF loads its own)."""
+    perfkit_commit: str = ""
+    """The commit of the perfkit that measures the side, taken when it was built."""
 
     @property
     def description_path(self) -> Path:
@@ -82,6 +84,7 @@ class DataplaneSide(Side):
         except PerfkitError as err:
             raise SideError(f"{self.label} does not build: {err}") from None
         self.object_sha256 = file_sha256(obj) if obj is not None else ""
+        self.perfkit_commit = running_perfkit()["git_sha_full"]
 
     def env(self) -> dict[str, str]:
         assert CHECKOUT is not None, "perfkit ab --dataplane runs perfkit from its checkout"
@@ -98,7 +101,7 @@ class DataplaneSide(Side):
 
     def check_run(self, meta: dict[str, Any]) -> None:
         """A ``SideError`` unless the run recorded this perfkit and the side's commit of the dataplane."""
-        mine = running_perfkit()["git_sha_full"]
+        mine = self.perfkit_commit or running_perfkit()["git_sha_full"]
         recorded = (meta.get("perfkit") or {}).get("git_sha_full")
         if recorded != mine:
             raise SideError(f"{self.label}: the run recorded perfkit commit {recorded}, not the running {mine[:10]}")
