@@ -25,6 +25,7 @@ import numpy as np
 
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
+from perfkit.provenance import source_facts
 from perfkit.scenario import Scenario, scenario_key
 from perfkit.units import L1_OVERHEAD, l1_bps
 
@@ -222,6 +223,11 @@ class TrialResult:
     program, the steering program with several DUT cores; on a lab, ``<host>:<path>`` as the DUT host
     hashed it): what was measured, whatever ``build/bpf/`` holds now. {}: not known (trials stored
     before 2026-12-01, generators that load nothing)."""
+    dataplane_source: dict[str, Any] = field(default_factory=dict)
+    """Where the dataplane's code came from (``perfkit.provenance.source_facts``): a description
+    file's git ``repository``, ``commit``, ``dirty`` and ``path``; a plugin's ``package``
+    (``name==version``, and its repository's facts when it lies in one). {}: perfkit's own (the
+    run's ``perfkit`` has its commit), outside any repository, or trials stored before 2026-12-02."""
     notes: list[str] = field(default_factory=list)
     """Anything the reader must know about this trial (warnings, degraded measurements)."""
 
@@ -327,7 +333,7 @@ class TrialResult:
         return cls(dataplane=scenario.dataplane, frame_size=scenario.frame_size, frame_mix=scenario.frame_mix,
                    flows=scenario.flows,
                    dut_cores=kw.pop("dut_cores", scenario.dut_cores), params=dict(scenario.params),
-                   knobs=dict(scenario.knobs), **kw)
+                   knobs=dict(scenario.knobs), dataplane_source=dict(source_facts(scenario.dataplane)), **kw)
 
     def to_dict(self) -> dict[str, Any]:
         """All fields plus the derived figures, JSON-ready (what ``--json`` prints)."""
@@ -404,7 +410,8 @@ OFFER_EPS = 1e-3
 RING_DROP = "rx_ring_full"
 #: Fields stored as JSON strings in the run store (``TrialResult.to_record``).
 JSON_FIELDS = ("knobs", "dut_perf_counts", "dut_tables", "dut_packets_per_core", "dut_drops", "tester_drops", "dut_cpu", "cpu_modes", "dut_kthread_cpu", "dut_core_time",
-               "dut_busy_per_core", "ring_cores", "verdicts", "stalls", "hosts", "ceiling_hosts", "notes", "objects")
+               "dut_busy_per_core", "ring_cores", "verdicts", "stalls", "hosts", "ceiling_hosts", "notes", "objects",
+               "dataplane_source")
 #: Frames a trial may lose besides what its counters explain and still count as ring overflows only
 #: (``TrialResult.ring_overflow_only``): what can still be in flight when a trial is read. After
 #: the drain (the sink quiet for 50 ms), frames still queued for the DUT are counted as its ring
@@ -519,4 +526,5 @@ RECORD_COLUMNS = {
     "ceiling_hosts": "JSON list of the generator hosts that offered less than their share of the rate (lab)",
     "notes": "JSON list of warnings",
     "objects": "JSON {path: sha256} of the BPF object files the DUT loaded for the trial",
+    "dataplane_source": "JSON {repository, commit, dirty, path} of a description file's git repository, or a plugin's {package, ...}",
 }

@@ -8,6 +8,11 @@ each figure), ``ab-change.png``, ``ab-repeats.png`` and ``summary.json``; the tw
 runs of the store (``--root``). Exit status: 0 no regression ("no change beyond the noise", or an
 improvement); 1 a figure fell by more than max(--threshold, its noise); 2 bad input; 3 a side failed
 to build or run (one line naming the revision); 130 interrupted (the worktrees are removed).
+
+``--dataplane FILE``: the repository is the user's own, and FILE (relative to it) the description
+of their dataplane: each side is that revision's description, its object built by its build
+command; perfkit is the running one, the same for both sides (the summary's ``perfkit``). Absent, or
+one of perfkit's own dataplanes: the revisions are perfkit's, as above.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from pathlib import Path
 from perfkit.cli.options import add_json, emit, integer, number
 from perfkit.errors import ConfigError, RegressionFound
 from perfkit.perfci.sides import git
+from perfkit.perfci.userside import side_kind
 from perfkit.store import DEFAULT_ROOT
 
 DEFAULT_CAMPAIGN = "campaigns/perf-ci.yaml"
@@ -41,13 +47,14 @@ def campaign_file(path: str) -> Path:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfkit.perfci.ab import run_ab  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
+    from perfkit.perfci.ab import run_ab  # plots, scipy: only when it runs
     repo = repo_root("--repo", args.repo)
+    side_kind(args.dataplane)
     campaign = campaign_file(args.campaign)
     out = Path(args.out) if args.out else Path("reports") / "ab"
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     res = run_ab(repo, args.base, args.head, campaign, repeats=args.repeats, threshold_pct=args.threshold,
-                 root=Path(args.root), out=out, say=say)
+                 root=Path(args.root), out=out, dataplane=args.dataplane, say=say)
     emit(res.to_dict(), args.json, lambda d: (f"{d['headline']}\ncomment: {d['files']['comment']}\n"
                                               f"summary: {d['files']['summary']}\nruns: {d['base']['run_id']} (base), "
                                               f"{d['head']['run_id']} (head)"))
@@ -78,3 +85,6 @@ def add_revisions_setting(p: argparse.ArgumentParser) -> None:
                    help=f"campaign file (default {DEFAULT_CAMPAIGN})")
     p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: the current directory)")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
+    p.add_argument("--dataplane", default=None, metavar="FILE",
+                   help="the user's dataplane: its description file, relative to --repo; perfkit stays the running one "
+                        "(default: the revisions are perfkit's own)")

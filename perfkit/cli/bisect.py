@@ -9,6 +9,10 @@ skipped (git's exit 125). ``--metric``: ``max`` (the max-rate figure) or a searc
 ``pdr`` ...). Prints the first bad commit, its measured change and every step's figures. Exit
 status: 0 the first bad commit was found; 2 bad input, or git bisect could not name one commit
 (skips left several); 130 interrupted (worktrees removed, the bisection reset).
+
+``--dataplane FILE``: bisect the user's own repository (``--repo``), FILE its description (relative
+to it): every step builds that revision's description and object, and the running perfkit measures
+both sides, as in ``perfkit ab --dataplane``.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 from perfkit.cli.ab import add_revisions_setting, campaign_file, repo_root
 from perfkit.cli.options import add_json, emit, integer, number
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.perfci.userside import side_kind
 
 
 def _pct(x: float | None) -> str:
@@ -40,14 +45,15 @@ def _human(d: dict) -> str:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from perfkit.perfci.bisect import run_bisect  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
+    from perfkit.perfci.bisect import run_bisect  # plots, scipy: only when it runs
     repo = repo_root("--repo", args.repo)
+    side_kind(args.dataplane)
     campaign = campaign_file(args.campaign)
     if args.min_rounds > args.max_rounds:
         raise ConfigError("--min-rounds", args.min_rounds, f"at most --max-rounds ({args.max_rounds})")
     res = run_bisect(repo, args.good, args.bad, campaign, metric=args.metric, threshold_pct=args.threshold,
                      min_rounds=args.min_rounds, max_rounds=args.max_rounds, root=Path(args.root),
-                     say=lambda m: print(m, file=sys.stderr, flush=True))
+                     dataplane=args.dataplane, say=lambda m: print(m, file=sys.stderr, flush=True))
     emit(res.to_dict(), args.json, _human)
     sys.stdout.flush()
     if res.first_bad is None:
@@ -58,7 +64,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     """One step, run by ``git bisect run``: its exit code is git's answer; an error aborts the bisection."""
-    from perfkit.perfci.bisect import ABORT, step  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
+    from perfkit.perfci.bisect import ABORT, step  # plots, scipy: only when it runs
     try:
         return step(Path(args.state), lambda m: print(m, file=sys.stderr, flush=True))
     except PerfkitError as err:

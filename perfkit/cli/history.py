@@ -6,6 +6,10 @@ draws each figure along them with its noise band, a figure limited by the genera
 as a lower bound (an upward triangle). Writes ``history.png``, ``history.json`` and the page
 ``history.html`` into ``--out``, and prints each figure's steps (a change from one commit to the
 next beyond both commits' noise and --threshold). Exit status: 0; 2 bad input or no run.
+
+Runs of a user's dataplane (``ab``/``bisect`` ``--dataplane FILE``, or ``perfkit run`` of a campaign
+whose dataplane is a description file in a git repository) are gathered by that dataplane's commit:
+give their repository as ``--repo`` for its commit order.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ def _human(d: dict) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from perfkit.perfci.history import gather, write_history  # plots and scipy: imported by the command that needs them, so that `perfkit` starts fast
+    from perfkit.perfci.history import gather, write_history  # plots, scipy: only when it runs
     name = load_campaign(args.campaign).name if Path(args.campaign).is_file() else args.campaign
     repo = repo_root("--repo", args.repo)
     hist = gather(Path(args.root), name, repo, args.metric, args.threshold)
@@ -48,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default=None, metavar="GOAL", help="only this figure: max, ndr, pdr ... (default all)")
     p.add_argument("--threshold", type=number(0.0, "a percentage"), default=5.0, metavar="PCT",
                    help="smallest change from one commit to the next that is a step [%%] (default 5; noise can widen it)")
-    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository giving the commit order (default .)")
+    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository giving the commit order: perfkit's, or the user dataplane's (default .)")
     p.add_argument("--out", default=None, metavar="DIR", help="where the plot and page go (default reports/history/NAME)")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
     add_json(p)

@@ -2,7 +2,9 @@
 
 ``run_ab(repo, base, head, campaign, ...)``:
 
-1. builds each revision in a git worktree of its own (``perfci.sides``: its BPF objects, its perfkit);
+1. builds each revision in a git worktree of its own (``perfci.sides``: its BPF objects, its perfkit;
+   with ``dataplane`` a description file of the user's repository, ``perfci.userside``: that
+   revision's description and object, measured by this perfkit, the same for both sides);
 2. runs the campaign's units ``repeats`` times on both, interleaved (A B, B A, ...; ``perfci.units``),
    each unit by that side's own perfkit;
 3. gathers each side's units into one run of the store (``ab-<stamp>-base``, ``ab-<stamp>-head``),
@@ -28,12 +30,12 @@ import pandas as pd
 
 from perfkit.analysis import load_run, throughput_table
 from perfkit.campaign.model import Campaign
-from perfkit.campaign.schema import load_campaign
 from perfkit.compare import KEY, Comparison, compare_runs
 from perfkit.perfci.comment import ab_comment
 from perfkit.perfci.plots import change_plot, repeats_plot
 from perfkit.perfci.session import Session
 from perfkit.perfci.sides import Side
+from perfkit.perfci.userside import DataplaneSide, build_side, running_perfkit, side_campaign
 from perfkit.perfci.units import write_json
 
 NO_CHANGE = "no change beyond the noise"
@@ -82,8 +84,22 @@ class AbResult:
         word = "slower" if self.verdict == "regression" else "faster"
         return f"{self.verdict}: {len(worse)} figure(s) {word} beyond the noise: {names}"
 
+    def perfkit(self) -> dict[str, Any]:
+        """The perfkit that measured each side: ``same_on_both_sides`` (the running one, for a
+        user's dataplane; else each side's own commit), ``version``, ``git_sha_full`` (None when
+        they differ) and ``commits`` (base, head)."""
+        if isinstance(self.base, DataplaneSide):
+            v = running_perfkit()
+            commits = [self.base.perfkit_commit or v["git_sha_full"], self.head.perfkit_commit or v["git_sha_full"]]
+            return {**v, "git_sha_full": commits[0], "git_sha": commits[0][:7], "same_on_both_sides": commits[0] == commits[1],
+                    "commits": commits}
+        same = self.base.commit == self.head.commit
+        return {"same_on_both_sides": same, "git_sha_full": self.base.commit if same else None,
+                "commits": [self.base.commit, self.head.commit]}
+
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "headline": self.headline(), "regressed": self.regressed,
+                "perfkit": self.perfkit(),
                 "base": side_dict(self.base, self.base_run_id), "head": side_dict(self.head, self.head_run_id),
                 "repeats": self.repeats, "order": [list(o) for o in self.order],
                 "comparison": self.comparison.to_dict(), "limits": self.limits.to_dict("records"),
@@ -91,7 +107,22 @@ class AbResult:
 
 
 def side_dict(side: Side, run_id: str) -> dict[str, Any]:
-    return {"name": side.name, "rev": side.rev, "commit": side.commit, "run_id": run_id, "unit_runs": list(side.runs)}
+    """A side for outputs; a user's dataplane side adds ``dataplane`` (``DataplaneSide.facts``)."""
+    extra = {"dataplane": side.facts()} if isinstance(side, DataplaneSide) else {}
+    return {"name": side.name, "rev": side.rev, "commit": side.commit, "run_id": run_id, "unit_runs": list(side.runs),
+            **extra}
+
+
+def provenance_line(result: AbResult) -> str:
+    """One sentence of the comment: what was built per side, and which perfkit measured."""
+    pk = result.perfkit()
+    if isinstance(result.base, DataplaneSide):
+        a, b = result.base, result.head
+        return (f"Dataplane `{a.description}` of the repository built at each revision by its build command "
+                f"(objects `{a.object_sha256[:12] or '-'}` base, `{b.object_sha256[:12] or '-'}` head); "
+                f"perfkit {pk['version']} `{pk['git_sha_full'][:7]}` measured both: **perfkit's commit is the "
+                f"same on both sides**.")
+    return "Each side is perfkit at that revision: its BPF objects and its perfkit."
 
 
 def figure_limits(run_id: str, root: Path) -> pd.DataFrame:
@@ -105,18 +136,19 @@ def figure_limits(run_id: str, root: Path) -> pd.DataFrame:
 
 def run_ab(repo: Path, base: str, head: str, campaign: Campaign | str | Path, *, repeats: int = 3,
            threshold_pct: float = 5.0, root: Path, out: Path, workdir: Path | None = None,
-           say: Callable[[str], None] = print) -> AbResult:
-    """Build, measure interleaved, compare, write the outputs (module doc)."""
+           dataplane: str | None = None, say: Callable[[str], None] = print) -> AbResult:
+    """Build, measure interleaved, compare, write the outputs (module doc). ``dataplane``: a
+    description file of ``repo`` (relative to it), or None / perfkit's own: the sides are perfkit's."""
     start = time.monotonic()
     if not isinstance(campaign, Campaign):
-        campaign = load_campaign(campaign)
+        campaign = side_campaign(Path(campaign), repo, dataplane)
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="perfkit-ab-")) if own else Path(workdir)
     sides: list[Side] = []
     try:
         say(f"building base {base} and head {head} in worktrees under {work}")
-        sides.append(Side.build(repo, base, work / "trees", "base", "--base"))
-        sides.append(Side.build(repo, head, work / "trees", "head", "--head"))
+        sides.append(build_side(repo, base, work / "trees", "base", "--base", dataplane))
+        sides.append(build_side(repo, head, work / "trees", "head", "--head", dataplane))
         a, b = sides
         session = Session(campaign, work, say)
         say(f"{len(session.units)} unit(s) x {repeats} repeat(s) per side, interleaved")
@@ -161,6 +193,7 @@ def result_facts(result: AbResult) -> dict[str, Any]:
     return {"verdict": result.verdict, "headline": result.headline(), "threshold_pct": result.comparison.threshold_pct,
             "base": side_dict(result.base, result.base_run_id), "head": side_dict(result.head, result.head_run_id),
             "repeats": result.repeats, "caveats": list(result.comparison.caveats),
+            "provenance": provenance_line(result),
             "rows": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                      for r in rows.to_dict("records")],
             "plots": [Path(result.files["change_plot"]).name, Path(result.files["repeats_plot"]).name]}

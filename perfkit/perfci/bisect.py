@@ -3,7 +3,9 @@
 The controller (``run_bisect``) builds the good revision once (``perfci.sides``), checks the bad one
 out in a worktree of its own, and runs there ``git bisect start BAD GOOD`` then ``git bisect run``
 with the step command (``perfkit bisect-step --state FILE``: this perfkit, not the bisected one).
-The user's checkout is never touched.
+The user's checkout is never touched. With ``dataplane`` (a description file of the repository,
+``perfci.userside``) the repository is the user's own: every step builds that revision's
+description and object, and this perfkit measures both sides.
 
 A step (``step``) builds the revision git checked out; a revision that does not build is ``skip``
 (exit 125). Then it measures in rounds: every round runs the campaign's units once on the good side
@@ -42,11 +44,11 @@ import numpy as np
 from scipy import stats
 
 from perfkit.analysis import load_run, throughput_table
-from perfkit.campaign.schema import load_campaign
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.paths import CHECKOUT
 from perfkit.perfci.session import Measured, Session
 from perfkit.perfci.sides import Side, SideError, clean_env, git, resolve, run_child
+from perfkit.perfci.userside import DataplaneSide, build_side, side_campaign
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128
 #: Confidence of the interval that must clear the threshold.
@@ -70,6 +72,8 @@ class BisectConfig:
     workdir: str
     root: str
     """The run store the steps' runs are merged into."""
+    dataplane: str = ""
+    """The description file of the user's repository, relative to it ("": the revisions are perfkit's)."""
 
 
 @dataclass
@@ -131,9 +135,11 @@ def step(state_file: Path, say: Callable[[str], None]) -> int:
     work = Path(cfg.workdir)
     n = len(state["steps"]) + 1
     say(f"bisect step {n}: {commit[:10]} ({git(tree, 'log', '-1', '--format=%s', 'HEAD')})")
-    good = Side("good", cfg.good_commit, cfg.good_commit, Path(cfg.repo), Path(cfg.good_tree))
+    good = (DataplaneSide("good", cfg.good_commit, cfg.good_commit, Path(cfg.repo), Path(cfg.good_tree),
+                          description=cfg.dataplane) if cfg.dataplane else
+            Side("good", cfg.good_commit, cfg.good_commit, Path(cfg.repo), Path(cfg.good_tree)))
     try:
-        rev = Side.build(Path(cfg.repo), commit, work / "trees", f"step{n}")
+        rev = build_side(Path(cfg.repo), commit, work / "trees", f"step{n}", "--rev", cfg.dataplane or None)
     except SideError as err:
         return _record(state_file, Step(commit, "skip", f"does not build: {err}"), say)
     try:
@@ -146,7 +152,7 @@ def step(state_file: Path, say: Callable[[str], None]) -> int:
 
 def _measure(state_file: Path, cfg: BisectConfig, good: Side, rev: Side, work: Path, n: int,
              say: Callable[[str], None]) -> int:
-    session = Session(load_campaign(cfg.campaign), work, say)
+    session = Session(side_campaign(Path(cfg.campaign), Path(cfg.repo), cfg.dataplane or None), work, say)
     measured: dict[str, Measured] | None = None
     result = Step(rev.commit, "skip", "")
     logs: list[float] = []
@@ -218,26 +224,26 @@ class BisectResult:
 
 def run_bisect(repo: Path, good: str, bad: str, campaign: Path, *, metric: str, threshold_pct: float,
                min_rounds: int = 3, max_rounds: int = 8, root: Path, workdir: Path | None = None,
-               say: Callable[[str], None] = print) -> BisectResult:
-    """Bisect ``good..bad`` of ``repo`` (module doc)."""
+               dataplane: str | None = None, say: Callable[[str], None] = print) -> BisectResult:
+    """Bisect ``good..bad`` of ``repo`` (module doc); ``dataplane``: a description file of ``repo``."""
     good_c, bad_c = resolve(repo, good, "--good"), resolve(repo, bad, "--bad")
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good_c, bad_c]).returncode != 0:
         raise ConfigError("--good", good, f"an ancestor of --bad {bad}")
     if good_c == bad_c:
         raise ConfigError("--good", good, f"a revision before --bad {bad}")
-    load_campaign(campaign)   # a bad campaign is refused before anything is built
+    side_campaign(Path(campaign), repo, dataplane)   # a bad campaign is refused before anything is built
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="perfkit-bisect-")) if own else Path(workdir)
     tree = work / "bisect"
     good_side: Side | None = None
     try:
         say(f"building the good revision {good} ({good_c[:10]})")
-        good_side = Side.build(repo, good_c, work / "trees", "good", "--good")
+        good_side = build_side(repo, good_c, work / "trees", "good", "--good", dataplane)
         if tree.exists():
             shutil.rmtree(tree)
         git(repo, "worktree", "add", "--detach", str(tree), bad_c)
         cfg = BisectConfig(str(repo), good_c, str(good_side.path), str(Path(campaign).absolute()), metric,
-                           threshold_pct, min_rounds, max_rounds, str(work), str(Path(root).absolute()))
+                           threshold_pct, min_rounds, max_rounds, str(work), str(Path(root).absolute()), dataplane or "")
         state_file = work / "bisect-state.json"
         state_file.write_text(json.dumps({"config": asdict(cfg), "bisect_tree": str(tree), "steps": []}, indent=2))
         git(tree, "bisect", "start", bad_c, good_c)

@@ -40,6 +40,7 @@ def ab_comment(facts: dict[str, Any]) -> str:
              f"{icon} **{facts['headline']}**", "",
              f"Both revisions built in worktrees of their own and measured interleaved on one testbed, "
              f"{facts['repeats']} repeat(s) per unit and side (runs `{base['run_id']}`, `{head['run_id']}`).", ""]
+    lines += [facts["provenance"], ""] if facts.get("provenance") else []
     lines += [f"> :warning: {c}" for c in facts.get("caveats", [])]
     lines += [""] if facts.get("caveats") else []
     header = ["", "scenario", "method", "figure", "base [Mpps]", "head [Mpps]", "change", "band",

@@ -1,7 +1,10 @@
 """``perfkit history``: a campaign's runs gathered by the commit they measured, in commit order.
 
 Every run records the git commit of the perfkit that made it (``metadata.perfkit.git_sha_full``,
-``perfkit.version``); ``ab`` and ``bisect`` runs record their side's. ``gather(root, campaign)``
+``perfkit.version``); ``ab`` and ``bisect`` runs record their side's. A run of a user's dataplane
+(every dataplane of it a description file in a git repository, ``metadata.dataplanes[..].commit``,
+``perfkit.provenance.dataplane_source``) belongs to that commit instead: the history of their
+dataplane is drawn along their commits (``run_commit``). ``gather(root, campaign)``
 takes the complete runs of the campaign (by its name) and, per commit and figure (scenario, method,
 goal: ``compare.scenario_figures``):
 
@@ -81,6 +84,17 @@ def run_figures(rid: str, root: Path) -> pd.DataFrame:
     return fig.merge(lim, on=KEY, how="left")
 
 
+def run_commit(meta: dict[str, Any]) -> str:
+    """The commit a run's figures belong to (module doc): its user dataplane's, else perfkit's."""
+    sources = list((meta.get("dataplanes") or {}).values())
+    commits = {s.get("commit") for s in sources if isinstance(s, dict) and "file" in s}
+    if sources and len(commits) == 1 and all(isinstance(s, dict) and "file" in s for s in sources):
+        commit = commits.pop()
+        if commit:
+            return str(commit)
+    return (meta.get("perfkit") or {}).get("git_sha_full") or "unknown"
+
+
 @dataclass
 class History:
     """The points of a campaign's history (``POINT_COLUMNS``, one row per commit and figure)."""
@@ -109,7 +123,7 @@ def gather(root: Path, campaign: str, repo: Path | None = None, metric: str | No
     frames = []
     for rid, meta in runs:
         fig = run_figures(rid, root)
-        fig["commit"] = (meta.get("perfkit") or {}).get("git_sha_full") or "unknown"
+        fig["commit"] = run_commit(meta)
         fig["run_id"] = rid
         frames.append(fig)
     allfig = pd.concat(frames, ignore_index=True)

@@ -88,8 +88,9 @@ class Side:
         return f"{self.name} {self.rev} ({self.commit[:7]})" if self.rev != self.commit else f"{self.name} {self.commit[:7]}"
 
     @classmethod
-    def build(cls, repo: Path, rev: str, workdir: Path, name: str, option: str = "--rev") -> Side:
-        """Check ``rev`` out into ``workdir/<name>-<commit>`` and ``make bpf`` there."""
+    def build(cls, repo: Path, rev: str, workdir: Path, name: str, option: str = "--rev", **extra: Any) -> Side:
+        """Check ``rev`` out into ``workdir/<name>-<commit>`` and build it there (``make bpf``;
+        ``extra``: the fields a subclass adds)."""
         commit = resolve(repo, rev, option)
         path = workdir / f"{name}-{commit[:10]}"
         if path.exists():
@@ -99,15 +100,16 @@ class Side:
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise SideError(f"{name} {rev}: git worktree add failed: {_last_line(out.stderr)}")
-        side = cls(name, rev, commit, repo, path)
+        side = cls(name, rev, commit, repo, path, **extra)
         try:
-            side._make_bpf()
+            side.make()
         except BaseException:
             side.close()
             raise
         return side
 
-    def _make_bpf(self) -> None:
+    def make(self) -> None:
+        """Build the checked-out revision: ``make bpf`` (its BPF objects; its perfkit is Python)."""
         try:
             out = subprocess.run(["make", "-C", str(self.path), "--no-print-directory", "bpf"], capture_output=True,
                                  text=True, timeout=BUILD_TIMEOUT_S)
@@ -127,7 +129,7 @@ class Side:
 
         A run that does not complete, or that recorded another commit than the side's, raises
         ``SideError``."""
-        cmd = self.command("run", str(campaign_file), "--root", str(root), "--no-metrics", "--no-progress", "--json")
+        cmd = self.command("run", str(self.unit_file(campaign_file)), "--root", str(root), "--no-metrics", "--no-progress", "--json")
         out = run_child(cmd, cwd=self.path, env=self.env())
         try:
             outcome = json.loads(out.stdout)
@@ -139,13 +141,20 @@ class Side:
                 why = "; ".join(f"{u}: {e}" for u, e in outcome["units_failed"].items())
             raise SideError(f"{self.label}: perfkit run failed: {why}")
         run_id = str(outcome["run_id"])
-        meta = json.loads((root / run_id / "metadata.json").read_text())
+        self.check_run(json.loads((root / run_id / "metadata.json").read_text()))
+        self.runs.append(run_id)
+        return outcome
+
+    def unit_file(self, campaign_file: Path) -> Path:
+        """The campaign file this side runs for a unit's: the unit's own."""
+        return campaign_file
+
+    def check_run(self, meta: dict[str, Any]) -> None:
+        """A ``SideError`` unless the run (its metadata) measured this side's code: its perfkit commit."""
         recorded = (meta.get("perfkit") or {}).get("git_sha_full")
         if recorded != self.commit:
             raise SideError(f"{self.label}: the run recorded perfkit commit {recorded}, not the side's "
                             f"{self.commit[:10]}: the worktree's perfkit was not the one imported")
-        self.runs.append(run_id)
-        return outcome
 
     def close(self) -> None:
         """Remove the worktree (whatever it holds: its build/ is untracked)."""
