@@ -163,6 +163,9 @@ def test_ab_of_the_planted_commit_is_a_regression_measured_by_one_perfkit(repo, 
     assert [summary[s]["dataplane"]["commit"] for s in ("base", "head")] == [ids[0], ids[2]]
     comment = (tmp_path / "out" / "pr-comment.md").read_text()
     assert "max rate rx" in comment and "slower beyond the noise" in comment and "same on both sides" in comment
+    # issue 39: the regressed scenario's functions that moved most, the program's own first
+    moved = [line for line in comment.splitlines() if "moved most" in line]
+    assert len(moved) == 1 and "xdp_demo" in moved[0].split(":", 2)[2].split(",")[0], comment
     for side in ("base", "head"):
         meta = json.loads((tmp_path / "runs" / summary[side]["run_id"] / "metadata.json").read_text())
         assert run_commit(meta) == summary[side]["commit"]

@@ -33,6 +33,7 @@ generator:
 methods:
   - method: maxrate
     params: {duration: 0.5}
+perf: [maxrate]   # the DUT core's stacks: ab's comment names the functions that moved
 metrics:
   enabled: false
 """

@@ -96,24 +96,24 @@ class Explanation:
 
     def sentence(self) -> str:
         """``b costs 61 ± 6 ns more than a: f +28 ± 2, g +11 ± 1; unexplained +3 ± 6``."""
-        err = f" ± {_ns(self.gap_err_ns)}" if self.gap_err_ns is not None else ""
+        err = f" ± {ns_text(self.gap_err_ns)}" if self.gap_err_ns is not None else ""
         where = f" ({self.context})" if self.context else ""
         if self.within_noise:
             return (f"{self.b} and {self.a} cost the same within the noise{where}: {self.b} - {self.a} = "
-                    f"{_ns(self.gap_ns, '+')}{err} ns per packet ({_ns(self.b_ns)} against {_ns(self.a_ns)})")
+                    f"{ns_text(self.gap_ns, '+')}{err} ns per packet ({ns_text(self.b_ns)} against {ns_text(self.a_ns)})")
         word = "more" if self.gap_ns > 0 else "less"
-        head = f"{self.b} costs {_ns(abs(self.gap_ns))}{err} ns {word} per packet than {self.a}{where}"
+        head = f"{self.b} costs {ns_text(abs(self.gap_ns))}{err} ns {word} per packet than {self.a}{where}"
         if self.gap_err_ns is None:
             head += " (one trial on a side: the gap's noise is unknown)"
-        parts = [f"{m.name} {_ns(m.delta_ns, '+')} ± {_ns(m.delta_err_ns)}" for m in self.named]
-        rest = f"unexplained {_ns(self.unexplained_ns, '+')}"
-        rest += f" ± {_ns(self.unexplained_err_ns)}" if self.unexplained_err_ns is not None else ""
+        parts = [f"{m.name} {ns_text(m.delta_ns, '+')} ± {ns_text(m.delta_err_ns)}" for m in self.named]
+        rest = f"unexplained {ns_text(self.unexplained_ns, '+')}"
+        rest += f" ± {ns_text(self.unexplained_err_ns)}" if self.unexplained_err_ns is not None else ""
         return f"{head}: " + ", ".join(parts + [rest])
 
     def kinds_line(self) -> str:
         """``by kind: program +55 ± 2, stack +3 ± 1, ...`` (largest change first)."""
         order = sorted(self.kinds.items(), key=lambda kv: -abs(kv[1]["delta_ns"]))
-        return "by kind: " + ", ".join(f"{k} {_ns(v['delta_ns'], '+')} ± {_ns(v['delta_err_ns'])}"
+        return "by kind: " + ", ".join(f"{k} {ns_text(v['delta_ns'], '+')} ± {ns_text(v['delta_err_ns'])}"
                                           for k, v in order)
 
     def table(self, n: int = 15) -> pd.DataFrame:
@@ -189,6 +189,6 @@ def _num(x: Any, default: float = 0.0) -> float:
     return default if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def _ns(x: float, sign: str = "") -> str:
+def ns_text(x: float, sign: str = "") -> str:
     """A cost as sentences show it: whole ns from 10 ns on, one decimal below."""
     return format(x, f"{sign}.0f" if abs(x) >= 9.95 else f"{sign}.1f")

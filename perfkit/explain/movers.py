@@ -6,7 +6,7 @@ from pathlib import Path
 
 from perfkit.analysis.run import load_run
 from perfkit.errors import PerfkitError
-from perfkit.explain.gap import Mover, explain
+from perfkit.explain.gap import Mover, explain, ns_text
 from perfkit.explain.sets import run_pairs
 
 
@@ -22,5 +22,6 @@ def top_movers(run_id: str, baseline_id: str, scenario_key: str, root: str | Pat
 
 
 def movers_text(movers: list[Mover]) -> str:
-    """``xdp_calib +1.1e+03 ± 40 ns, csum_partial +12 ± 3 ns`` (empty without movers)."""
-    return ", ".join(f"`{m.name}` {m.delta_ns:+.3g} ± {m.delta_err_ns:.2g} ns" for m in movers)
+    """``xdp_calib +1100 ± 40 ns, csum_partial +12 ± 3.0 ns`` (empty without movers): the figures
+    as ``perfkit explain``'s sentences write them."""
+    return ", ".join(f"`{m.name}` {ns_text(m.delta_ns, '+')} ± {ns_text(m.delta_err_ns)} ns" for m in movers)

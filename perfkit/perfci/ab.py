@@ -60,6 +60,8 @@ class AbResult:
     files: dict[str, str]
     """Output name -> path: ``comment``, ``change_plot``, ``repeats_plot``, ``summary``."""
     wall_seconds: float
+    root: Path | None = None
+    """The runs directory both runs are in (the comment reads their perf stacks from it)."""
 
     @property
     def verdict(self) -> str:
@@ -178,7 +180,7 @@ def finish_ab(a: Side, b: Side, base_run: str, head_run: str, root: Path, out: P
     out.mkdir(parents=True, exist_ok=True)
     files = {"comment": str(out / "pr-comment.md"), "change_plot": str(out / "ab-change.png"),
              "repeats_plot": str(out / "ab-repeats.png"), "summary": str(out / "summary.json")}
-    result = AbResult(a, b, base_run, head_run, cmp, limits, repeats, order, out, files, wall)
+    result = AbResult(a, b, base_run, head_run, cmp, limits, repeats, order, out, files, wall, root)
     change_plot(cmp, Path(files["change_plot"]), f"head {b.commit[:7]} vs base {a.commit[:7]}")
     repeats_plot({"base": load_run(base_run, root), "head": load_run(head_run, root)}, Path(files["repeats_plot"]))
     Path(files["comment"]).write_text(ab_comment(result_facts(result)))
@@ -194,6 +196,7 @@ def result_facts(result: AbResult) -> dict[str, Any]:
             "base": side_dict(result.base, result.base_run_id), "head": side_dict(result.head, result.head_run_id),
             "repeats": result.repeats, "caveats": list(result.comparison.caveats),
             "provenance": provenance_line(result),
+            **({"root": str(result.root)} if result.root else {}),
             "rows": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                      for r in rows.to_dict("records")],
             "plots": [Path(result.files["change_plot"]).name, Path(result.files["repeats_plot"]).name]}

@@ -30,6 +30,7 @@ from perfkit.campaign.model import Campaign
 from perfkit.campaign.schema import load_mapping
 from perfkit.campaign.units import Unit, expand
 from perfkit.durable import atomic_write
+from perfkit.perf.store import perf_trial_ids, read_folded, write_folded
 from perfkit.store import RunStore
 
 
@@ -110,6 +111,8 @@ def merge_runs(side_root: Path, parts: list[tuple[Unit, int, str]], repeats: int
             seq += 1
         for s in src.searches():
             merged.write_search(uid, {**s, "unit": uid, "repeat": repeat})
+        for tid in perf_trial_ids(src.path):   # the DUT's stacks: the comment's functions that moved
+            write_folded(merged.path, tid, read_folded(src.path, tid))
     return merged
 
 
