@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Performance CI of a user's own dataplane: ``ab``, ``bisect`` and ``history`` on a scaffolded repository.
 
-Makes the repository of ``tests/userrepo_fixtures.py`` (``perfkit dataplane new demo``, then eight
+Makes the repository of ``perfkit/perfci/demorepo.py`` (``perfkit dataplane new demo``, then eight
 commits, the fifth adding map lookups per frame), then, each under ``flock`` of the testbed lock:
 
 - ``perfkit ab --dataplane demo.dataplane.yaml`` of the scaffold's commit against the planted one;
@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.userrepo_fixtures import DESCRIPTION, PLANTED, demo_repo  # noqa: E402
+from perfkit import benchcli
+from perfkit.cli.options import integer, number
+from perfkit.perfci.demorepo import DESCRIPTION, PLANTED, demo_repo
 
 LOCK = "/tmp/perfkit-testbed.lock"
 #: What ``perfkit`` takes (``--lock``).
@@ -40,7 +40,7 @@ SETTINGS = {"lock": LOCK}
 
 def perfkit(repo: Path, *args: str) -> tuple[int, dict, float]:
     lock = SETTINGS["lock"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     t0 = time.monotonic()
     out = subprocess.run((["flock", lock] if lock else []) + [sys.executable, "-P", "-m", "perfkit", *args], cwd=repo, env=env,
                          capture_output=True, text=True)
@@ -59,18 +59,7 @@ def ab_line(code: int, d: dict, wall: float) -> str:
     return f"exit {code}: {d.get('headline', d)}; {figs}; perfkit same on both sides: {same}; {wall:.0f} s"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ab", type=int, default=1, help="ab runs of the scaffold's commit against the planted one")
-    p.add_argument("--each-commit", action="store_true", help="one perfkit run of every commit, for the history")
-    p.add_argument("--self", type=int, default=5, dest="self_runs", help="ab runs of a revision against itself")
-    p.add_argument("--bisect", type=int, default=5, help="bisect runs")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--threshold", type=float, default=10.0, help="bisect's threshold [%%]")
-    p.add_argument("--dir", default=None, help="where the repository and runs go (default: a temporary directory)")
-    p.add_argument("--lock", default=LOCK, help=f"the testbed lock each command takes (default {LOCK}; \"\": none)")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args()
+def main(args: argparse.Namespace) -> int:
     SETTINGS["lock"] = args.lock
     work = Path(args.dir or tempfile.mkdtemp(prefix="perfkit-userci-"))
     repo, runs = work / "repo", work / "runs"
@@ -118,9 +107,18 @@ def main() -> int:
     print(f"history: exit {code}, {len(d.get('commits') or [])} commit(s), steps at {at} "
           f"(planted {ids[PLANTED][:7]}); page {work / 'history' / 'history.html'}", flush=True)
     if args.json:
-        print(json.dumps(out, indent=2, default=str))
+        benchcli.print_json(out)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ap = benchcli.parser(__doc__)
+    ap.add_argument("--ab", type=integer(0), default=1, help="ab runs of the scaffold's commit against the planted one")
+    ap.add_argument("--each-commit", action="store_true", help="one perfkit run of every commit, for the history")
+    ap.add_argument("--self", type=integer(0), default=5, dest="self_runs", help="ab runs of a revision against itself")
+    ap.add_argument("--bisect", type=integer(0), default=5, help="bisect runs")
+    ap.add_argument("--repeats", type=integer(1), default=2, help="repeats of each unit per side (default 2)")
+    ap.add_argument("--threshold", type=number(0), default=10.0, help="bisect's threshold [%%] (default 10)")
+    ap.add_argument("--dir", default=None, help="where the repository and runs go (default: a temporary directory)")
+    ap.add_argument("--lock", default=LOCK, help=f"the testbed lock each command takes (default {LOCK}; \"\": none)")
+    benchcli.run(main, ap)

@@ -1,6 +1,6 @@
 """Performance CI of a user's own dataplane: ``--dataplane`` refusals, the sides, provenance, history.
 
-Fast: on the scaffolded repository of ``tests/userrepo_fixtures.py`` with real git worktrees and real
+Fast: on the scaffolded repository of ``perfkit/perfci/demorepo.py`` with real git worktrees and real
 clang builds (a side is built, nothing measured), and on constructed metadata. Slow: ``perfkit ab``
 of the planted commit (exit 1, perfkit the same on both sides) and ``perfkit bisect`` on the real
 testbed.
@@ -25,7 +25,7 @@ from perfkit.perfci.userside import OWN, DataplaneSide, build_side, side_campaig
 from perfkit.provenance import dataplane_source, file_sha256
 from perfkit.trial import TrialResult
 from perfkit.version import perfkit_version
-from tests.userrepo_fixtures import DESCRIPTION, PLANTED, demo_repo, git
+from perfkit.perfci.demorepo import DESCRIPTION, PLANTED, demo_repo, git
 
 ROOT = Path(__file__).resolve().parent.parent
 

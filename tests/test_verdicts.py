@@ -6,9 +6,10 @@ from pathlib import Path
 
 from perfkit.generators.xdp import XdpGenerator
 from perfkit.scenario import Scenario
+from tests.counting import QUIET_RATE
 from tests.xdptx_dataplane import build, registered
 
-PACKETS = 20_000
+PACKETS = 5_000
 
 
 def test_xdp_tx_counted_at_the_sending_port(tmp_path: Path) -> None:
@@ -19,7 +20,7 @@ def test_xdp_tx_counted_at_the_sending_port(tmp_path: Path) -> None:
             # a host stall longer than a ring lasts loses frames: such a trial is measured again
             # (at most 3 times), as searches do
             for _ in range(3):
-                r = gen.measure(100_000, 0.2, packets=PACKETS)
+                r = gen.measure(QUIET_RATE, 5.0, packets=PACKETS)
                 if r.rx_packets == PACKETS or not r.stalled:
                     break
     # exact counts, signed and checked against the model, with latency, at p0 (cabled to a)

@@ -10,11 +10,12 @@ import pytest
 from perfkit.generators.xdp import XdpGenerator
 from perfkit.scenario import Scenario
 from perfkit.search.binary import BinarySearch, binary_search
+from tests.counting import QUIET_RATE
 from tests.xdpfilter_dataplane import BPFFS_ROOT, registered
 
 pytestmark = pytest.mark.skipif(shutil.which("xdp-filter") is None, reason="xdp-tools not installed")
 
-PACKETS = 20_000
+PACKETS = 5_000
 
 
 def _scenario(verdict: str) -> Scenario:
@@ -33,7 +34,7 @@ def test_trial_counts_equal_xdp_filters_own(verdict: str) -> None:
             # xdp-filter: such a trial is measured again (at most 3 times), as searches do
             for _ in range(3):
                 before = nf.status()
-                r = gen.measure(100_000, 0.2, packets=PACKETS)
+                r = gen.measure(QUIET_RATE, 5.0, packets=PACKETS)
                 after = nf.status()
                 if r.rx_packets == PACKETS or not any("stalled" in n for n in r.notes):
                     break
