@@ -92,7 +92,9 @@ def _main(argv: list[str] | None) -> int:
         print("perfkit: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback on request
-        if _caused_by_interrupt(err):   # Ctrl-C inside a class's creation: Python wraps it in a RuntimeError
+        # Ctrl-C inside a class's creation (Python wraps it in a RuntimeError), or while a compiled
+        # module imports numpy (Cython's import_array replaces it with an ImportError): a stop all the same
+        if _caused_by_interrupt(err) or stop.requested():
             print("perfkit: interrupted", file=sys.stderr)
             return 130
         if debug:
