@@ -24,6 +24,8 @@ from perfkit.generators.sim import SimGenerator
 from perfkit.scenario import Scenario
 from perfkit.search import Goal, MlrSearch, NdrPdr, mlrsearch, ndrpdr, run_method
 from perfkit.search.goals import LoadStat
+from perfkit.search.mlr import TrialMeasurer
+from perfkit.trial import TrialResult
 
 SC = Scenario("pgwu", frame_size=64, params={"direction": "ul"})
 T = 1e6
@@ -106,6 +108,26 @@ def test_mlrsearch_and_ndrpdr_agree_on_the_same_goals() -> None:
         assert b.conditional_throughput <= b.lower_bound
 
 
+class OneTrialLog:
+    """Constructed data: a ``TrialLog`` stand-in whose every trial is ``trial``."""
+
+    def __init__(self, trial: TrialResult):
+        self.trial = trial
+
+    def run(self, rate_pps: float, duration: float, phase: str) -> TrialResult:
+        return self.trial
+
+
+@pytest.mark.parametrize("tx, rx, loss", [(5500, 5500, 0.0),   # asked for more, offered all: no loss
+                                          (4000, 4000, 0.2),   # offered less than intended: unsent
+                                          (5000, 4990, 0.002)])
+def test_mlrsearch_counts_unsent_but_not_perfkits_compensation_as_loss(tx: int, rx: int, loss: float) -> None:
+    trial = TrialResult.for_scenario(SC, wire_frame_size=64, generator="sim", duration=0.5, intended_pps=11_000,
+                                     intended_packets=5500, tx_packets=tx, rx_packets=rx)
+    result = TrialMeasurer(OneTrialLog(trial)).measure(0.5, 10_000)
+    assert result.loss_ratio == pytest.approx(loss)
+
+
 def test_goals_with_attributes_in_a_campaign_and_their_errors() -> None:
     raw = {"name": "g", "dataplane": "pgwu", "frame_sizes": [64], "generator": {"backend": "sim"}, "metrics": False,
            "methods": [{"method": "ndrpdr", "params": {"goals": [0.0, {"loss_ratio": 0.005, "exceed_ratio": 0.5,
@@ -139,8 +161,8 @@ def test_search_json_names_the_specifications_bounds(capsys: pytest.CaptureFixtu
 
 # make test-slow: two searches on the real testbed (about a minute)
 @pytest.mark.slow
-@pytest.mark.xfail(reason="2026-12-01: MLRsearch found the minimum rate (10 kpps) an upper bound in 3 trial s while "
-                          "ndrpdr found 0.103..0.109 Mpps: the measurer's intended count at low rates is suspect")
+@pytest.mark.xfail(reason="2026-12-02, 3 helpers loading both vCPUs: MLRsearch 150.6..158.5 kpps, ndrpdr "
+                          "162.4..168.7 kpps one after the other; to be measured again on a quiet machine")
 def test_mlrsearch_on_the_testbed_agrees_with_ndrpdr_within_their_widths() -> None:
     """The calibrated DUT behind a NIC-sized queue, one flow: MLRsearch through perfkit's generator
     and perfkit's ndrpdr, the same goals, one after the other on one testbed; each one's lower
