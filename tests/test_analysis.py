@@ -621,3 +621,22 @@ def test_the_dut_cores_time_by_mode_is_a_heatmap_with_title_units_and_legend():
     grid = np.ma.masked_invalid(fig.axes[0].collections[0].get_array())
     assert sorted(float(v) for v in grid.compressed()) == [2.0, 8.0, 20.0, 70.0]
     assert plots.problems(plots.cpu_mode_heatmap(modes.iloc[:0], "run r")) == []
+
+
+def test_features_collinear_on_the_trials_are_left_out_and_the_fit_does_not_warn():
+    """Two frame sizes: ``inv_frame_size`` is then a linear function of ``frame_size`` and the
+    intercept, and its coefficient would not be determined. It is left out, named, and the bounded
+    fit (whose cross-validation folds are rank-deficient too) recovers the others without a warning."""
+    import warnings
+
+    from perfkit.analysis.models import FEATURES, fit_linear
+
+    rows = [{"scenario_key": f"s{fs}-{i % 3}", "frame_size": fs, "inv_frame_size": 1 / fs, "dut_cores": 1,
+             "offered_mpps": mpps, "cpu_cores_pct": 10 + 0.02 * fs + 20 * mpps}
+            for fs in (64, 512) for i, mpps in enumerate((0.1, 0.3, 0.5, 0.7, 0.9, 1.1))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = fit_linear(pd.DataFrame(rows), FEATURES, "cpu_cores_pct", nonnegative=True)
+    assert fit.collinear == ("inv_frame_size",) and fit.dropped == ("dut_cores",)
+    assert fit.intercept_ == pytest.approx(10) and fit.coef_ == pytest.approx({"frame_size": 0.02, "offered_mpps": 20})
+    assert fit.to_dict()["collinear"] == ["inv_frame_size"]

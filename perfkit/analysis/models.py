@@ -73,6 +73,10 @@ class LinearFit:
     cross-validated)."""
     dropped: tuple[str, ...] = ()
     """Features left out because they did not vary (e.g. one core count)."""
+    collinear: tuple[str, ...] = ()
+    """Features left out because they were a linear function of the intercept and the features
+    before them on these rows (``frame_size`` and ``inv_frame_size`` over two frame sizes): their
+    coefficients would not be determined by the data."""
     constants: dict[str, float] = field(default_factory=dict)
     """The value each dropped feature had [its unit]."""
     cv_r2_: float = math.nan
@@ -115,7 +119,8 @@ class LinearFit:
                 "intercept": self.intercept_, "coef": self.coef_, "r2": self.r2_, "cv_r2": _num(self.cv_r2_),
                 "cv": f"leave one scenario out ({self.cv_groups_} scenarios)", "weak": self.weak,
                 "n_samples": self.n_samples_, "weights": self.weights, "dropped": list(self.dropped),
-                "equation": self.equation(), "held_at_zero": dict(self.held_at_zero)}
+                "equation": self.equation(), "held_at_zero": dict(self.held_at_zero),
+                "collinear": list(self.collinear)}
 
 
 class NonNegativeLinear:
@@ -129,7 +134,9 @@ class NonNegativeLinear:
         sw = np.sqrt(sample_weight) if sample_weight is not None else np.ones(len(X))
         scale = np.abs(A).max(axis=0)
         scale[scale == 0] = 1.0                            # columns of one magnitude: a better-posed problem
-        z = lsq_linear(A * sw[:, None] / scale, y * sw, bounds=(0.0, np.inf)).x
+        # BVLS, an exact active-set method for a problem this small; the default (TRF) warns of
+        # "invalid value" on the rank-deficient training folds of a cross-validation
+        z = lsq_linear(A * sw[:, None] / scale, y * sw, bounds=(0.0, np.inf), method="bvls").x
         z[z <= 1e-9 * max(np.abs(y).max(), 1e-300)] = 0.0     # at the bound: 0, not 1e-21 (a term held)
         x = z / scale
         self.intercept_, self.coef_ = float(x[0]), x[1:]
@@ -195,6 +202,7 @@ def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_
     dropped = tuple(f for f in features if f not in used)
     if not used or len(data) < len(used) + (1 if exact else 2):
         return None
+    used, collinear = independent(data, used)
     X = data[used].to_numpy(dtype=float)
     y = data[target].to_numpy(dtype=float)
     w = data[weights].to_numpy(dtype=float) if weights else None
@@ -222,7 +230,19 @@ def fit_linear(frame: pd.DataFrame, features: Sequence[str], target: str = "cpu_
                      residuals_=res.reset_index(drop=True), dropped=dropped,
                      constants={f: float(data[f].iloc[0]) for f in dropped if len(data)},
                      cv_r2_=float(r2_score(y, cv_pred, sample_weight=w)) if n_groups >= MIN_CV_GROUPS else math.nan,
-                     cv_groups_=n_groups, weights=weights, held_at_zero=held)
+                     cv_groups_=n_groups, weights=weights, held_at_zero=held, collinear=collinear)
+
+
+def independent(data: pd.DataFrame, features: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
+    """``features`` split into those that add a rank to the intercept and the ones kept before them,
+    in order, and those that do not (``LinearFit.collinear``)."""
+    kept: list[str] = []
+    left: list[str] = []
+    for f in features:
+        A = np.column_stack([np.ones(len(data)), *(data[k].to_numpy(dtype=float) for k in [*kept, f])])
+        A = A / np.abs(A).max(axis=0)       # columns of one magnitude: rank is judged, not the units
+        (kept if np.linalg.matrix_rank(A) == len(kept) + 2 else left).append(f)
+    return kept, tuple(left)
 
 
 def cross_validated(X: np.ndarray, y: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None,
@@ -279,6 +299,9 @@ def fit_cpu_models(frame: pd.DataFrame, multivariate_frame: pd.DataFrame | None 
         else:
             if mv.dropped:
                 notes.append(f"{variant}: {', '.join(mv.dropped)} did not vary; left out of the multivariate model")
+            if mv.collinear:
+                notes.append(f"{variant}: {', '.join(mv.collinear)} a linear function of the other features on "
+                             f"these trials; left out of the multivariate model")
             if mv.held_at_zero:
                 notes.append(f"{variant}, multivariate model: {mv.bound_words()}")
         out.append(CpuModels(variant, label, per, mv, correlations(m if not m.empty else f, multivariate_target), notes))
