@@ -30,15 +30,22 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.layouts import SIGNATURE_MAGIC
 
+if TYPE_CHECKING:
+    from perfkit.scenario import Scenario
+
 BPFTRACE = os.environ.get("BPFTRACE", "bpftrace")
 BPFTOOL = os.environ.get("BPFTOOL", "bpftool")
 TRACEFS = "/sys/kernel/tracing"
+#: Bounds of ``packets`` and ``seconds`` (the CLI's are the same: ``perfkit.cli.trace``).
+PACKETS_MAX, SECONDS_MAX = 10_000, 120
 #: Pages of bpftrace's perf buffer per CPU (its default, 64, loses events of a few thousand packets).
 PERF_PAGES = 1024
 #: GRO's verdicts (enum gro_result, include/linux/netdevice.h).
@@ -269,15 +276,11 @@ def parse(lines: list[str]) -> list[TracedPacket]:
         events = sorted(raw[pid], key=lambda e: e[0])
         pkt, prev = TracedPacket(pid), events[0][0]
         for ns, cpu, ev, gso, segs, detail in events:
-            pkt.steps.append(Step(_function(ev, detail), ev, (ns - prev) / 1e3, cpu, gso_names(gso), segs,
+            pkt.steps.append(Step(FUNCTIONS.get(ev, ev), ev, (ns - prev) / 1e3, cpu, gso_names(gso), segs,
                                   _detail(ev, detail)))
             prev = ns
         out.append(pkt)
     return out
-
-
-def _function(event: str, detail: str) -> str:
-    return FUNCTIONS.get(event, event)
 
 
 def _detail(event: str, detail: str) -> str:
@@ -309,23 +312,23 @@ class Tracer:
     """bpftrace running ``script`` in its own process group; ``close`` stops it, always."""
 
     def __init__(self, program: str, ready_timeout: float = 30.0):
-        if not shutil.which(BPFTRACE):
-            raise ConfigError("tracer", BPFTRACE, "bpftrace installed (make setup: apt package bpftrace)")
-        if not os.path.isdir(TRACEFS + "/events"):
-            raise ConfigError("tracefs", TRACEFS, f"mounted (make setup, or mount -t tracefs tracefs {TRACEFS})")
+        check_tracer()
         self.lines: list[str] = []
+        self.attached = False
         self.stopped_by = "traffic"
         self.lost = 0
         self.version = subprocess.run([BPFTRACE, "--version"], capture_output=True, text=True).stdout.strip()
         env = {**os.environ, "BPFTRACE_PERF_RB_PAGES": str(PERF_PAGES)}
+        self._err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([BPFTRACE, "-B", "line", "-e", program], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+                                     stderr=self._err, text=True, start_new_session=True, env=env)
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.programs: set[int] = set()
         try:
-            if not self._ready.wait(ready_timeout) or self.proc.poll() is not None:
+            self._ready.wait(ready_timeout)
+            if not self.attached or self.proc.poll() is not None:
                 raise PerfkitError(f"bpftrace did not attach: {self._stderr()}")
             self.programs = attached_by(self.proc.pid)
         except BaseException:
@@ -336,6 +339,7 @@ class Tracer:
         assert self.proc.stdout
         for line in self.proc.stdout:
             if line.startswith("READY"):
+                self.attached = True
                 self._ready.set()
             elif line.startswith("STOP "):
                 self.stopped_by = line.split()[1]
@@ -346,12 +350,11 @@ class Tracer:
         self._ready.set()
 
     def _stderr(self) -> str:
-        try:
-            err = self.proc.communicate(timeout=2)[1] or ""
-        except (subprocess.TimeoutExpired, ValueError):
-            err = ""
-        lines = [x for x in err.splitlines() if x.strip() and "RLIMIT_MEMLOCK" not in x]
-        return lines[-1] if lines else f"exit status {self.proc.poll()}"
+        """bpftrace's first error on stderr but its warning about RLIMIT_MEMLOCK (harmless here)."""
+        self.close()
+        self._err.seek(0)
+        lines = [x.strip() for x in self._err.read().splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
+        return lines[0] if lines else f"exit status {self.proc.poll()}"
 
     def wait(self, timeout: float) -> None:
         """Until the tracer exits by itself (N packets or its time bound), at most ``timeout`` seconds."""
@@ -378,6 +381,14 @@ class Tracer:
         return loaded(self.programs)
 
 
+def check_tracer() -> None:
+    """bpftrace and tracefs are there, or a one-line refusal (before any testbed comes up)."""
+    if not shutil.which(BPFTRACE):
+        raise ConfigError("tracer", BPFTRACE, "bpftrace installed (make setup: apt package bpftrace)")
+    if not os.path.isdir(TRACEFS + "/events"):
+        raise ConfigError("tracefs", TRACEFS, f"mounted (make setup, or mount -t tracefs tracefs {TRACEFS})")
+
+
 def attached_by(pid: int) -> set[int]:
     """Ids of the BPF programs process ``pid`` has attached to tracepoints (``bpftool perf``)."""
     out = subprocess.run([BPFTOOL, "perf", "show", "-j"], capture_output=True, text=True).stdout or "[]"
@@ -394,18 +405,23 @@ def netns_inode(name: str) -> int:
     return os.stat(f"/run/netns/{name}").st_ino
 
 
-def trace(scenario, packets: int = 64, seconds: int = 10, rate_pps: float | None = None,
+def trace(scenario: Scenario, packets: int = 64, seconds: int = 10, rate_pps: float | None = None,
           duration: float = 1.0) -> TraceResult:
     """Run a trial of ``scenario`` on the local testbed (the xdp generator) for ``duration`` seconds at
     ``rate_pps`` (None: as fast as it can) while tracing up to ``packets`` of its packets for at most
     ``seconds`` seconds."""
     from perfkit.generators import create
 
+    if not 1 <= packets <= PACKETS_MAX:
+        raise ConfigError("--packets", packets, f"packets to trace, 1 .. {PACKETS_MAX}")
+    if not 1 <= seconds <= SECONDS_MAX:
+        raise ConfigError("--seconds", seconds, f"seconds, 1 .. {SECONDS_MAX}")
     traffic = scenario.traffic()
     if not traffic.to_socket:
         raise ConfigError("traffic", scenario.key, "traffic the dataplane passes to the DUT's kernel, e.g. PGW-U "
                           "--direction host (other traffic never becomes an skb on the DUT)")
     port = traffic.to_socket[1]
+    check_tracer()
     with create("xdp", scenario) as gen:
         tracer = Tracer(script(netns_inode(gen.testbed.dut_ns), port, packets, seconds))
         try:

@@ -116,3 +116,29 @@ def test_sigterm_while_tracing_stops_the_tracer_and_leaves_nothing_attached():
     listed = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True).stdout)
     assert not attached & {p["id"] for p in listed}
     assert subprocess.run(["pgrep", "-x", "bpftrace"], capture_output=True).returncode == 1
+
+
+def test_the_python_api_refuses_what_the_command_line_refuses_before_any_testbed():
+    from perfkit.cli import trace as cli
+    from perfkit.errors import ConfigError
+    from perfkit.scenario import Scenario
+    from perfkit import trace as api
+
+    assert (api.PACKETS_MAX, api.SECONDS_MAX) == (cli.PACKETS_MAX, cli.SECONDS_MAX)
+    for kwargs, name in (({"packets": 0}, "--packets"), ({"seconds": 121}, "--seconds")):
+        with pytest.raises(ConfigError) as err:
+            api.trace(Scenario(params={"direction": "host"}), **kwargs)
+        assert err.value.field == name
+    with pytest.raises(ConfigError) as err:
+        api.trace(Scenario(params={"direction": "ul"}))
+    assert err.value.field == "traffic" and "direction host" in str(err.value)
+
+
+def test_a_tracer_that_cannot_attach_says_why_in_one_line_and_leaves_no_process():
+    from perfkit.errors import PerfkitError
+    from perfkit.trace import Tracer
+
+    with pytest.raises(PerfkitError) as err:
+        Tracer("tracepoint:net:no_such_tracepoint { exit(); }")
+    assert "did not attach" in str(err.value) and "\n" not in str(err.value)
+    assert subprocess.run(["pgrep", "-x", "bpftrace"], capture_output=True).returncode == 1
