@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Debian package names; on Ubuntu a missing one is reported and skipped.
 APT_PACKAGES := clang llvm libbpf-dev bpftool iproute2 ethtool iputils-ping procps \
 	prometheus prometheus-pushgateway prometheus-node-exporter openssh-server \
-	tshark linux-perf python3-venv python3-pip chromium xdp-tools
+	tshark linux-perf python3-venv python3-pip chromium xdp-tools bpftrace=0.17.0-1
 
 INFERNO_VERSION := 0.12.8
 INFERNO := build/tools/bin/inferno-flamegraph
@@ -84,7 +84,10 @@ $(TREX_VENV)/.installed-$(TREX_CLIENT_VERSION): | $(VENV)/.installed
 # apt: install only what is missing, so a second run does nothing and needs no network.
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+		n=$${p%%=*}; v=$${p#"$$n"}; v=$${v#=}; \
+		st=$$(dpkg-query -W -f='$${Status} $${Version}' $$n 2>/dev/null); \
+		case "$$st" in *"ok installed"*) [ -z "$$v" ] || [ "$${st##* }" = "$$v" ] || missing="$$missing $$p";; \
+			*) missing="$$missing $$p";; esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "apt-get install:$$missing"; \
@@ -96,6 +99,7 @@ apt:
 		[ -z "$$avail" ] || apt-get install -y -q --no-install-recommends $$avail; \
 	fi
 	@mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf || echo "warning: could not mount bpffs on /sys/fs/bpf"
+	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || echo "warning: could not mount tracefs (perfkit trace needs it)"
 
 # venv: the exact versions of requirements.lock, each checked against its hashes, then perfkit itself
 # (editable, without dependencies: the lock has them all, the dev extra included). Redone only when
