@@ -63,7 +63,7 @@ def demo_repo(dest: Path, commits: int = COMMITS, planted: int | None = PLANTED)
         if i == planted:
             src = dest / "demo.bpf.c"
             text = src.read_text()
-            assert _TX_LINE in text, "perfkit/scaffold.py's program changed: update perfkit/perfci/demorepo.py"
+            assert _TX_LINE in text, "perfkit/scaffold/program.py changed: update perfkit/perfci/demorepo.py"
             src.write_text(text.replace(_TX_LINE, _PLANTED_WORK + _TX_LINE))
             msg = f"Look the counters up {PLANTED_LOOKUPS} more times per frame"
         else:
