@@ -76,6 +76,12 @@ def test_plugin_writes_a_package_with_its_entry_point(tmp_path: Path, capsys: py
     assert meta["project"]["entry-points"]["perfkit.dataplanes"] == {PLUGIN: f"{PLUGIN}.dataplane:DATAPLANE"}
     assert (d / PLUGIN / f"{PLUGIN}.bpf.c").is_file() and not (d / f"{PLUGIN}.dataplane.yaml").exists()
     assert f"dataplane: {PLUGIN}\n" in (d / "campaign.yaml").read_text()
+    # make installs into the Python of the first perfkit on PATH (its script's #! line)
+    bindir = Path(sys.executable).parent
+    shebang = (bindir / "perfkit").read_text().splitlines()[0].removeprefix("#!")
+    dry = subprocess.run(["make", "-n", "install"], cwd=d, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    assert dry.stdout.split()[:4] == [shebang, "-m", "pip", "install"]
 
 
 def _site() -> list[str]:
