@@ -114,8 +114,9 @@ def dataplane_source(name: str) -> dict[str, Any]:
     """Where dataplane ``name`` (a registry name or a description file's path) comes from (module
     doc): a description file's ``file``, ``sha256``, ``build`` (its command, "" for none),
     ``object`` and ``object_sha256`` (the object of the default build options; "" when it has none
-    or it does not build: the run's trials say why); a package's ``module`` and ``package``
-    (``<distribution>==<version>``, "" when no installed distribution provides it); either's
+    or it does not build: the run's trials say why); a package's ``module``, ``package``
+    (``<distribution>==<version>``, "" when no installed distribution provides it) and, for a plugin, its
+    module's ``file``; either's
     ``git_source`` facts when it lies in a git repository."""
     from perfkit import dataplanes
     from perfkit.describe import build
@@ -143,4 +144,7 @@ def dataplane_source(name: str) -> dict[str, Any]:
     spec = importlib.util.find_spec(module.split(".", 1)[0])
     where = Path(spec.origin).parent if spec is not None and spec.origin else None
     own = module.split(".", 1)[0] == __name__.split(".", 1)[0]   # perfkit's own: the run's ``perfkit`` says it
-    return {"module": module, "package": distribution_of(module), **(git_source(where) if where and not own else {})}
+    if own:
+        return {"module": module, "package": distribution_of(module)}
+    file = getattr(importlib.import_module(module), "__file__", None) or ""
+    return {"module": module, "package": distribution_of(module), "file": file, **(git_source(where) if where else {})}

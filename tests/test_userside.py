@@ -21,11 +21,11 @@ from perfkit.errors import ConfigError
 from perfkit.perfci.history import run_commit
 from perfkit.perfci.sides import SideError
 from perfkit.perfci.userside import DESCRIPTION as KIND_DESCRIPTION
-from perfkit.perfci.userside import OWN, DataplaneSide, build_side, side_campaign, side_kind
+from perfkit.perfci.userside import OWN, PLUGIN, DataplaneSide, build_side, side_campaign, side_kind
 from perfkit.provenance import dataplane_source, file_sha256
 from perfkit.trial import TrialResult
 from perfkit.version import perfkit_version
-from perfkit.perfci.demorepo import DESCRIPTION, PLANTED, demo_repo, git
+from perfkit.perfci.demorepo import DESCRIPTION, PLANTED, demo_repo, git, plugin_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,6 +49,12 @@ def cli(capsys, *args: str) -> tuple[int, str]:
                                         ("nf/lb.dataplane.yml", KIND_DESCRIPTION)])
 def test_what_a_dataplane_option_asks_for(value, kind):
     assert side_kind(value) == kind
+
+
+def test_a_plugin_s_name_is_a_side_of_ab_only():
+    assert side_kind("mynf", plugins=True) == PLUGIN
+    with pytest.raises(ConfigError, match="a description file's path relative to --repo"):
+        side_kind("mynf")   # bisect: not yet
 
 
 @pytest.mark.parametrize("value", ["xdp-lb", "/abs/demo.dataplane.yaml", "../other/demo.dataplane.yaml"])
@@ -195,3 +201,22 @@ def test_a_trial_of_a_description_records_its_commit(repo):
     assert trial.dataplane_source == {"repository": str(d), "commit": ids[-1], "dirty": False, "path": DESCRIPTION}
     assert json.loads(trial.to_record()["dataplane_source"])["commit"] == ids[-1]
     assert TrialResult.from_record(trial.to_record()).dataplane_source == trial.dataplane_source
+
+
+@pytest.mark.slow   # two pip installs and four 0.5 s max-rate units: about 2 min
+def test_ab_of_a_plugin_package_installs_each_revision_apart(tmp_path):
+    d = tmp_path / "abplug"
+    ids = plugin_repo(d, "abplug")
+    res = perfkit("ab", "--repo", ".", "--dataplane", "abplug", "--base", ids[0], "--head", ids[1], "--repeats", "2",
+                  "--out", str(tmp_path / "out"), "--root", str(tmp_path / "runs"), "--json", "ab.yaml", cwd=d)
+    assert res.returncode == 1, res.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["verdict"] == "regression" and summary["perfkit"]["same_on_both_sides"]
+    for side, commit in zip(("base", "head"), ids):
+        facts = summary[side]["dataplane"]
+        assert (facts["plugin"], facts["package"], facts["commit"]) == ("abplug", "abplug==0.1.0", commit)
+        meta = json.loads((tmp_path / "runs" / summary[side]["run_id"] / "metadata.json").read_text())
+        source = meta["dataplanes"]["abplug"]
+        assert source["package"] == "abplug==0.1.0" and source["file"].startswith(facts["environment"])
+    assert "Plugin `abplug` installed" in (tmp_path / "out" / "pr-comment.md").read_text()
+    assert not Path(summary["base"]["dataplane"]["environment"]).exists(), "the side environments are removed"

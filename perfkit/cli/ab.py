@@ -12,7 +12,10 @@ to build or run (one line naming the revision); 130 interrupted (the worktrees a
 ``--dataplane FILE``: the repository is the user's own, and FILE (relative to it) the description
 of their dataplane: each side is that revision's description, its object built by its build
 command; perfkit is the running one, the same for both sides (the summary's ``perfkit``). Absent, or
-one of perfkit's own dataplanes: the revisions are perfkit's, as above.
+one of perfkit's own dataplanes: the revisions are perfkit's, as above. ``--dataplane NAME``, the
+registry name of a plugin package whose source is the repository (``perfkit dataplane new NAME
+--plugin``): each side is that revision installed with pip into a side environment of its own;
+perfkit is again the running one.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ def campaign_file(path: str) -> Path:
 def cmd_ab(args: argparse.Namespace) -> int:
     from perfkit.perfci.ab import run_ab  # plots, scipy: only when it runs
     repo = repo_root("--repo", args.repo)
-    side_kind(args.dataplane)
+    side_kind(args.dataplane, plugins=True)
     campaign = campaign_file(args.campaign)
     out = Path(args.out) if args.out else Path("reports") / "ab"
     say = (lambda m: print(m, file=sys.stderr, flush=True))
@@ -85,6 +88,7 @@ def add_revisions_setting(p: argparse.ArgumentParser) -> None:
                    help=f"campaign file (default {DEFAULT_CAMPAIGN})")
     p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: the current directory)")
     p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
-    p.add_argument("--dataplane", default=None, metavar="FILE",
-                   help="the user's dataplane: its description file, relative to --repo; perfkit stays the running one "
-                        "(default: the revisions are perfkit's own)")
+    p.add_argument("--dataplane", default=None, metavar="FILE|NAME",
+                   help="the user's dataplane: its description file, relative to --repo, or the name of the plugin "
+                        "package the repository holds; perfkit stays the running one (default: the revisions are "
+                        "perfkit's own)")

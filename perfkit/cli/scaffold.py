@@ -1,4 +1,4 @@
-"""``perfkit dataplane new NAME --dir DIR``: a project of your own (``perfkit.scaffold``)."""
+"""``perfkit dataplane new NAME --dir DIR [--plugin]``: a project of your own (``perfkit.scaffold``)."""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +7,11 @@ from perfkit import scaffold
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    project = scaffold.new(args.name, args.dir)
-    print(f"{project.name}: {len(project.files)} files in {project.dir} (git: one commit); "
-          f"next: cd {project.dir} && make && make test")
+    project = scaffold.new(args.name, args.dir, plugin=args.plugin)
+    kind = "a plugin package" if project.plugin else "a description"
+    then = f" && perfkit dataplane check {project.name}" if project.plugin else ""
+    print(f"{project.name}: {len(project.files)} files in {project.dir}, {kind} (git: one commit); "
+          f"next: cd {project.dir} && make && make test{then}")
     return 0
 
 
@@ -23,8 +25,12 @@ def _group(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = _group(sub).add_parser("new", help="write a project of your own: an XDP program, its description, tests",
+    p = _group(sub).add_parser("new", help="write a project of your own: an XDP program, its description or plugin package, tests",
                                description=scaffold.__doc__.splitlines()[0])
     p.add_argument("name", metavar="NAME", help="the dataplane's name (a lower-case identifier)")
     p.add_argument("--dir", required=True, help="where (a directory that does not exist or is empty)")
+    p.add_argument("--plugin", action="store_true",
+                   help="a Python package that registers the dataplane NAME (entry point perfkit.dataplanes) with "
+                        "a reference model, instead of a description file; make installs it (pip install -e) into "
+                        "the Python environment that runs perfkit")
     p.set_defaults(func=cmd_new)

@@ -35,7 +35,8 @@ from perfkit.perfci.comment import ab_comment
 from perfkit.perfci.plots import change_plot, repeats_plot
 from perfkit.perfci.session import Session
 from perfkit.perfci.sides import Side
-from perfkit.perfci.userside import DataplaneSide, build_side, running_perfkit, side_campaign
+from perfkit.perfci.userside import (PLUGIN, DataplaneSide, PluginSide, build_side, plugin_campaign, running_perfkit,
+                                     side_campaign, side_kind, use_plugin)
 from perfkit.perfci.units import write_json
 
 NO_CHANGE = "no change beyond the noise"
@@ -118,6 +119,11 @@ def side_dict(side: Side, run_id: str) -> dict[str, Any]:
 def provenance_line(result: AbResult) -> str:
     """One sentence of the comment: what was built per side, and which perfkit measured."""
     pk = result.perfkit()
+    if isinstance(result.base, PluginSide):
+        a, b = result.base, result.head
+        return (f"Plugin `{a.plugin}` installed from the repository at each revision into a side environment "
+                f"(`{a.package}` base, `{b.package}` head); perfkit {pk['version']} `{pk['git_sha_full'][:7]}` "
+                f"measured both: **perfkit's commit is the same on both sides**.")
     if isinstance(result.base, DataplaneSide):
         a, b = result.base, result.head
         return (f"Dataplane `{a.description}` of the repository built at each revision by its build command "
@@ -142,7 +148,8 @@ def run_ab(repo: Path, base: str, head: str, campaign: Campaign | str | Path, *,
     """Build, measure interleaved, compare, write the outputs (module doc). ``dataplane``: a
     description file of ``repo`` (relative to it), or None / perfkit's own: the sides are perfkit's."""
     start = time.monotonic()
-    if not isinstance(campaign, Campaign):
+    plugin = side_kind(dataplane, plugins=True) == PLUGIN
+    if not isinstance(campaign, Campaign) and not plugin:
         campaign = side_campaign(Path(campaign), repo, dataplane)
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="perfkit-ab-")) if own else Path(workdir)
@@ -152,6 +159,10 @@ def run_ab(repo: Path, base: str, head: str, campaign: Campaign | str | Path, *,
         sides.append(build_side(repo, base, work / "trees", "base", "--base", dataplane))
         sides.append(build_side(repo, head, work / "trees", "head", "--head", dataplane))
         a, b = sides
+        if isinstance(a, PluginSide):   # the campaign's parameters are the base revision's plugin's
+            use_plugin(a)
+            if not isinstance(campaign, Campaign):
+                campaign = plugin_campaign(Path(campaign), a.plugin)
         session = Session(campaign, work, say)
         say(f"{len(session.units)} unit(s) x {repeats} repeat(s) per side, interleaved")
         measured = session.measure(a, b, repeats)

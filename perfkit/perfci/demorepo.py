@@ -52,6 +52,25 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
+def plugin_repo(dest: Path, name: str) -> list[str]:
+    """``perfkit dataplane new NAME --plugin`` with ``ab.yaml`` (``dataplane: NAME``), then one commit
+    that plants ``PLANTED_LOOKUPS`` lookups per frame in its program; the two full ids."""
+    scaffold.new(name, dest, plugin=True)
+    campaign = AB_CAMPAIGN.replace("./demo.dataplane.yaml", name).replace("demo-ab", f"{name}-ab")
+    (dest / "ab.yaml").write_text("".join(ln for ln in campaign.splitlines(True) if not ln.startswith("perf:")))
+    git(dest, "add", "-A")
+    git(dest, "commit", "--quiet", "--amend", "--no-edit")
+    ids = [git(dest, "rev-parse", "HEAD")]
+    src = dest / name / f"{name}.bpf.c"
+    tx, work = (t.replace("demo", name).replace("DEMO", name.upper()) for t in (_TX_LINE, _PLANTED_WORK))
+    text = src.read_text()
+    assert tx in text, "perfkit/scaffold/program.py changed: update perfkit/perfci/demorepo.py"
+    src.write_text(text.replace(tx, work + tx))
+    git(dest, "commit", "--quiet", "-am", f"Look the counters up {PLANTED_LOOKUPS} more times per frame")
+    ids.append(git(dest, "rev-parse", "HEAD"))
+    return ids
+
+
 def demo_repo(dest: Path, commits: int = COMMITS, planted: int | None = PLANTED) -> list[str]:
     """The project and its eight commits (module doc); their full ids, the scaffold's first."""
     scaffold.new("demo", dest)
@@ -63,7 +82,7 @@ def demo_repo(dest: Path, commits: int = COMMITS, planted: int | None = PLANTED)
         if i == planted:
             src = dest / "demo.bpf.c"
             text = src.read_text()
-            assert _TX_LINE in text, "perfkit/scaffold.py's program changed: update perfkit/perfci/demorepo.py"
+            assert _TX_LINE in text, "perfkit/scaffold/program.py changed: update perfkit/perfci/demorepo.py"
             src.write_text(text.replace(_TX_LINE, _PLANTED_WORK + _TX_LINE))
             msg = f"Look the counters up {PLANTED_LOOKUPS} more times per frame"
         else:
