@@ -5,7 +5,9 @@ test-lab``) provision the four-host sandbox once and reach its DUT's agent over 
 dataplane loaded on the inventory's interfaces forwards frames a tester host sends (exact counts,
 0 mismatches); an interface the inventory does not name and an unreachable host are refused in one
 line; and whatever ends the session (the controller killed, the SSH session cut, the agent killed
-and ``perfkit clean`` run on the host) leaves no XDP program on the DUT within 10 s.
+and ``perfkit clean`` run on the host) leaves no XDP program on the DUT within 10 s. Users'
+dataplanes run campaigns there too: a description file (shipped by op ``describe``, built on the
+DUT host, or attached by its own loader: xdp-filter) and a plugin installed in the hosts' virtualenvs.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 import requests
@@ -52,7 +54,7 @@ def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
                    {"id": 4, "op": "load", "args": {"bogus": 1}}, {"id": 5, "op": "bye"}, {"id": 6, "op": "hello"})
     assert [a["ok"] for a in answers] == [False, False, False, False, False, True]   # nothing after bye
     assert answers[0]["error"].startswith("request: not a JSON object")
-    assert answers[1]["error"] == ("op: 'exec' is not one of hello, load, counters, begin, end, perf_start, perf_stop, "
+    assert answers[1]["error"] == ("op: 'exec' is not one of hello, describe, load, counters, begin, end, perf_start, perf_stop, "
                                    "tester, send, unload, bye")
     assert answers[2]["error"] == "host dut1: no dataplane is loaded"
     assert answers[3]["error"] == ("interface of host dut1: 'eth9' is not allowed; allowed: an interface the "
@@ -61,6 +63,64 @@ def test_the_agent_runs_only_what_the_protocol_defines(tmp_path: Path) -> None:
     bad = _ask(agent, {"id": 1, "op": "load", "args": {"dataplane": "pgwu", "frame_size": 64, "flows": 1,
                                                        "interfaces": ["a0", "b0"], "macs": [{"a": "02:00:00:00:01"}]}})
     assert bad[0]["error"] == "macs.a: '02:00:00:00:01' is not allowed; allowed: a MAC address, e.g. 02:00:00:00:01:01"
+
+
+# -- a description, shipped through the protocol ----------------------------------------------------
+DESCRIBED = Path(__file__).resolve().parent / "describe"
+
+
+def _description(d: Path, **attach: str) -> Path:
+    """tests/describe's NF in ``d`` (outside the tree), with ``attach`` (setup, teardown) if given."""
+    import shutil
+    import yaml
+    for f in ("mynf.bpf.c", "udp.py", "mynf_model.py"):
+        shutil.copy(DESCRIBED / f, d / f)
+    desc = yaml.safe_load((DESCRIBED / "mynf.dataplane.yaml").read_text())
+    if attach:   # the NF's loader sets its globals (test_describe.by_setup)
+        desc["attach"] = attach
+        desc["config"].pop("globals")
+        desc["config"].pop("python")
+    path = d / "mynf.dataplane.yaml"
+    path.write_text(yaml.safe_dump(desc))
+    return path
+
+
+def test_a_description_loads_only_as_the_agent_received_it_and_its_commands_name_inventory_interfaces(
+        tmp_path: Path) -> None:
+    from perfkit import describe
+    from perfkit.lab.descriptions import command_interfaces, pack
+    src = tmp_path / "nf"
+    src.mkdir()
+    (src / "notes.txt").write_text("the NF's own notes\n")
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref: x\n")
+    packed = pack(describe.read(_description(src)))
+    assert sorted(packed["files"]) == ["mynf.bpf.c", "mynf.dataplane.yaml", "mynf_model.py", "notes.txt", "udp.py"]
+    agent = Agent({"host": "dut1", "interfaces": ["a0", "b0"]}, tmp_path / "dut1" / "etc" / "lab.json")
+    what = {"frame_size": 64, "flows": 1, "interfaces": ["a0", "b0"]}
+    [own, bad, got, again] = _ask(agent, {"id": 1, "op": "load", "args": {"dataplane": str(src / "mynf.dataplane.yaml"), **what}},
+                                  {"id": 2, "op": "describe", "args": {"description": "mynf.dataplane.yaml",
+                                                                       "files": {"../x.py": "", **packed["files"]}}},
+                                  {"id": 3, "op": "describe", "args": packed}, {"id": 4, "op": "describe", "args": packed})
+    assert own["error"].startswith(f"dataplane of host dut1: '{src}/mynf.dataplane.yaml' is not allowed; allowed: a "
+                                   "dataplane installed on it (")   # a path of the host's own: not loaded
+    assert bad["error"] == ("describe.files: '../x.py' is not allowed; allowed: a path relative to the "
+                            "description's directory, without ..")
+    host_path = Path(got["result"]["dataplane"])
+    assert got["result"]["name"] == "mynf" and again["result"] == got["result"]   # the same files, once
+    assert host_path.parent.parent == tmp_path / "dut1" / "dataplanes" and host_path.read_text() == \
+        (src / "mynf.dataplane.yaml").read_text()
+    assert not (host_path.parent / ".git").exists()
+    # an NF's own loader may name only the inventory's interfaces of the host
+    packed = pack(describe.read(_description(src, setup="ip link set dev {dev_a} xdp obj {object} && ip link set lo up",
+                                             teardown="ip link set dev {dev_a} xdp off")))
+    [got, refused] = _ask(agent, {"id": 5, "op": "describe", "args": packed},
+                          {"id": 6, "op": "load", "args": {**what, "dataplane": "{dataplane}"}})
+    refused = _ask(agent, {"id": 7, "op": "load", "args": {**what, "dataplane": got["result"]["dataplane"]}})[0]
+    assert refused["error"] == ("mynf.dataplane.yaml: attach.setup: interface of host dut1: 'lo' is not allowed; "
+                                "allowed: an interface the inventory names for it: a0, b0")
+    assert command_interfaces("xdp-filter load -m native {dev_a} && tc qdisc add dev=eth9,a0", ["eth9", "a0"]) == \
+        ["eth9", "a0"]
 
 
 # -- over SSH --------------------------------------------------------------------------------------
@@ -420,6 +480,127 @@ def test_a_campaign_runs_in_the_lab_with_the_dut_measured_on_its_host(lab: tuple
         # pushed and queried with the lab's basic-auth password, which no file of the run holds
         secret = sb.metrics_password.encode()
         assert not [p for p in store.path.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert _gone_within(sb, 10) < 1
+
+
+
+
+def _ring_lost(trial: Any) -> int:
+    """A stored trial's frames lost to a full veth ring (tests/counting.py: the host's, not the NF's)."""
+    from tests.counting import RING
+    drops = [json.loads(trial[k]) if isinstance(trial[k], str) else trial[k] for k in ("dut_drops", "tester_drops")]
+    return sum(d.get(RING, 0) for d in drops)
+
+
+def _described_campaign(dataplane: str) -> str:
+    """LAB_CAMPAIGN's maxrate and sweep at one flow, no metrics, perf recorded during maxrate."""
+    text = LAB_CAMPAIGN.format(dataplane=dataplane, metrics="false").replace("flows: [16]\n", "")
+    head, _, tail = text.partition("  - method: ndrpdr\n")
+    return head + tail.split("\n", 1)[1] + "perf: [maxrate]\n"
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("nf", ["mynf", "xdp-filter"])
+def test_a_description_files_dataplane_runs_a_campaign_in_the_lab_measured_on_the_dut_host(
+        lab: tuple[Sandbox, Lab], nf: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A description (tests/describe's NF, which perfkit builds on the DUT host and attaches; xdp-filter,
+    attached by its own CLI there) runs a campaign with its counters, the DUT's cost per packet and
+    a flame graph from the DUT host. The hosts get it through the agents' protocol, not the shared
+    file system: the campaign's directory is gone once the generator sent it."""
+    import shutil
+    from perfkit.cli import main
+    from perfkit.perf.store import read_folded
+    from perfkit.store import RunStore
+    sb, hosts = lab
+    src = tmp_path / "nf"
+    src.mkdir()
+    if nf == "mynf":
+        _description(src)
+        description, program = "mynf.dataplane.yaml", "xdp_mynf"
+    else:
+        root = Path(__file__).resolve().parents[1] / "examples"
+        for f in ("xdp-filter.dataplane.yaml", "udp.py"):
+            shutil.copy(root / f, src / f)
+        description, program = "xdp-filter.dataplane.yaml", "xdpfilt_alw_all"
+    (src / "c.yaml").write_text(_described_campaign(f"./{description}"))
+    assert main(["run", str(src / "c.yaml"), "--lab", str(sb.inventory), "--root", str(tmp_path / "runs"),
+                 "--no-progress", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "complete"
+    store = RunStore.open(out["run_id"], tmp_path / "runs")
+    trials = store.trials()
+    assert set(trials["generator"]) == {"lab"} and (trials["mismatched_packets"] == 0).all()
+    # the DUT's cost per packet, from its host's kernel BPF statistics and its packet threads
+    assert trials["dut_ns_per_packet"].notna().all() and trials["bpf_ns_per_packet"].notna().all()
+    low = trials[trials["method"].str.startswith("sweep")].iloc[0]
+    verdicts = json.loads(low["verdicts"]) if isinstance(low["verdicts"], str) else low["verdicts"]
+    if nf == "mynf":   # built on the DUT host, into its perfkit_root's cache; forwarded, counted by the NF
+        objects = json.loads(low["objects"]) if isinstance(low["objects"], str) else low["objects"]
+        [(where, sha)] = objects.items()
+        assert where.startswith(f"dut1:{hosts.dut.root}/cache/objects/") and len(sha) == 64
+        assert low["tx_packets"] == low["rx_packets"] + _ring_lost(low) == 5000, low["notes"]
+        assert verdicts == {"XDP_REDIRECT": low["rx_packets"]}
+    else:              # every frame denied: counted as dropped by xdp-filter's own statistics
+        assert low["rx_packets"] == verdicts["XDP_DROP"] == low["tx_packets"] > 0, (low["notes"], verdicts)
+    maxrate = trials.loc[trials["method"].str.startswith("maxrate"), "trial_id"]
+    folded = read_folded(store.path, maxrate.iloc[0])
+    assert f"_{program}" in folded and "napi/a0" in folded, folded[:300]   # the DUT host's stacks
+    assert _gone_within(sb, 10) < 1
+
+
+PLUGIN = Path(__file__).resolve().parent / "data" / "plugins" / "perfkit-demo-plugin"
+
+
+def _pip(python: str | Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "-q", "--disable-pip-version-check", *args], check=True,
+                   capture_output=True)
+
+
+@pytest.mark.lab
+def test_a_plugin_dataplane_runs_a_campaign_in_the_lab_from_the_hosts_environments(
+        lab: tuple[Sandbox, Lab], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/test_plugins.py's plugin, installed from its wheel into the controller's environment and
+    each host's own virtualenv (``<perfkit_root>/venv``): refused on a host that lacks it, then a
+    campaign whose DUT runs it from dut1's environment (its object compiled there, on first use)."""
+    import sys
+    from perfkit import dataplanes
+    from perfkit.cli import main
+    from perfkit.errors import ConfigError
+    from perfkit.generators import create
+    from perfkit.perf.store import read_folded
+    from perfkit.store import RunStore
+    sb, hosts = lab
+    import shutil
+    shutil.copytree(PLUGIN, tmp_path / "plugin")   # its build leaves build/ and egg-info beside it
+    _pip(sys.executable, "wheel", "--no-deps", "-w", str(tmp_path / "wheels"), str(tmp_path / "plugin"))
+    [wheel] = (tmp_path / "wheels").glob("perfkit_demo_plugin-*.whl")
+    venvs = [Path(h.root) / "venv" / "bin" / "python" for h in hosts.hosts if h.name in ("dut1", "tester1")]
+    _pip(sys.executable, "install", "--no-deps", str(wheel))
+    dataplanes.refresh()
+    try:
+        with pytest.raises(ConfigError, match=r"^dataplane demo on host dut1: 'none' is not allowed; allowed: "
+                                              r"perfkit-demo-plugin 0\.3\.0, as on the controller: pip install it"):
+            create("lab", Scenario(dataplane="demo", frame_size=128), inventory=str(sb.inventory), testers=["tester1"])
+        for venv in venvs:
+            _pip(venv, "install", "--no-index", "--no-deps", str(wheel))
+        campaign = tmp_path / "demo.yaml"
+        campaign.write_text(_described_campaign("demo"))
+        assert main(["run", str(campaign), "--lab", str(sb.inventory), "--root", str(tmp_path / "runs"),
+                     "--no-progress", "--json"]) == 0
+    finally:
+        for venv in venvs:
+            subprocess.run([str(venv), "-m", "pip", "-q", "uninstall", "-y", "perfkit-demo-plugin"], capture_output=True)
+        _pip(sys.executable, "uninstall", "-y", "perfkit-demo-plugin")
+        dataplanes.refresh()
+    out = json.loads(capsys.readouterr().out)
+    store = RunStore.open(out["run_id"], tmp_path / "runs")
+    trials = store.trials()
+    assert out["status"] == "complete" and set(trials["dataplane"]) == {"demo"}
+    assert trials["dut_ns_per_packet"].notna().all() and trials["bpf_ns_per_packet"].notna().all()
+    low = trials[trials["method"].str.startswith("sweep")].iloc[0]
+    assert low["tx_packets"] == 5000 and low["rx_packets"] + _ring_lost(low) == 5000, low["notes"]
+    maxrate = trials.loc[trials["method"].str.startswith("maxrate"), "trial_id"]
+    assert "_xdp_demo_fwd" in read_folded(store.path, maxrate.iloc[0])
     assert _gone_within(sb, 10) < 1
 
 

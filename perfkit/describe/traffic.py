@@ -89,16 +89,23 @@ class DescribedTraffic(Traffic):
         return dataclasses.replace(self, macs=macs)
 
 
-def build(desc: Description, frame_size: int, flows: int, params: dict[str, Any],
-          model: Model | None = None) -> DescribedTraffic:
-    """The traffic of a scenario: the profile loaded with its tunables (cached: TRex's library takes
-    seconds to load one)."""
+def profile_words(desc: Description, frame_size: int, flows: int, params: dict[str, Any]) -> list[str]:
+    """The profile's tunables for a scenario, ``KEY=VALUE``."""
     spec = desc.traffic
     words = [f"{t.name}={params.get(t.name, t.default)}" for t in spec.tunables]
     if spec.frame_size:
         words.append(f"{spec.frame_size}={frame_size}")
     if spec.flows:
         words.append(f"{spec.flows}={flows}")
+    return words
+
+
+def build(desc: Description, frame_size: int, flows: int, params: dict[str, Any],
+          model: Model | None = None) -> DescribedTraffic:
+    """The traffic of a scenario: the profile loaded with its tunables (cached: TRex's library takes
+    seconds to load one)."""
+    spec = desc.traffic
+    words = profile_words(desc, frame_size, flows, params)
     profile, compiled = _load(str(spec.profile), tuple(words), spec.ingress, spec.profile.stat().st_mtime_ns)
     own = tuple(sorted((k, v) for k, v in params.items()))
     return DescribedTraffic(frame_size=frame_size, flows=flows, stl_profile=profile, compiled=compiled, params=own,

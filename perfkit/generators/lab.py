@@ -71,6 +71,47 @@ def merged_percentiles(reports: list[dict[str, Any]], key: str) -> dict[str, flo
     return percentiles(sum(hists))
 
 
+def described(scenario: Scenario) -> dict[str, Any] | None:
+    """Op ``describe``'s arguments when the scenario's dataplane is a description file (its files and
+    its profile's streams, sent to each host: a lab host shares no file system with the controller and
+    has no TRex library), else None."""
+    from perfkit.describe import DescribedDataplane
+    from perfkit.lab.descriptions import for_scenario
+    dp = scenario.dp
+    if not isinstance(dp, DescribedDataplane):
+        return None
+    return for_scenario(dp.desc, scenario.frame_size, scenario.flows, dict(scenario.params))
+
+
+def plugin(scenario: Scenario) -> str | None:
+    """The package (``NAME VERSION``) of the scenario's dataplane when a plugin, not perfkit, installs it."""
+    from perfkit import dataplanes
+    if dataplanes.is_path(scenario.dataplane):
+        return None
+    origin = dataplanes.origins().get(scenario.dataplane)
+    if origin is None or origin.distribution in (None, "perfkit"):
+        return None
+    return f"{origin.distribution} {origin.version}"
+
+
+def check_installed(session: AgentSession, scenario: Scenario, package: str | None) -> None:
+    """Refuse a host whose environment lacks the plugin the controller's dataplane comes from (or
+    has another version of it): each host loads the dataplane from its own environment."""
+    if package is None:
+        return
+    there = (session.hello.get("dataplanes") or {}).get(scenario.dataplane, "none")
+    if there != package:
+        raise ConfigError(f"dataplane {scenario.dataplane} on host {session.host.name}", there or "perfkit's",
+                          f"{package}, as on the controller: pip install it into {session.host.root}/venv")
+
+
+def on_host(session: AgentSession, what: dict[str, Any], packed: dict[str, Any] | None) -> dict[str, Any]:
+    """``what`` for the host of ``session``: a description's ``dataplane`` is its path there (op ``describe``)."""
+    if packed is None:
+        return what
+    return {**what, "dataplane": session.call("describe", **packed)["dataplane"]}
+
+
 class RemotePerf:
     """``perf record`` on the DUT host around a block, as ``perfkit.perf.record.PerfRecorder`` locally:
     the agent records and sends ``perf script``'s output, folded here with inferno."""
@@ -103,6 +144,9 @@ class LabGenerator(Generator):
 
     name = "lab"
     sets_knobs = True
+    #: XDP_DROP: traffic the dataplane drops as intended (xdp-filter denying it) counts as received
+    #: at the DUT's forwarding counters, as the local testbed's ``CounterSink`` counts it.
+    verdicts = frozenset({"XDP_REDIRECT", "XDP_DROP"})
 
     def __init__(self, scenario: Scenario, *, inventory: str | Path, testers: list[str] | None = None,
                  capture_count: int = 64):
@@ -132,16 +176,21 @@ class LabGenerator(Generator):
         self.agents: dict[str, AgentSession] = {}
         what = {"dataplane": scenario.dataplane, "frame_size": scenario.frame_size, "flows": scenario.flows,
                 "params": dict(scenario.params)}
+        packed, package = described(scenario), plugin(scenario)
         try:
             self.agents[dut.name] = AgentSession(dut)
+            check_installed(self.agents[dut.name], scenario, package)
             self.loaded = self.agents[dut.name].call(
                 "load", interfaces=[self.cabling[t.name][1] for t in chosen], cores=self.dut_cores,
-                macs=[asdict(self.macs[t.name]) for t in chosen], knobs=dict(scenario.knobs), **what)
+                macs=[asdict(self.macs[t.name]) for t in chosen], knobs=dict(scenario.knobs),
+                **on_host(self.agents[dut.name], what, packed))
             for part, t in enumerate(chosen):
                 self.agents[t.name] = AgentSession(t)
+                check_installed(self.agents[t.name], scenario, package)
                 self.agents[t.name].call("tester", interfaces=self.cabling[t.name][0], cores=list(t.tester_cores),
                                            capture_count=capture_count, part=part, parts=len(chosen),
-                                           macs=asdict(self.macs[t.name]), **what)
+                                           macs=asdict(self.macs[t.name]),
+                                           **on_host(self.agents[t.name], what, packed))
         except BaseException:
             self.close()
             raise
@@ -199,6 +248,10 @@ class LabGenerator(Generator):
         ring_in = sum(r["dut_ring"] for r in reps)
         dut_drops = accounting.with_ring(dut["dut_drops"], ring_in)
         rx = sum(r["rx_packets"] for r in reps)
+        rx_bytes = sum(r["rx_bytes"] for r in reps)
+        if self.scenario.traffic().verdict == "XDP_DROP":   # dropped as intended: the DUT's counters
+            rx = sum(dut.get("forwarded", {}).values())
+            rx_bytes = rx * reps[0]["wire_frame_size"]
         seen = accounting.verdicts({**dut.get("forwarded", {}), **dut["dut_drops"]}, self.scenario.traffic().verdict,
                                    rx, dut_drops)
         elapsed = max(r["elapsed"] for r in reps)
@@ -207,7 +260,7 @@ class LabGenerator(Generator):
             duration=duration, intended_pps=float(rate_pps or 0.0),
             intended_packets=sum(r["intended"] for r in reps) if rate_pps or packets else tx,
             tx_packets=tx, rx_packets=rx, tx_bytes=sum(r["tx_bytes"] for r in reps),
-            rx_bytes=sum(r["rx_bytes"] for r in reps), elapsed=elapsed, start_time=min(r["start_time"] for r in reps),
+            rx_bytes=rx_bytes, elapsed=elapsed, start_time=min(r["start_time"] for r in reps),
             end_time=max(r["end_time"] for r in reps), latency_ns=merged_percentiles(reps, "latency_hist"),
             ipdv_ns=merged_percentiles(reps, "ipdv_hist"), reordered=sum(r["reordered"] for r in reps),
             duplicates=sum(r["duplicates"] for r in reps), mismatched_packets=len(mismatches), dut_drops=dut_drops,

@@ -12,7 +12,11 @@ stdout, so the agent opens no port on the host. One request per line, one answer
 
 Operations (``OPS``; the roles' parts are ``perfkit.lab.hostroles``'s):
 
-- ``hello``: the host's name, perfkit's source id and the host's facts;
+- ``hello``: the host's name, perfkit's source id, the host's facts and the dataplanes installed
+  in its environment (with the package each comes from: a plugin must be installed there);
+- ``describe``: a dataplane description and its files (``perfkit.lab.descriptions``), written on
+  the host; the answer's ``dataplane`` is its path there, which ``load`` and ``tester`` then take
+  (no other path loads as a description);
 - DUT: ``load`` (the dataplane on a pair of the host's interfaces, or one instance per pair; native
   XDP preferred, a fall-back to generic XDP is in the answer's ``mode``; ``knobs``: system knobs set
   on those interfaces, read back, and restored on ``unload``), ``counters``, ``begin``
@@ -67,7 +71,7 @@ from perfkit.testbed.exporterproc import DutExport
 #: Why a lab's DUT host takes system knobs only (``perfkit.knobs.system_only``).
 LAB_DUT = "a lab's DUT host is set up as provisioned: its NIC's RSS steers, XDP is native where the driver has it"
 #: The operations the protocol defines.
-OPS = ("hello", "load", "counters", "begin", "end", "perf_start", "perf_stop", "tester", "send", "unload", "bye")
+OPS = ("hello", "describe", "load", "counters", "begin", "end", "perf_start", "perf_stop", "tester", "send", "unload", "bye")
 
 
 def record_dir() -> Path:
@@ -90,12 +94,16 @@ class Agent:
         self.export: DutExport | None = None
         self.tester: TesterSide | None = None
         self.record = record_dir() / f"{os.getpid()}.json"
+        #: Where ``describe`` writes descriptions: ``<perfkit_root>/dataplanes`` beside ``etc/lab.json``.
+        self.descriptions_dir = (Path(config_path).absolute().parent.parent / "dataplanes" if config_path
+                                 else owners.STATE_DIR / "descriptions")
+        self.delivered: set[str] = set()
 
     # -- operations --------------------------------------------------------------------------------
     def hello(self) -> dict[str, Any]:
         from perfkit.lab.hostsetup import facts
         return {"host": self.host, "perfkit": self.source_id, "pid": os.getpid(), "interfaces": self.interfaces,
-                "facts": facts(self.interfaces), "ops": list(OPS)}
+                "facts": facts(self.interfaces), "ops": list(OPS), "dataplanes": installed()}
 
     def check_interface(self, name: Any) -> str:
         if name not in self.interfaces:
@@ -108,9 +116,25 @@ class Agent:
             raise ConfigError("interfaces", pair, "two interfaces, [a, b] in cabling order")
         return [self.check_interface(i) for i in pair]
 
-    @staticmethod
-    def _scenario(dataplane: str, frame_size: int, flows: int, params: dict | None,
+    def describe(self, description: str, files: dict[str, str], streams: list | None = None) -> dict[str, Any]:
+        """Write a description and its files on this host (``perfkit.lab.descriptions.unpack``) and
+        read it; ``streams``: its profile's, as the controller's TRex library built them for the
+        scenario. Its path here, for ``load`` and ``tester``."""
+        from perfkit import describe
+        from perfkit.lab.descriptions import give_streams, unpack
+        path = unpack(self.descriptions_dir, description, files)
+        give_streams(path.parent, streams or [])
+        dp = describe.load(path)
+        self.delivered.add(str(path))
+        return {"dataplane": str(path), "name": dp.name, "by_nf": dp.desc.attach.by_nf}
+
+    def _scenario(self, dataplane: str, frame_size: int, flows: int, params: dict | None,
                   knobs: dict | None = None) -> Scenario:
+        from perfkit import dataplanes
+        if dataplanes.is_path(str(dataplane)) and str(dataplane) not in self.delivered:
+            raise ConfigError(f"dataplane of host {self.host}", dataplane,
+                              f"a dataplane installed on it ({', '.join(dataplanes.names())}) or the path op "
+                              "describe answered")
         return Scenario(dataplane=dataplane, frame_size=frame_size, flows=flows, params=params or {},
                         knobs=knobs or {})
 
@@ -133,6 +157,10 @@ class Agent:
         knobs_mod.system_only(knobs or {}, LAB_DUT)   # before the scenario, which judges steering by its cores
         scenario = self._scenario(dataplane, frame_size, flows, params, knobs)
         knobs_mod.check_measurable(scenario.knobs)
+        from perfkit.describe import DescribedDataplane
+        if isinstance(scenario.dp, DescribedDataplane):   # its own commands on the inventory's interfaces only
+            from perfkit.lab.descriptions import check_commands
+            check_commands(scenario.dp.desc, self.host, self.interfaces, [n for _, n in socket.if_nameindex()])
         self._write_record()
         self.dut = DutSide(scenario, pairs, cores or [], on_attach=self._write_record,
                            macs=[_macs(m) for m in macs] if macs else None)
@@ -226,7 +254,7 @@ class Agent:
             return {"id": rid, "ok": False, "error": f"op: {op!r} is not one of {', '.join(OPS)}"}, False
         if not isinstance(args, dict):
             return {"id": rid, "ok": False, "error": "args: not an object"}, False
-        fn: Callable[..., Any] = {"hello": self.hello, "load": self.load, "counters": self.counters,
+        fn: Callable[..., Any] = {"hello": self.hello, "describe": self.describe, "load": self.load, "counters": self.counters,
                                   "begin": self.begin, "end": self.end, "perf_start": self.perf_start,
                                   "perf_stop": self.perf_stop, "tester": self.tester_setup,
                                   "send": self.send, "unload": self.unload, "bye": self.unload}[op]
@@ -253,6 +281,15 @@ def serve(agent: Agent, inp: TextIO, out: TextIO) -> None:
                 break
     finally:
         agent.unload()
+
+
+def installed() -> dict[str, str | None]:
+    """The dataplanes installed in this host's environment that load, and the package each comes
+    from (``perfkit-demo-plugin 0.3.0``; None: perfkit's own source tree)."""
+    from perfkit import dataplanes
+    origins = dataplanes.origins()
+    return {n: f"{origins[n].distribution} {origins[n].version}" if origins[n].distribution else None
+            for n in dataplanes.names()}
 
 
 def _macs(given: dict) -> PortMacs:
@@ -319,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
+    # a description's object is built on this host, into its perfkit_root (perfkit.describe.build)
+    os.environ.setdefault("PERFKIT_CACHE", str(args.config.absolute().parent.parent / "cache"))
     serve(Agent(config, args.config), sys.stdin, sys.stdout)
     return 0
 

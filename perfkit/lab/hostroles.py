@@ -108,6 +108,8 @@ class DutSide:
         self._counter: PerfCounter | None = None
         self.instances: list[Any] = []
         self.attached: dict[str, tuple[int, str, int]] = {}
+        #: Interfaces whose program the NF's own loader attached (its teardown detaches it).
+        self.by_nf: set[str] = set()
         self.modes: dict[str, str] = {}
         self.perf: Any = None
         self.stalls: Any = None
@@ -121,6 +123,11 @@ class DutSide:
                 ia, ib = netns.ifindex(None, a), netns.ifindex(None, b)
                 nf = scenario.dp.load(traffic.on_ports(port_macs), ia, ib)
                 self.instances.append(nf)
+                if getattr(nf, "attached_by_nf", False):
+                    self._found_attached(nf, *((a, ia) if traffic.ingress == "a" else (b, ib)))
+                    if on_attach:
+                        on_attach(self.attached)
+                    continue
                 for name, idx in ((a, ia), (b, ib)):
                     mode = attach(idx, nf.program.fd)
                     self.attached[name] = (idx, mode, prog_info(nf.program.fd).id)
@@ -143,6 +150,18 @@ class DutSide:
         self.forwarding = scenario.dp.forwarding(traffic)
         self.thread_cores = thread_cores(self.packet_threads)
         self._begin: dict[str, Any] = {}
+
+    def _found_attached(self, nf: Any, name: str, ifindex: int) -> None:
+        """The program the NF's own loader (a description's ``attach.setup``) attached on the ingress
+        port ``name``: recorded (so that ``perfkit clean`` detaches it after a killed agent), not attached."""
+        want = prog_info(nf.program.fd).id
+        for mode in ("native", "generic"):
+            if xdp_prog_id(ifindex, mode) == want:
+                self.attached[name], self.modes[name] = (ifindex, mode, want), mode
+                self.by_nf.add(name)
+                return
+        raise PerfkitError(f"dataplane {self.scenario.dp.name}: the program its setup attached (id {want}) is not on "
+                           f"the ingress interface {name}")
 
     def object_hashes(self) -> dict[str, str]:
         """sha256 of every BPF object the instances loaded on this host, by path (``DutProgram.object_hashes``)."""
@@ -264,6 +283,9 @@ class DutSide:
             self._stats = None
         detached = []
         for name, (ifindex, mode, prog_id) in list(self.attached.items()):
+            if name in self.by_nf:   # the NF's teardown detaches it (nf.close, below)
+                del self.attached[name]
+                continue
             try:
                 if xdp_prog_id(ifindex, mode) == prog_id:
                     xdp_detach(ifindex, mode)

@@ -156,9 +156,29 @@ def load(path: str | Path, tunables: Sequence[str] = (), port_id: int = 0, parit
         raise ConfigError("--trex-profile", str(path), "a Python STL profile (.py); pcap and YAML profiles (bursts "
                           "chained by next streams) are not supported by the local generator")
     words = check_tunables(tunables)
-    streams = load_profile(str(p), [",".join(words)] if words else [], port_id,
-                           port_id % 2 if parity is None else parity)
+    streams = streams_of(p, words, port_id, parity)
     return parse(streams, f"{p}" + (f" -t {','.join(words)}" if words else ""), macs)
+
+
+#: Streams this process was given for a profile instead of loading it with TRex's library, by
+#: ``given_key``: a lab host has no TRex library, the controller loads the profile of a description
+#: and sends its streams with it (``perfkit.lab.descriptions``).
+GIVEN: dict[tuple[str, tuple[str, ...], int, int], list[dict[str, Any]]] = {}
+
+
+def given_key(path: str | Path, tunables: Sequence[str], port_id: int, parity: int | None = None
+              ) -> tuple[str, tuple[str, ...], int, int]:
+    return (str(Path(path).resolve()), tuple(check_tunables(tunables)), int(port_id),
+            int(port_id) % 2 if parity is None else int(parity))
+
+
+def streams_of(path: str | Path, tunables: Sequence[str], port_id: int, parity: int | None = None) -> list[dict[str, Any]]:
+    """The profile's streams as TRex's library builds them (JSON-ready), or as this process was given them."""
+    key = given_key(path, tunables, port_id, parity)
+    if key in GIVEN:
+        return GIVEN[key]
+    words = list(key[1])
+    return load_profile(str(path), [",".join(words)] if words else [], port_id, key[3])
 
 
 def port_of(ingress: str) -> int:

@@ -9,7 +9,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
@@ -95,6 +95,10 @@ class DemoTraffic(Traffic):
                UDP(sport=10000 + flow % self.flows, dport=5001, chksum=0))
         pad = self.frame_size - FCS_LEN - len(hdr) - SIGNATURE.size
         return bytes(hdr / Raw(SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts) + b"\0" * pad))
+
+    def on_ports(self, macs: PortMacs) -> DemoTraffic:
+        """The same frames between ports with other MAC addresses (a lab's)."""
+        return replace(self, macs=macs)
 
     def field_engine(self, flow_op: str = "inc") -> FieldEngine:
         writes = [("udp.sport", L4_OFF, 2, 10000)] if self.flows > 1 else []
