@@ -418,8 +418,8 @@ def trace(scenario: Scenario, packets: int = 64, seconds: int = 10, rate_pps: fl
         raise ConfigError("--seconds", seconds, f"seconds, 1 .. {SECONDS_MAX}")
     traffic = scenario.traffic()
     if not traffic.to_socket:
-        raise ConfigError("traffic", scenario.key, "traffic the dataplane passes to the DUT's kernel, e.g. PGW-U "
-                          "--direction host (other traffic never becomes an skb on the DUT)")
+        raise ConfigError("traffic", scenario.key, "traffic the dataplane passes to the DUT's kernel (its "
+                          "traffic's to_socket); other traffic never becomes an skb on the DUT")
     port = traffic.to_socket[1]
     check_tracer()
     with create("xdp", scenario) as gen:

@@ -44,7 +44,7 @@ CASES = [
     # trial: rate, duration, packets (0, negative, nan, inf: none may wrap or run forever)
     Case("trace-packets-0", "trace --direction host --packets 0", ("--packets", "'0'", "1 .. 10000")),
     Case("trace-seconds-over", "trace --direction host --seconds 500", ("--seconds", "'500'", "1 .. 120")),
-    Case("trace-not-to-the-kernel", "trace --direction ul", ("traffic", "pgwu-ul-64B-1flow-1core", "--direction host")),
+    Case("trace-not-to-the-kernel", "trace --direction ul", ("traffic", "pgwu-ul-64B-1flow-1core", "passes to the DUT's kernel")),
     Case("trial-sim-without-rate", "trial --generator sim", ("--rate", "None", "--generator sim")),
     Case("trial-duration-0", f"trial {SIM} --duration 0", ("--duration", "'0'")),
     Case("trial-duration-negative", f"trial {SIM} --duration -1", ("--duration", "'-1'")),

@@ -79,8 +79,8 @@ def test_plugin_writes_a_package_with_its_entry_point(tmp_path: Path, capsys: py
     # make installs into the Python of the first perfkit on PATH (its script's #! line)
     bindir = Path(sys.executable).parent
     shebang = (bindir / "perfkit").read_text().splitlines()[0].removeprefix("#!")
-    dry = subprocess.run(["make", "-n", "install"], cwd=d, capture_output=True, text=True, check=True,
-                         env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "install"], cwd=d, capture_output=True, text=True,
+                         check=True, env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
     assert dry.stdout.split()[:4] == [shebang, "-m", "pip", "install"]
 
 

@@ -131,7 +131,7 @@ def test_the_python_api_refuses_what_the_command_line_refuses_before_any_testbed
         assert err.value.field == name
     with pytest.raises(ConfigError) as err:
         api.trace(Scenario(params={"direction": "ul"}))
-    assert err.value.field == "traffic" and "direction host" in str(err.value)
+    assert err.value.field == "traffic" and "passes to the DUT's kernel" in str(err.value)
 
 
 def test_a_tracer_that_cannot_attach_says_why_in_one_line_and_leaves_no_process():
