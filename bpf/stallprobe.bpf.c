@@ -330,17 +330,21 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 		__u64 wait = now - w->since_ns;
 
 		/* only other real-time tasks and the host could keep it from running (see the top) */
-		__u64 stalled = (run ? run->rt_ns - w->rt_ns : 0) + (steal_now(cpu) - w->steal_ns);
+		__u64 steal = steal_now(cpu) - w->steal_ns;
+		__u64 stalled = (run ? run->rt_ns - w->rt_ns : 0) + steal;
 
 		if (stalled > wait)
 			stalled = wait;
+		if (steal > stalled)
+			steal = stalled;
 		own = wait - stalled;
 		wait = stalled;
 		if (wait > s->max_wait_ns)
 			s->max_wait_ns = wait;
 		if (wait > c->report_ns) {
 			s->waits++;
-			send(now, wait, 0, cpu, STALL_WAIT, own, s);
+			/* the host's part apart: a wait behind another real-time task is the DUT host's own doing */
+			send(now, wait, steal, cpu, STALL_WAIT, own, s);
 		}
 	}
 	w->since_ns = 0;

@@ -149,9 +149,9 @@ def test_packet_threads_that_wait_for_each_other_are_no_stall():
         stop.set()
         for t in threads:
             t.join()
-    own = [e for e in seen.events if e.kind == "wait"]
-    # waits longer than the threshold are only the host's (a vCPU stall): never most of them
-    assert seen.waits < 10, (seen.waits, [(e.gap_us, e.own_us) for e in own])
+    waits = [e for e in seen.events if e.kind == "wait"]
+    # what is left of a wait is the host's (the steal clock), never the other packet thread's run
+    assert all(e.gap_us - e.steal_us <= 100 for e in waits), [(e.gap_us, e.steal_us, e.own_us) for e in waits]
     assert seen.longest_wait_us < 4500 or seen.longest_us >= 4000, seen
 
 

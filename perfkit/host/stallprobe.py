@@ -71,7 +71,8 @@ class Stall:
     gap_us: float
     """Its length [µs]; for ``tick``, the timer period included."""
     steal_us: float
-    """Of which the hypervisor reported as stolen [µs] (``tick`` only; 0 when not a KVM guest)."""
+    """Of which the hypervisor reported as stolen [µs] (0 when not a KVM guest); for a ``wait``,
+    the rest of ``gap_us`` is other real-time tasks' run."""
     own_us: float = 0.0
     """For a ``wait``, the part left out of ``gap_us`` [µs]: the DUT's own cost, not a stall (other
     packet threads ran, or the kernel throttled real-time threads at full load); for a ``tick``, how
