@@ -119,7 +119,7 @@ class Side:
             raise SideError(f"{self.label} does not build: make bpf: {_last_line(out.stderr or out.stdout)}")
 
     def env(self) -> dict[str, str]:
-        return {**clean_env(), "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1"}
+        return {**clean_env(), "PYTHONPATH": str(self.path)}
 
     def command(self, *args: str) -> list[str]:
         return [self.python, "-P", "-m", "perfkit", *args]

@@ -109,7 +109,7 @@ class DataplaneSide(Side):
 
     def env(self) -> dict[str, str]:
         assert CHECKOUT is not None, "perfkit ab --dataplane runs perfkit from its checkout"
-        return {**clean_env(), "PYTHONPATH": str(CHECKOUT), "PYTHONDONTWRITEBYTECODE": "1"}
+        return {**clean_env(), "PYTHONPATH": str(CHECKOUT)}
 
     def unit_file(self, campaign_file: Path) -> Path:
         """The unit's campaign with ``dataplane:`` this side's (``dataplane``), beside it (``<name>-unitNNN.yaml``)."""
@@ -177,7 +177,7 @@ class PluginSide(DataplaneSide):
 
     def env(self) -> dict[str, str]:
         assert CHECKOUT is not None and self.env_dir is not None, "perfkit ab --dataplane runs perfkit from its checkout"
-        return {**clean_env(), "PYTHONPATH": f"{self.env_dir}:{CHECKOUT}", "PYTHONDONTWRITEBYTECODE": "1"}
+        return {**clean_env(), "PYTHONPATH": f"{self.env_dir}:{CHECKOUT}"}
 
     @property
     def dataplane(self) -> str:
