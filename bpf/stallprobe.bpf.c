@@ -343,7 +343,7 @@ int BPF_PROG(stall_switch, bool preempt, struct task_struct *prev, struct task_s
 			s->max_wait_ns = wait;
 		if (wait > c->report_ns) {
 			s->waits++;
-			/* the host's part apart: a wait behind another real-time task is the DUT host's own doing */
+			/* the host's part (steal) apart from other real-time tasks' */
 			send(now, wait, steal, cpu, STALL_WAIT, own, s);
 		}
 	}

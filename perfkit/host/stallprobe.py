@@ -9,12 +9,12 @@ the DUT's. ``StallProbe`` measures two things per CPU, both in kernel time (CLOC
   off). The stall began somewhere in the period before, so its length is taken as the middle of
   what the tick covers, ± half a period (``Stall.length_us``); a stall shorter than ``period_us +
   report_us`` may end before any tick is late enough to count it. Late ticks back to back are one
-  stall: a tick can get through in the middle of one while threads still do not run. With it, the hypervisor's steal
-  clock (KVM ``steal_time``), exact to the nanosecond, says how much of it the host took. What of
-  the gap the watched packet threads ran, less what the steal clock gives the host, is left out:
-  at full load a real-time packet thread keeps the timer's softirq from running (gaps of 10-60 ms
-  with no steal were seen on a saturated calibrated DUT's core), and its packets were processed
-  all along.
+  stall: a tick can get through in the middle of one while threads still do not run. With the
+  ticks, the hypervisor's steal clock (KVM ``steal_time``), exact to the nanosecond, says how much
+  of it the host took. What of the gap the watched packet threads ran, less what the steal clock
+  gives the host, is left out: at full load a real-time packet thread keeps the timer's softirq
+  from running (gaps of 10-60 ms with no steal were seen on a saturated calibrated DUT's core),
+  and its packets were processed all along.
 - **thread waits**: for watched threads (the DUT's threaded-NAPI and cpumap kthreads, the sink's
   NAPI threads, all SCHED_FIFO), the time from wake-up or preemption to running that something
   able to keep a real-time thread from its core took: another real-time task (a real-time hog on
@@ -156,6 +156,8 @@ class StallProbe:
         speed_every = max(1, round(SPEED_PERIOD_US / period_us))
         self.obj = BpfObject(object_path(PROGRAM))
         self._events: list[Stall] = []
+        self._last_tick: dict[int, int] = {}
+        """CPU -> index of its last tick event in ``_events`` (``_add`` joins the next one to it)."""
         try:
             self.obj.map("probe_config").update(ctypes.c_uint32(0), stall_config(int(period_us * 1e3),
                                                                                    int(report_us * 1e3), speed_steps,
@@ -217,21 +219,21 @@ class StallProbe:
             self._add(Stall(int(e.cpu), kind, int(e.end_ns), e.gap_ns / 1e3, e.steal_ns / 1e3, e.own_ns / 1e3))
         horizon = time.monotonic_ns() - 600 * 10**9  # a window longer than 10 minutes is not a trial
         self._events = [e for e in self._events if e.end_ns >= horizon]
+        self._last_tick = {e.cpu: i for i, e in enumerate(self._events) if e.kind == "tick"}
 
     def _add(self, e: Stall) -> None:
-        """Keep an event; a late tick that began where the CPU's last late tick ended is the same
-        stall: one tick can get through in the middle of a stall and threads still do not run
-        (seen on this VM: a 1.4 ms gap of a busy loop was late ticks of 99, 732 and 620 µs back to
-        back, none stolen), so the ticks' gaps are joined into one."""
-        for i in range(len(self._events) - 1, max(-1, len(self._events) - 8), -1):
-            last = self._events[i]
-            if last.cpu != e.cpu or last.kind != "tick":
-                continue
-            if e.kind == "tick" and abs(e.start_ns - last.end_ns) < self.period_us * 500:
-                self._events[i] = Stall(e.cpu, "tick", e.end_ns, last.gap_us + e.gap_us, last.steal_us + e.steal_us,
-                                        last.own_us + e.own_us)
-                return
-            break
+        """Keep an event; a late tick that began where its CPU's last late tick ended is the same
+        stall, and the two are joined: one tick can get through in the middle of a stall while
+        threads still do not run (a busy loop's 1.4 ms gap on this VM was late ticks of 99, 732 and
+        620 µs back to back, none stolen)."""
+        i = self._last_tick.get(e.cpu)
+        last = self._events[i] if i is not None else None
+        if e.kind == "tick" and last is not None and abs(e.start_ns - last.end_ns) < self.period_us * 500:
+            self._events[i] = Stall(e.cpu, "tick", e.end_ns, last.gap_us + e.gap_us, last.steal_us + e.steal_us,
+                                    last.own_us + e.own_us)
+            return
+        if e.kind == "tick":
+            self._last_tick[e.cpu] = len(self._events)
         self._events.append(e)
 
     def mark(self) -> Mark:
