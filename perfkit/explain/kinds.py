@@ -36,7 +36,7 @@ KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) f
                   r"^put_prev_|^yield_to|^kthread_should|^raw_spin_rq_|^check_preempt"),
     ("stack", r"^(__)?(napi|netif|net_rx|xdp|dev|skb|kfree_skb|consume_skb|build_skb|ip|ip6|ipv6|inet|inet6|udp|"
               r"udp4|udp6|tcp|icmp|eth|arp|neigh|sk|sock|nf|page_pool|cpu_map|dev_map|bq|csum|"
-              r"ipt|gtp|vlan|tc|sch|qdisc|packet|rps|rx|tx|net)(_|$)|^(__)?kfree_skb|^do_xdp|"
+              r"ipt|vlan|tc|sch|qdisc|packet|rps|rx|tx|net)(_|$)|^(__)?kfree_skb|^do_xdp|"
               r"^(__)?(dev|napi)_|^csum|^ip_fast_csum|^sk_|^validate_xmit|^bpf_net"),
 ))
 
@@ -56,6 +56,6 @@ def function_kind(symbol: str) -> str:
 
 
 def display_name(symbol: str) -> str:
-    """How a function is named in a sentence: a BPF program by its function (``xdp_calib``), the
-    rest as they are."""
+    """How a function is named in a sentence: a BPF program by its function (``xdp_mynf`` for
+    ``bpf_prog_<tag>_xdp_mynf``), the rest as they are."""
     return bpf_program_name(symbol) or strip_annotation(symbol)
