@@ -4,6 +4,13 @@ Figures compared (from ``analysis.throughput_table``), matched by (scenario key,
 the received rate at max rate (goal ``max``) and each search goal's lower bound (NDR, PDR ...), in
 packets/s, averaged over the unit's repeats.
 
+A repeat whose figure only bounds the DUT's capacity from below (``at_least``: the generator, host
+stalls or the testbed set it) and lies below the lowest repeat the DUT itself limited says nothing
+more about the DUT: it did at least that much, and more was seen. Such repeats are left out of the
+figure's mean and noise (counted in ``n_lower``); the others, lower bounds above a DUT figure
+included, all count. Without it, one testbed-limited repeat at half the rate widened the noise band
+past a real 3x slowdown.
+
 Noise of one run's figure [%]: the larger of
 - *repeats*: 2 x the coefficient of variation (sample std / mean) when the campaign repeated the unit;
 - *search bracket*: the goal's relative width (upper - lower) / upper [%], since the true
@@ -50,16 +57,27 @@ MARKS = {"github": {"regression": ":red_circle:", "improvement": ":green_circle:
                   "new": "new", "within noise": ""}}
 
 
+def informative_repeats(figure: pd.DataFrame) -> np.ndarray:
+    """The repeats' throughputs [pps] of one figure (``throughput_table`` rows) that say something
+    about the DUT: all but the lower bounds below the lowest DUT-limited repeat (module doc)."""
+    found = figure[figure["throughput_pps"].notna()]
+    by_dut = found.loc[~found["at_least"].astype(bool), "throughput_pps"]
+    if not by_dut.empty:
+        found = found[~found["at_least"].astype(bool) | (found["throughput_pps"] >= by_dut.min())]
+    return found["throughput_pps"].to_numpy(dtype=float)
+
+
 def scenario_figures(run: RunData) -> pd.DataFrame:
-    """One row per (scenario, label, goal) of a run: value_pps (mean over repeats), n, noise_pct."""
+    """One row per (scenario, label, goal) of a run: value_pps (mean over the informative repeats),
+    n (how many), n_lower (lower-bound repeats left out), noise_pct."""
     tp = throughput_table(run)
-    cols = [*KEY, "variant", "frame_size", "flows", "dut_cores", "value_pps", "n", "found", "noise_pct",
+    cols = [*KEY, "variant", "frame_size", "flows", "dut_cores", "value_pps", "n", "n_lower", "found", "noise_pct",
             "generator_limited"]
     if tp.empty:
         return pd.DataFrame(columns=cols)
     rows = []
     for key, g in tp.groupby(KEY, sort=False):
-        values = g["throughput_pps"].dropna().to_numpy(dtype=float)
+        values = informative_repeats(g)
         n = len(values)
         mean = float(values.mean()) if n else math.nan
         rep = 200 * float(values.std(ddof=1)) / mean if n >= 2 and mean > 0 else 0.0
@@ -68,6 +86,7 @@ def scenario_figures(run: RunData) -> pd.DataFrame:
         rows.append({**dict(zip(KEY, key)), "variant": first["variant"], "frame_size": int(first["frame_size"]),
                      "flows": int(first["flows"]), "dut_cores": int(first["dut_cores"]), "value_pps": mean, "n": n,
                      "found": n > 0, "noise_pct": max(rep, width),
+                     "n_lower": int(g["throughput_pps"].notna().sum()) - n,
                      "generator_limited": bool(g["generator_limited"].any())})
     return pd.DataFrame(rows, columns=cols)
 
@@ -232,6 +251,11 @@ def compare_runs(current: RunData, baseline: RunData, threshold_pct: float = 5.0
         limited = (r.get("generator_limited_b") is True) or (r.get("generator_limited_c") is True)
         if limited:
             row["note"] = (row["note"] + "; " if row["note"] else "") + "generator-limited: the generator, not the DUT, may be the limit"
+        for side, suffix in (("baseline", "_b"), ("current", "_c")):
+            k = r.get(f"n_lower{suffix}")
+            if isinstance(k, (int, float)) and k > 0:
+                row["note"] = ((row["note"] + "; " if row["note"] else "") +
+                               f"{int(k)} {side} repeat(s) below a DUT-limited one left out: only lower bounds")
         rows.append(row)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     if not frame.empty:

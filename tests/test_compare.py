@@ -5,6 +5,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -109,6 +110,28 @@ def test_noise_band_from_repeats_and_brackets(monkeypatch):
     assert f["value_pps"].iloc[0] == pytest.approx(1.0e6) and f["n"].iloc[0] == 3
     noisy = compare.compare_runs(cur, cur, threshold_pct=5)
     assert noisy.rows["band_pct"].iloc[0] == pytest.approx(20.0 * 2 ** 0.5)  # both runs' noise, combined
+
+
+def test_lower_bounds_below_a_dut_figure_leave_the_mean_and_the_noise(monkeypatch):
+    runs = session_runs()
+    cur = analysis.load_run(runs.current, runs.root)
+    tp = analysis.throughput_table(cur)
+    fake = tp[tp["goal"] == "max"].head(1)
+    fake = fake.loc[fake.index.repeat(3)].reset_index(drop=True)
+    # a DUT figure, a testbed-limited repeat far below it (left out), one above it (kept)
+    fake["throughput_pps"] = [0.88e6, 0.40e6, 0.92e6]
+    fake["limited_by"] = ["dut", "testbed", "generator"]
+    fake["at_least"] = [False, True, True]
+    monkeypatch.setattr(compare, "throughput_table", lambda run: fake)
+    f = compare.scenario_figures(cur).iloc[0]
+    assert (f["n"], f["n_lower"]) == (2, 1) and f["value_pps"] == pytest.approx(0.90e6)
+    assert f["noise_pct"] == pytest.approx(200 * np.std([0.88, 0.92], ddof=1) / 0.90)
+    note = compare.compare_runs(cur, cur).rows["note"].iloc[0]
+    assert "1 baseline repeat(s) below a DUT-limited one left out" in note
+    # with no DUT-limited repeat, every lower bound counts
+    fake["limited_by"], fake["at_least"] = "testbed", True
+    f = compare.scenario_figures(cur).iloc[0]
+    assert (f["n"], f["n_lower"]) == (3, 0)
 
 
 def test_markdown_and_json(runs):
