@@ -36,9 +36,7 @@ import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Self
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Self
 
 from perfkit.encap import BY_DADDR, Encap, Steering
 from perfkit.errors import ConfigError, PerfkitError
@@ -48,6 +46,9 @@ from perfkit.provenance import object_hashes
 from perfkit.stl.fieldengine import FieldEngine
 from perfkit.ports import PORT_MACS
 from perfkit.units import FCS_LEN
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The version of this interface. A plugin's ``Dataplane`` subclass sets ``api_version`` to the
 #: version it was written for; discovery (``perfkit.dataplanes``) refuses any other, in one line.

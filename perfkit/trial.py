@@ -19,15 +19,16 @@ import math
 import time
 import uuid
 from dataclasses import InitVar, dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from perfkit import dataplanes
 from perfkit.errors import ConfigError
 from perfkit.provenance import source_facts
 from perfkit.scenario import Scenario, scenario_key
 from perfkit.units import L1_OVERHEAD, l1_bps
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -427,6 +428,8 @@ def judged_pps(tx_pps: Any, intended_pps: Any, factor: Any = 1.0) -> Any:
     (by more than ``OFFER_EPS``), else the intended rate; times the trial's ``speed_factor`` when it
     is speed-normalized. Scalars or arrays; searches and the analysis of stored runs both use it,
     so a figure always finds the trial it rests on."""
+    import numpy as np   # here, not at the top: ``import perfkit`` needs no numpy
+
     short = (np.asarray(tx_pps) > 0) & (np.asarray(tx_pps) < np.asarray(intended_pps) * (1 - OFFER_EPS))
     out = np.where(short, tx_pps, intended_pps) * np.asarray(factor, dtype=float)
     return float(out) if out.ndim == 0 else out
@@ -446,6 +449,8 @@ def speed_factor(speed_ns: Any, reference_ns: Any, bpf_ns: Any = None, kernel_ns
       below the DUT's limit anyway.)
 
     Scalars or arrays (missing values None or NaN)."""
+    import numpy as np   # as in judged_pps
+
     def num(x: Any) -> np.ndarray:
         return np.asarray(x if x is not None else np.nan, dtype=float)
 
