@@ -178,15 +178,18 @@ def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
 
 
 def dataplane_arg(value: str) -> str:
-    """``--dataplane``: a registered name, or a description file (checked now: its refusal is the error)."""
-    if not describe_schema.is_description(value) and value not in dataplanes.names():
-        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(dataplanes.names())}, "
-                                         "or the path of a description file: NAME.dataplane.yaml)")
-    try:
-        dataplanes.get(value)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return value
+    """``--dataplane``: a registered name that loads, or a description file (checked now: its refusal
+    is the error). Only that dataplane is imported."""
+    is_path = dataplanes.is_path(value)
+    if is_path or value in dataplanes.registered():
+        try:
+            dataplanes.get(value)
+            return value
+        except ConfigError as err:
+            if is_path:
+                raise argparse.ArgumentTypeError(str(err)) from None
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(dataplanes.names())}, "
+                                     "or the path of a description file: NAME.dataplane.yaml)")
 
 
 def _scenario_params() -> dict[str, list[str]]:

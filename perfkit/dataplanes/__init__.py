@@ -11,7 +11,9 @@ arguments; its ``name`` is the entry point's name and its ``api_version`` is
 ``perfkit.dataplane.API_VERSION``. perfkit's own three (``perfkit/dataplanes/<name>/``) register
 through the same group. A plugin that fails to import, names something else or was written for
 another version is left out and reported in one line by ``broken()`` (``perfkit dataplanes``
-lists both); the others still load. docs/dataplane-api.md is the interface.
+lists both); the others still load. A dataplane is imported when first asked for: ``get(name)``
+imports that one only, ``registered()`` names them all (entry points' names) without importing any,
+and ``names()``, ``broken()`` and ``origins()`` import them all. docs/dataplane-api.md is the interface.
 """
 from __future__ import annotations
 
@@ -104,17 +106,37 @@ def _origin(ep: importlib.metadata.EntryPoint, dp: Dataplane | None) -> Origin:
 
 
 @lru_cache(maxsize=None)
-def _found() -> dict[str, _Found]:
-    out: dict[str, _Found] = {}
+def _registered() -> dict[str, tuple[importlib.metadata.EntryPoint, ...]]:
+    """The entry points of every registered name, by name (sorted); nothing imported."""
+    out: dict[str, tuple[importlib.metadata.EntryPoint, ...]] = {}
     for ep in _entry_points():
-        if ep.name in out:   # the same name registered twice (two packages, or a stale install)
-            first = out[ep.name].origin
-            if ep.value != first.value:
-                out[ep.name] = _Found(first, None, f"registered twice: {first.value} and {ep.value}")
-            continue
-        dp, reason = _resolve(ep)
-        out[ep.name] = _Found(_origin(ep, dp), dp, reason)
+        out[ep.name] = out.get(ep.name, ()) + (ep,)
     return out
+
+
+@lru_cache(maxsize=None)
+def _find(name: str) -> _Found | None:
+    """The dataplane registered as ``name``, imported now (only it); None if no such name."""
+    eps = _registered().get(name)
+    if not eps:
+        return None
+    dp, reason = _resolve(eps[0])
+    found = _Found(_origin(eps[0], dp), dp, reason)
+    for ep in eps[1:]:   # the same name registered twice (two packages, or a stale install)
+        if ep.value != found.origin.value:
+            found = _Found(found.origin, None, f"registered twice: {found.origin.value} and {ep.value}")
+    return found
+
+
+def _found() -> dict[str, _Found]:
+    """Every registered dataplane, each imported (once)."""
+    return {n: f for n in _registered() if (f := _find(n)) is not None}
+
+
+def registered() -> tuple[str, ...]:
+    """Every registered dataplane's name (its entry point's, perfkit's own included), sorted, without
+    importing any: one may still not load (``names()`` has those that do)."""
+    return tuple(_registered())
 
 
 def names() -> tuple[str, ...]:
@@ -149,7 +171,7 @@ def get(name: str) -> Dataplane:
     broken one does not load."""
     if is_path(name):
         return _described(Path(name).expanduser().resolve())
-    found = _found().get(name)
+    found = _find(name)
     if found is None:
         raise ConfigError("dataplane", name, names())
     if found.dataplane is None:
@@ -175,6 +197,7 @@ def encapsulations() -> tuple[Encap, ...]:
 
 def refresh() -> None:
     """Find the installed dataplanes again (after a package was installed or removed)."""
-    _found.cache_clear()
+    _registered.cache_clear()
+    _find.cache_clear()
     _described.cache_clear()
     encapsulations.cache_clear()
