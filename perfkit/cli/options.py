@@ -10,15 +10,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfkit import dataplanes, framemix, knobs
-from perfkit.describe import schema as describe_schema
 from perfkit.errors import ConfigError
 from perfkit.generators import BACKENDS
 from perfkit.generators.sim import MODELS
 from perfkit.rate import Rate
-from perfkit.report import DEFAULT_REPORTS
 from perfkit.scenario import Scenario
-from perfkit.store import DEFAULT_ROOT, list_runs
-from perfkit.testbed.dut import check_rx_queue
 from perfkit.units import LINE_RATES
 
 
@@ -101,8 +97,16 @@ def check_writable(option: str, path: str | None) -> None:
         os.unlink(p)
 
 
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+# -- the run store's options: perfkit.store and perfkit.report (pandas, pyarrow) are imported by the
+# functions, which only the commands that read or write runs call (every other command starts without them)
 def check_run(option: str, run_id: str, root: str | Path) -> None:
     """Refuse a run id that is not a run under ``root``, naming ``option`` and the recent runs."""
+    from perfkit.store import list_runs
+
     runs = list_runs(root)
     if run_id not in runs:
         raise ConfigError(option, run_id, f"the id of a run under {root} (recent: {', '.join(runs[-5:]) or 'none'})")
@@ -123,13 +127,11 @@ def check_run_args(args: argparse.Namespace) -> None:
             check_run("--baseline", args.baseline, args.root)
 
 
-def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-
-
 def add_run_store(parser: argparse.ArgumentParser) -> None:
     """--resume --run --root --report --baseline --reports: the options of commands that make a run
     (``perfkit run``, ``perfkit experiment``)."""
+    from perfkit.store import DEFAULT_ROOT
+
     parser.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted run")
     parser.add_argument("--run", default=None, metavar="RUN_ID", help="id of the new run (default: a time stamp)")
     parser.add_argument("--root", default=str(DEFAULT_ROOT), help=f"runs directory (default {DEFAULT_ROOT})")
@@ -140,15 +142,19 @@ def add_run_store(parser: argparse.ArgumentParser) -> None:
 
 
 def add_reports_dir(parser: argparse.ArgumentParser) -> None:
+    from perfkit.report import DEFAULT_REPORTS
+
     parser.add_argument("--reports", default=str(DEFAULT_REPORTS),
                         help=f"reports directory (default {DEFAULT_REPORTS}; env PERFKIT_REPORTS)")
 
 
+# -- the scenario's and the trial's options --------------------------------------------------------------
 def add_scenario(parser: argparse.ArgumentParser, cores: bool = True) -> None:
     """--dataplane --frame-size --flows [--dut-cores] --line-rate, and every dataplane's parameters.
 
     A parameter option belongs to the dataplanes that define it (``--direction``: those with directions); given for a
-    dataplane without it, it is refused. Its default is the dataplane's.
+    dataplane without it, it is refused. Its default is the dataplane's. (So every dataplane is
+    imported here: its parameters are options.)
     """
     g = parser.add_argument_group("scenario")
     g.add_argument("--dataplane", default=dataplanes.DEFAULT, type=dataplane_arg, metavar="NAME|FILE",
@@ -200,7 +206,7 @@ def _scenario_params() -> dict[str, list[str]]:
     for i, word in enumerate(argv):
         path = argv[i + 1] if word == "--dataplane" and i + 1 < len(argv) else word.partition("=")[2] \
             if word.startswith("--dataplane=") else ""
-        if path and describe_schema.is_description(path) and Path(path).is_file():
+        if path and dataplanes.is_path(path) and Path(path).is_file():
             try:
                 for p in dataplanes.get(path).params:
                     out.setdefault(p.name, []).append(path)
@@ -310,6 +316,8 @@ def generator_options(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError:
             raise ConfigError("tester_cores", args.tester_cores, "CPU numbers separated by commas") from None
     if args.generator == "xdp" and getattr(args, "rx_queue", None) is not None:
+        from perfkit.testbed.dut import check_rx_queue   # here: the testbed's modules (numpy) are the trial's
+
         check_rx_queue(args.rx_queue)
         options["rx_queue"] = args.rx_queue
     if args.generator == "xdp" and getattr(args, "shield", None):

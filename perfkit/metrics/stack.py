@@ -43,8 +43,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import requests
-
 from perfkit import owners as _owners
 from perfkit import stop
 from perfkit.errors import ConfigError, MetricsError
@@ -271,6 +269,8 @@ def _upgrade_config(d: Path, state: Mapping[str, Any]) -> None:
 
 def _wait_scraped(rec: Mapping[str, Any], auth: tuple[str, str] | None, timeout: float) -> None:
     """Wait until Prometheus has scraped node-exporter and the Pushgateway successfully once."""
+    import requests   # here: only ``stack up`` waits for Prometheus (``perfkit clean`` imports this module)
+
     url = rec["url"] + "/api/v1/targets"
     deadline = time.monotonic() + timeout
     health: dict[str, str] = {}
