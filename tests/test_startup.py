@@ -68,3 +68,19 @@ def test_import_perfkit_help_and_a_cheap_command_import_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
+
+
+def test_every_parsers_help_formats():
+    """``--help`` of every command and subcommand (a ``%`` in a help string must be ``%%``)."""
+    import argparse
+
+    from perfkit.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        assert parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name in action.choices:
+                    walk(action.choices[name])
+
+    walk(build_parser())

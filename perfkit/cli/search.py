@@ -60,7 +60,7 @@ def _binary_options(p: argparse.ArgumentParser, tolerance: str | None, n: bool =
     g = p.add_argument_group("binary search (vNet-SLA)")
     if tolerance is not None:
         g.add_argument("--loss-tolerance", default=tolerance,
-                       help=f"loss ratio a good trial may have, e.g. 0.5%%, 0.01%%, 0.0001%% (default {tolerance})")
+                       help=f"loss ratio a good trial may have, e.g. 0.5%%, 0.01%%, 0.0001%% (default {tolerance.replace('%', '%%')})")
     g.add_argument("--min-rate", default=None, help="lowest rate (default max / 1000)")
     g.add_argument("--start-rate", default=None, help="first rate of the linear phase (default max / 10)")
     g.add_argument("--start-step", default=None, help="step of the linear phase (default max / 10)")
