@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.testbed import netns
+from perfkit import errors
 from perfkit.errors import ConfigError
 from perfkit.testbed.topology import Testbed, clean, owner_record, running
 from tests.conftest import ROOT
@@ -38,6 +39,19 @@ def test_topology_and_teardown():
         assert ping.returncode == 0
     assert tb.rid not in running()
     assert not netns.exists(tb.tester_ns) and not netns.exists(tb.dut_ns)
+
+
+def test_what_the_testbed_sets_from_this_process_is_what_the_commands_show():
+    """Set and read without a command (``perfkit.testbed.netns``): IPv6 off in both namespaces, GRO on
+    at the DUT's ports; a batch that fails says which command."""
+    with Testbed() as tb:
+        for ns in (tb.tester_ns, tb.dut_ns):
+            assert netns.run(ns, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"
+                             ).split() == ["1", "1"]
+        for port, gro in ((tb.a, "on"), (tb.b, "on"), (tb.p0, "off")):
+            assert f"generic-receive-offload: {gro}" in netns.run(port.ns, "ethtool", "-k", port.dev)
+        with pytest.raises(errors.TestbedError, match="nosuch0"):
+            netns.batch(tb.dut_ns, [["link", "set", tb.a.dev, "up"], ["link", "set", "nosuch0", "up"]])
 
 
 def test_exception_inside_cleans_up():

@@ -3,12 +3,21 @@
 ``inside(name)`` moves the *calling thread* into a namespace and back (setns(2) is per thread), so
 a BPF attach or a live-frames generator thread can work in the tester or DUT namespace while the
 rest of the process stays in its own.
+
+What needs no mount of the namespace's own sysfs is done in this process, not by a command under
+``ip netns exec`` (a fork, an exec and a private mount namespace with sysfs mounted again, 5-30 ms
+each on a 2-vCPU VM): ``set_gro`` (``ethtool -K DEV gro``) asks the kernel with the ``SIOCETHTOOL``
+ioctl as ethtool does, ``sysctl`` writes ``/proc/sys/net`` (which shows the namespace of the thread
+that opens it), and ``batch`` runs several ``ip`` commands as one ``ip -n NS -batch -``.
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import re
 import socket
+import struct
 import subprocess
 from contextlib import contextmanager
 from typing import Iterator
@@ -78,6 +87,58 @@ def run(ns: str | None, *argv: str, check: bool = True) -> str:
     return proc.stdout
 
 
+def batch(ns: str | None, commands: list[list[str]]) -> None:
+    """Run ``ip`` commands (each without the leading ``ip``) as one ``ip [-n NS] -batch -``: it stops
+    at the first that fails, and so does this, with ip's message and that command."""
+    if not commands:
+        return
+    lines = [" ".join(c) for c in commands]
+    for c, line in zip(commands, lines):
+        if any(not a or any(ch.isspace() or ch in "\"'#\\" for ch in a) for a in c):
+            raise ValueError(f"ip -batch: an argument that needs quoting in {line!r}")
+    cmd = ["ip", *(["-n", ns] if ns else []), "-batch", "-"]
+    proc = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if proc.returncode != 0:
+        err = proc.stderr.strip() or proc.stdout.strip()
+        # ip names the line that failed: "Command failed -:N"
+        failed = next((lines[int(n) - 1] for n in re.findall(r"Command failed -:(\d+)", err)
+                       if 0 < int(n) <= len(lines)), "; ".join(lines))
+        raise TestbedError(f"ip {'-n ' + ns + ' ' if ns else ''}{failed}: {' '.join(err.split())}")
+
+
+def sysctl(ns: str | None, **values: str) -> None:
+    """``sysctl -qw KEY=VALUE ...`` in ``ns`` for ``net.*`` keys named as sysctl names them
+    (``**{"net.ipv6.conf.all.disable_ipv6": "1"}``; no device name with a dot), each written to
+    ``/proc/sys/net/...`` by this thread from inside the namespace."""
+    with inside(ns):
+        for key, value in values.items():
+            if not key.startswith("net."):
+                raise ValueError(f"sysctl {key}: only net.* keys are per namespace")
+            path = "/proc/sys/" + key.replace(".", "/")
+            try:
+                with open(path, "w") as f:
+                    f.write(f"{value}\n")
+            except OSError as err:
+                raise TestbedError(f"sysctl -w {key}={value} in {ns or 'this namespace'}: {err.strerror}") from None
+
+
+# -- ethtool's ioctl (include/uapi/linux/ethtool.h) --------------------------------------------
+SIOCETHTOOL = 0x8946
+ETHTOOL_GSTRINGS, ETHTOOL_GSTATS, ETHTOOL_SGRO, ETHTOOL_GSSET_INFO = 0x1B, 0x1D, 0x2C, 0x37
+ETH_SS_STATS = 1
+ETH_GSTRING_LEN = 32
+_IFNAMSIZ = 16
+
+
+def _ethtool(sock: socket.socket, dev: str, buf: ctypes.Array) -> None:
+    """``SIOCETHTOOL`` on ``dev`` with ``buf`` (the command's structure, filled in place)."""
+    name = dev.encode()
+    if len(name) >= _IFNAMSIZ:
+        raise OSError(19, f"no device {dev}")
+    ifr = struct.pack(f"{_IFNAMSIZ}sP", name, ctypes.addressof(buf)).ljust(40, b"\0")
+    fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifr)
+
+
 def link_stats(ns: str | None, dev: str) -> dict[str, int]:
     """``ethtool -S`` counters of ``dev`` in ``ns`` (veth: per-queue XDP counters); {} without any."""
     out = run(ns, "ethtool", "-S", dev, check=False)
@@ -87,3 +148,13 @@ def link_stats(ns: str | None, dev: str) -> dict[str, int]:
         if value.strip().lstrip("-").isdigit():
             stats[key.strip()] = int(value)
     return stats
+
+
+def set_gro(ns: str | None, dev: str, on: bool = True) -> None:
+    """``ethtool -K dev gro on|off`` in ``ns`` (the ``ETHTOOL_SGRO`` ioctl)."""
+    with inside(ns):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                _ethtool(sock, dev, ctypes.create_string_buffer(struct.pack("=II", ETHTOOL_SGRO, int(on))))
+            except OSError as err:
+                raise TestbedError(f"ethtool -K {dev} gro {'on' if on else 'off'} in {ns}: {err.strerror}") from None
