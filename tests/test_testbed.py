@@ -41,15 +41,25 @@ def test_topology_and_teardown():
     assert not netns.exists(tb.tester_ns) and not netns.exists(tb.dut_ns)
 
 
+def _ethtool_s(ns: str, dev: str) -> dict[str, int]:
+    """``ethtool -S`` as the command prints it, parsed."""
+    out = netns.run(ns, "ethtool", "-S", dev, check=False)
+    return {k.strip(): int(v) for k, _, v in (ln.partition(":") for ln in out.splitlines()[1:]) if v.strip().isdigit()}
+
+
 def test_what_the_testbed_sets_from_this_process_is_what_the_commands_show():
     """Set and read without a command (``perfkit.testbed.netns``): IPv6 off in both namespaces, GRO on
-    at the DUT's ports; a batch that fails says which command."""
+    at the DUT's ports, and ``link_stats`` is ``ethtool -S`` (no such device or namespace: {})."""
     with Testbed() as tb:
         for ns in (tb.tester_ns, tb.dut_ns):
             assert netns.run(ns, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"
                              ).split() == ["1", "1"]
         for port, gro in ((tb.a, "on"), (tb.b, "on"), (tb.p0, "off")):
             assert f"generic-receive-offload: {gro}" in netns.run(port.ns, "ethtool", "-k", port.dev)
+        for port in (tb.p0, tb.p1, tb.a, tb.b, tb.anchor):
+            stats = netns.link_stats(port.ns, port.dev)
+            assert "rx_queue_0_xdp_packets" in stats and stats == _ethtool_s(port.ns, port.dev)
+        assert netns.link_stats(tb.dut_ns, "nosuch0") == {} and netns.link_stats("pk-nosuch", tb.a.dev) == {}
         with pytest.raises(errors.TestbedError, match="nosuch0"):
             netns.batch(tb.dut_ns, [["link", "set", tb.a.dev, "up"], ["link", "set", "nosuch0", "up"]])
 
