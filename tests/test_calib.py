@@ -39,7 +39,7 @@ from perfkit.paths import shown
 from perfkit.progbench import prog_bench
 from perfkit.scenario import Scenario
 from perfkit.host.stallprobe import TRIAL_PERIOD_US, TRIAL_REPORT_US, StallProbe
-from perfkit.stl.signature import SIGNATURE
+from perfkit.stl.signature import SIGNATURE, SIGNATURE_MAGIC
 from perfkit.testbed.bpfbuild import object_path
 from perfkit.store import RunStore
 from perfkit.testbed.topology import PORT_MACS
@@ -193,6 +193,22 @@ def test_traffic_profile(flows, size):
         assert pkt[IP].src == "198.18.0.1" and pkt[IP].dst == "198.19.0.1" and pkt[UDP].chksum == 0
         assert pkt[UDP].sport == (SPORT_BASE + i % flows) & 0xFFFF
         assert _apply_engine(t.packet(0), eng, i) == frame, "the field engine makes flow i's frame"
+
+
+@pytest.mark.parametrize("ingress", ["a", "b"])
+@pytest.mark.parametrize("size", [64, 65, 1518, 3000])
+def test_a_packet_is_the_frame_scapy_builds_with_its_signature(size, ingress):
+    """``packet`` fills the signature into a frame built once per flow: byte for byte the frame scapy
+    builds with that signature (UDP carries no checksum; IPv4's covers its header)."""
+    t = CalibTraffic(frame_size=size, flows=4464, ingress=ingress)
+    src, dst = t.macs.into(ingress)
+    for flow, seq, stream, ts in [(0, 0, 0, 0), (5, 1, 2, 3), (4463, 2**32 - 1, 2**16 - 1, 2**32 - 1), (70000, 7, 0, 9)]:
+        hdr = (Ether(src=src, dst=dst) / IP(src="198.18.0.1", dst="198.19.0.1", id=0, flags="DF", ttl=64) /
+               UDP(sport=(SPORT_BASE + flow % t.flows) & 0xFFFF, dport=5001, chksum=0))
+        sig = SIGNATURE.pack(SIGNATURE_MAGIC, stream, seq, ts)
+        want = bytes(hdr / Raw(sig + bytes(size - 4 - len(hdr) - SIGNATURE.size)))
+        assert t.packet(flow, seq, stream, ts) == want
+        assert SIGNATURE.unpack_from(want, SIG_OFF)[1:] == (stream, seq, ts)
 
 
 # -- prog-bench and the calibration ---------------------------------------------------------------------
