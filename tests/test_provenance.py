@@ -37,3 +37,15 @@ def test_a_dataplanes_source_is_its_package_or_its_description_file(tmp_path):
     desc.write_text("program: mylb.o\n")
     assert dataplane_source(str(desc)) == {"file": str(desc), "sha256": hashlib.sha256(desc.read_bytes()).hexdigest(),
                                            "build": "", "object": "", "object_sha256": ""}   # in no git repository
+
+
+def test_the_distribution_of_a_top_level_name_is_packages_distributions_answer():
+    """``distribution_of``'s lookup of one name skips the distributions whose files cannot provide it,
+    and answers as ``importlib.metadata.packages_distributions()`` for every name installed here."""
+    import importlib.metadata
+
+    from perfkit import provenance
+
+    mapping = importlib.metadata.packages_distributions()
+    for top in sorted(set(mapping) | {"perfkit", "no_such_package"}):
+        assert provenance._distributions(top) == tuple(mapping.get(top, [])), top
