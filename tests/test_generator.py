@@ -163,6 +163,30 @@ def test_specialised_objects_are_cached_by_configuration(tmp_path, monkeypatch):
     assert b != a and b.parent == tmp_path
 
 
+def test_clangs_version_is_asked_once_per_binary(tmp_path, monkeypatch):
+    """The objects' keys hold ``clang --version``: kept in the cache under the binary's identity, so
+    that a run does not start clang for it; another binary (or the same one changed) is asked."""
+    import subprocess
+
+    want = subprocess.run([bpfbuild.CLANG, "--version"], capture_output=True, text=True, check=True).stdout
+    monkeypatch.setattr(bpfbuild, "CACHE_DIR", tmp_path)
+    bpfbuild._clang_version.cache_clear()
+    assert bpfbuild._clang_version() == want and len(list(tmp_path.glob("clang-*.version"))) == 1
+    bpfbuild._clang_version.cache_clear()
+    monkeypatch.setattr(bpfbuild.subprocess, "run", lambda *a, **k: pytest.fail("clang started again"))
+    assert bpfbuild._clang_version() == want
+    fake = tmp_path / "bin" / "clang"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho fake clang 1.0\n")
+    fake.chmod(0o755)
+    monkeypatch.undo()
+    monkeypatch.setattr(bpfbuild, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(bpfbuild, "CLANG", str(fake))
+    bpfbuild._clang_version.cache_clear()
+    assert bpfbuild._clang_version() == "fake clang 1.0\n"
+    bpfbuild._clang_version.cache_clear()
+
+
 def sliced(profile, part: int, parts: int) -> BpfObject:
     """The generator for slice ``part`` of ``parts`` of ``profile``'s flows, as a tester host runs it."""
     from perfkit.stl.fieldengine import FlowSlice, slice_engine
