@@ -117,6 +117,31 @@ def test_a_gap_within_the_noise_is_said_so_and_one_trial_a_side_has_no_noise():
     assert single.named[0].name == "xdp_calib"
 
 
+def _spread(stacks: str, samples: int, functions: int = 30) -> str:
+    """``stacks`` and ``functions`` small driver functions of ``samples`` samples each."""
+    return stacks + "".join(f"{PATH};small_fn_{i}_[k] {samples}\n" for i in range(functions))
+
+
+def test_the_unexplained_part_has_its_own_uncertainty_with_one_trial_a_side():
+    # one sample is 1 ns on each side: the gap is the checksum's 100 samples, the rest unchanged
+    a = _set("UL", [(1200.0, _spread(folded(prog=400), 10))])
+    b = _set("DL", [(1300.0, _spread(folded(prog=400, csum=100), 10))])
+    e = explain(a, b)
+    assert e.gap_err_ns is None and e.named[0].name == "csum_partial"
+    assert e.unexplained_err_ns > 0 and e.accounted and "within its uncertainty" in e.accounted_line()
+    assert e.to_dict()["accounted"] is True and f"unexplained {e.unexplained_ns:+.1f} ± " in e.sentence()
+
+
+def test_functions_each_within_their_noise_that_move_together_are_not_accounted_for():
+    # 30 functions of 10 samples grow to 20 each: none beyond its own noise, 300 ns together
+    a = _set("UL", [(1200.0, _spread(folded(prog=400), 10))])
+    b = _set("DL", [(1500.0, _spread(folded(prog=400), 20))])
+    e = explain(a, b)
+    assert not any(m.name.startswith("small_fn") for m in e.named)
+    assert e.unexplained_ns == pytest.approx(300.0, abs=30)
+    assert not e.accounted and "more than its uncertainty" in e.accounted_line()
+
+
 def test_the_flame_graph_weighs_stacks_in_ps_per_packet():
     a = [TrialProfile("a", 900.0, folded(prog=400))]
     b = [TrialProfile("b", 1800.0, folded(prog=400))]

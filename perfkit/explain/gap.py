@@ -6,11 +6,14 @@ function's share of it is its self cost in ``b`` minus its self cost in ``a``
 its cost. A function *carries* the gap when its change exceeds its noise (``Z`` standard
 deviations); the ``top`` largest of those are named, largest first, and the rest of the gap is
 *unexplained*: spread over functions each within its noise, or left to the named ones' noise.
+The named functions *account for* the gap when the unexplained part is within its own uncertainty.
 
 Uncertainties are 95 % half-widths (``Z`` = 1.96 standard deviations): the gap's from the repeats
 of each side (none with a single trial on a side: the gap's noise is then unknown, and said so),
-a function's from its sample counts and the repeats (``cost.mean_and_sd``). A gap within its
-noise is said as such.
+a function's from its sample counts and the repeats (``cost.mean_and_sd``). The unexplained part's
+is that of the other functions' samples taken together, per side (a binomial share, and the repeats
+where there are several, ``cost.mean_and_sd``): it is known with one trial a side too. A gap within
+its noise is said as such.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import pandas as pd
 
 from perfkit.errors import ConfigError
 from perfkit.explain import TOP
-from perfkit.explain.cost import function_costs, kind_costs, packet_samples, unseen_sd
+from perfkit.explain.cost import cost_frame, function_costs, kind_costs, mean_and_sd, packet_samples, unseen_sd
 from perfkit.explain.kinds import KINDS, display_name
 from perfkit.explain.sets import TrialSet
 
@@ -85,10 +88,16 @@ class Explanation:
     """The functions that carry the gap: up to ``top`` significant movers, largest first."""
     unexplained_ns: float
     """``gap_ns`` minus the named functions' deltas [ns per packet]."""
-    unexplained_err_ns: float | None
-    """Its 95 % half-width (the gap's and the named deltas' combined) [ns per packet]."""
+    unexplained_err_ns: float
+    """Its 95 % half-width: the other functions' samples taken together, per side, from their count
+    and the repeats [ns per packet]."""
     kinds: dict[str, dict[str, float]]
     """Per kind: ``a_ns``, ``b_ns``, ``delta_ns``, ``delta_err_ns`` of its functions' self costs."""
+
+    @property
+    def accounted(self) -> bool:
+        """The named functions account for the gap: the unexplained part is within its uncertainty."""
+        return abs(self.unexplained_ns) <= self.unexplained_err_ns
 
     def kind_fraction(self, kind: str) -> float:
         """The share of the gap the functions of ``kind`` carry (``delta / gap``; NaN without a gap)."""
@@ -106,9 +115,18 @@ class Explanation:
         if self.gap_err_ns is None:
             head += " (one trial on a side: the gap's noise is unknown)"
         parts = [f"{m.name} {ns_text(m.delta_ns, '+')} ± {ns_text(m.delta_err_ns)}" for m in self.named]
-        rest = f"unexplained {ns_text(self.unexplained_ns, '+')}"
-        rest += f" ± {ns_text(self.unexplained_err_ns)}" if self.unexplained_err_ns is not None else ""
+        rest = f"unexplained {ns_text(self.unexplained_ns, '+')} ± {ns_text(self.unexplained_err_ns)}"
         return f"{head}: " + ", ".join(parts + [rest])
+
+    def accounted_line(self) -> str:
+        """Whether the named functions account for the gap, in words ("" for a gap within its noise)."""
+        if self.within_noise:
+            return ""
+        rest = f"{ns_text(self.unexplained_ns, '+')} ± {ns_text(self.unexplained_err_ns)} ns"
+        if self.accounted:
+            return f"the named functions account for the gap: the unexplained {rest} is within its uncertainty"
+        return (f"the named functions leave {rest} unexplained, more than its uncertainty: functions each "
+                f"within its noise that moved together")
 
     def kinds_line(self) -> str:
         """``by kind: program +55 ± 2, stack +3 ± 1, ...`` (largest change first)."""
@@ -126,6 +144,7 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["sentence"] = self.sentence()
+        d["accounted"] = self.accounted
         d["movers"] = d["movers"][:50]
         return d
 
@@ -151,10 +170,21 @@ def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Expl
                      unseen_sd(b.profiles))
     named = tuple(m for m in movers if m.significant)[:top]
     explained = sum(m.delta_ns for m in named)
-    unexp_err = (math.sqrt(gap_err ** 2 + sum(m.delta_err_ns ** 2 for m in named)) if gap_err is not None else None)
+    names = {m.symbol for m in named}
+    unexp_err = Z * math.hypot(_rest_sd(a, names), _rest_sd(b, names))
     return Explanation(a.label, b.label, context, len(a.profiles), len(b.profiles), a_ns, b_ns, gap, gap_err,
                        gap_err is not None and abs(gap) <= gap_err, movers, named, gap - explained, unexp_err,
                        _kinds(kind_costs(a.profiles), kind_costs(b.profiles)))
+
+
+def _rest_sd(s: TrialSet, named: set[str]) -> float:
+    """The standard deviation of the set's cost outside the ``named`` functions [ns per packet]."""
+    costs = cost_frame(s.profiles)
+    trials = costs.drop_duplicates("trial_id").set_index("trial_id")[["packet_samples", "dut_ns_per_packet"]]
+    inside = costs[costs["symbol"].isin(named)].groupby("trial_id")["self_samples"].sum()
+    rest = trials["packet_samples"] - inside.reindex(trials.index, fill_value=0)
+    return mean_and_sd(rest.to_numpy(float), trials["packet_samples"].to_numpy(float),
+                       trials["dut_ns_per_packet"].to_numpy(float))[1]
 
 
 def _movers(fa: pd.DataFrame, fb: pd.DataFrame, unseen_a: float, unseen_b: float) -> tuple[Mover, ...]:
