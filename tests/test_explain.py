@@ -230,8 +230,12 @@ def test_the_calibrated_gap_is_the_programs_and_what_the_calibration_predicts(tm
         f = json.loads(out.stdout)
         print(f"\n{f['sentence']}\npredicted {f['predicted_gap_ns']:.0f} ns ({f['ns_per_iteration']:.2f} ns per "
               f"iteration); the core ran {100 * (f['speed_drift'] or 0):+.1f} % slower during 2N")
-        # measured again only when the host's measured slowdown between the sides could explain a miss
-        if abs(f["gap_over_predicted"] - 1) <= 0.15 or abs(f["speed_drift"] or 0) < 0.05:
+        # measured again only when the host's measured slowdown between the sides, or the gap's own
+        # noise (its 95 % half-width from the repeats), could explain a miss: a gap of 1.17 x the
+        # prediction with +-9 % of noise and 2 % of drift failed a clean-clone CI run
+        miss = abs(f["gap_over_predicted"] - 1) - 0.15
+        noise = (f["gap_err_ns"] or 0) / f["predicted_gap_ns"]
+        if miss <= 0 or (abs(f["speed_drift"] or 0) < 0.05 and miss > noise):
             break
     assert f["program_fraction"] >= 0.90
     assert f["gap_over_predicted"] == pytest.approx(1.0, abs=0.15)
