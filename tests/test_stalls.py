@@ -192,7 +192,12 @@ def _trial_with_hog(gen, hog, rate: float = 100_000, duration: float = 1.0) -> T
 
 
 def test_a_5ms_stall_of_the_dut_core_makes_the_trial_disturbed(ul, hog):
-    r = _trial_with_hog(ul, hog)
+    # the premise is the offer: a generator that fell behind (a full make test on a noisy host,
+    # 2026-12-03: 92974 of 100000 pps, no ring overflow) may not have sent during the stall
+    for _ in range(3):
+        r = _trial_with_hog(ul, hog)
+        if r.tx_packets >= 0.99 * r.intended_packets:
+            break
     # 100 kpps for 5 ms is 500 frames into a 256-frame ring
     assert r.dut_drops.get("rx_ring_full", 0) > 0 and r.lost_packets > 0
     assert f"{RING_FRAMES}-frame ring" in r.disturbance
