@@ -31,7 +31,8 @@ class Explained:
 
     def text(self) -> str:
         e = self.explanation
-        lines = [e.sentence(), *(["  " + e.accounted_line()] if e.accounted_line() else []), "  " + e.kinds_line()]
+        accounted = e.accounted_line()
+        lines = [e.sentence(), *(["  " + accounted] if accounted else []), "  " + e.kinds_line()]
         lines += ["  " + line for line in e.table(10).round(1).to_string(index=False).splitlines()]
         lines += [f"  flame graph (ps per packet): {self.flamegraph}"] if self.flamegraph else []
         return "\n".join(lines)

@@ -38,7 +38,7 @@ class SocketSink:
         try:
             if dev:
                 netns.run(ns, "ip", "addr", "add", f"{addr}/32", "dev", dev)
-                netns.run(ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", f"net.ipv4.conf.{dev}.rp_filter=0")
+                netns.sysctl(ns, **{"net.ipv4.conf.all.rp_filter": "0", f"net.ipv4.conf.{dev}.rp_filter": "0"})
             with netns.inside(ns):
                 self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self.sock.setsockopt(socket.SOL_UDP, UDP_GRO, 1)
