@@ -3,6 +3,7 @@ its flame graph, ``perfkit explain``; rules on constructed folded stacks and run
 truth on the real testbed (the calibrated DUT at N against 2N)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -17,7 +18,7 @@ from perfkit.explain.cost import TrialProfile, cost_frame, function_costs, kind_
 from perfkit.explain.flame import ns_diff_flamegraph_svg, ns_diff_folded
 from perfkit.explain.gap import explain
 from perfkit.explain.kinds import function_kind
-from perfkit.explain.sets import TrialSet, all_knob_pairs, variant_pairs
+from perfkit.explain.sets import TrialSet, all_knob_pairs, profiled, variant_pairs
 from perfkit.perf.store import write_folded
 from perfkit.perfci.comment import ab_comment
 from perfkit.store import RunStore
@@ -140,6 +141,33 @@ def test_functions_each_within_their_noise_that_move_together_are_not_accounted_
     assert not any(m.name.startswith("small_fn") for m in e.named)
     assert e.unexplained_ns == pytest.approx(300.0, abs=30)
     assert not e.accounted and "more than its uncertainty" in e.accounted_line()
+
+
+def test_with_repeats_the_named_functions_must_add_up_to_the_gap_within_its_noise():
+    # the trials' costs drift by 10 % together (the host): the checksum's +200 ns exceeds its noise,
+    # the program's +50 does not but carries a fifth of the gap, so both are named
+    def side(label, prog, csum, small, costs):
+        return _set(label, [(t, _spread(folded(prog=prog, csum=csum), small)) for t in costs])
+    a = side("UL", 400, 0, 10, (1080.0, 1200.0, 1320.0))
+    b = side("DL", 450, 200, 10, (1330.0, 1450.0, 1570.0))
+    e = explain(a, b)
+    prog = next(m for m in e.movers if m.name == "xdp_calib")
+    assert not prog.significant and [m.name for m in e.named] == ["csum_partial", "xdp_calib"]
+    assert not e.within_noise and e.accounted and "within the gap's uncertainty (± " in e.accounted_line()
+    # 30 small functions grown by 300 ns together besides: the named ones fall short of the gap
+    b = side("DL", 450, 200, 20, (1630.0, 1750.0, 1870.0))
+    e = explain(a, b)
+    assert abs(e.unexplained_ns) > e.gap_err_ns and not e.accounted and "more than the gap's" in e.accounted_line()
+    assert e.to_dict()["accounted_within_ns"] == pytest.approx(e.gap_err_ns)
+
+
+def test_a_set_holds_the_units_trials_at_its_top_rate_a_stalled_one_and_its_rerun(tmp_path):
+    store = RunStore.create(None, tmp_path)
+    for i, rate in enumerate((1e6, 1e6, 5e5)):   # a max-rate trial, its re-run, a trial below
+        t = dataclasses.replace(_trial(100, 1000.0 + i, f"t{i}"), intended_pps=rate)
+        store.append(t, {"unit": "u100"})
+        write_folded(store.path, t.trial_id, folded(prog=400))
+    assert sorted(profiled(load_run(store.run_id, tmp_path))["trial_id"]) == ["t0", "t1"]
 
 
 def test_the_flame_graph_weighs_stacks_in_ps_per_packet():

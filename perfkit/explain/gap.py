@@ -4,9 +4,14 @@ The gap is ``b``'s measured ``dut_ns_per_packet`` minus ``a``'s (means over each
 function's share of it is its self cost in ``b`` minus its self cost in ``a``
 (``perfkit.explain.cost``); these add up to the gap exactly, since a trial's self costs add up to
 its cost. A function *carries* the gap when its change exceeds its noise (``Z`` standard
-deviations); the ``top`` largest of those are named, largest first, and the rest of the gap is
-*unexplained*: spread over functions each within its noise, or left to the named ones' noise.
-The named functions *account for* the gap when the unexplained part is within its own uncertainty.
+deviations) or is at least ``CARRIES`` of the gap (with repeats, the common noise of the trials'
+costs can cover a large change: it is named with its ``±``); the ``top`` largest of those are
+named, largest first, and the rest of the gap is *unexplained*: spread over functions each within
+its noise, or left to the named ones' noise.
+
+The named functions *account for* the gap when they add up to it within its uncertainty (the
+measured gap's, with repeats on both sides), or, with one trial on a side, when the unexplained
+part is within its own uncertainty.
 
 Uncertainties are 95 % half-widths (``Z`` = 1.96 standard deviations): the gap's from the repeats
 of each side (none with a single trial on a side: the gap's noise is then unknown, and said so),
@@ -32,6 +37,8 @@ from perfkit.explain.sets import TrialSet
 
 #: Standard deviations of a 95 % interval (the ``±`` of every figure).
 Z = 1.96
+#: A function within its noise still carries the gap when its change is at least this share of it [1].
+CARRIES = 0.1
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,10 @@ class Mover:
         """The change exceeds its noise."""
         return abs(self.delta_ns) > self.delta_err_ns
 
+    def carries(self, gap_ns: float) -> bool:
+        """The change exceeds its noise or is at least ``CARRIES`` of the gap."""
+        return self.significant or abs(self.delta_ns) >= CARRIES * abs(gap_ns) > 0
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -85,7 +96,7 @@ class Explanation:
     movers: tuple[Mover, ...]
     """Every function, largest ``|delta_ns|`` first."""
     named: tuple[Mover, ...]
-    """The functions that carry the gap: up to ``top`` significant movers, largest first."""
+    """The functions that carry the gap (``Mover.carries``): up to ``top``, largest first."""
     unexplained_ns: float
     """``gap_ns`` minus the named functions' deltas [ns per packet]."""
     unexplained_err_ns: float
@@ -95,9 +106,16 @@ class Explanation:
     """Per kind: ``a_ns``, ``b_ns``, ``delta_ns``, ``delta_err_ns`` of its functions' self costs."""
 
     @property
+    def accounted_within_ns(self) -> float:
+        """What the unexplained part is held to [ns per packet]: the measured gap's uncertainty with
+        repeats on both sides, else the unexplained part's own."""
+        return self.gap_err_ns if self.gap_err_ns is not None else self.unexplained_err_ns
+
+    @property
     def accounted(self) -> bool:
-        """The named functions account for the gap: the unexplained part is within its uncertainty."""
-        return abs(self.unexplained_ns) <= self.unexplained_err_ns
+        """The named functions account for the gap: they add up to it within its uncertainty (with
+        repeats on both sides), or the unexplained part is within its own (one trial on a side)."""
+        return abs(self.unexplained_ns) <= self.accounted_within_ns
 
     def kind_fraction(self, kind: str) -> float:
         """The share of the gap the functions of ``kind`` carry (``delta / gap``; NaN without a gap)."""
@@ -123,9 +141,11 @@ class Explanation:
         if self.within_noise:
             return ""
         rest = f"{ns_text(self.unexplained_ns, '+')} ± {ns_text(self.unexplained_err_ns)} ns"
+        limit = (f"the gap's uncertainty (± {ns_text(self.gap_err_ns)} ns)" if self.gap_err_ns is not None
+                 else "its uncertainty")
         if self.accounted:
-            return f"the named functions account for the gap: the unexplained {rest} is within its uncertainty"
-        return (f"the named functions leave {rest} unexplained, more than its uncertainty: functions each "
+            return f"the named functions account for the gap: the unexplained {rest} is within {limit}"
+        return (f"the named functions leave {rest} unexplained, more than {limit}: functions each "
                 f"within its noise that moved together")
 
     def kinds_line(self) -> str:
@@ -145,6 +165,7 @@ class Explanation:
         d = asdict(self)
         d["sentence"] = self.sentence()
         d["accounted"] = self.accounted
+        d["accounted_within_ns"] = self.accounted_within_ns
         d["movers"] = d["movers"][:50]
         return d
 
@@ -168,7 +189,7 @@ def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Expl
     gap_err = Z * math.hypot(a_se, b_se) if a_se is not None and b_se is not None else None
     movers = _movers(function_costs(a.profiles), function_costs(b.profiles), unseen_sd(a.profiles),
                      unseen_sd(b.profiles))
-    named = tuple(m for m in movers if m.significant)[:top]
+    named = tuple(m for m in movers if m.carries(gap))[:top]
     explained = sum(m.delta_ns for m in named)
     names = {m.symbol for m in named}
     unexp_err = Z * math.hypot(_rest_sd(a, names), _rest_sd(b, names))

@@ -1,9 +1,11 @@
 """The two sets of trials an explanation compares, chosen from stored runs: two scenarios of a run,
 two values of a knob in a run, or one scenario in two runs.
 
-A set holds, per campaign unit (one search of a scenario, one per repeat), the trial with perf
-data that received the most packets per second: the trial the report's perf page shows. Its
-repeats are the set's trials. Trials without a measured ``dut_ns_per_packet`` are left out.
+A set holds, per campaign unit (one search of a scenario, one per repeat), its trials with perf
+data at the highest rate the unit offered: a max-rate trial and the trials run again at its rate
+after a host stall (``perfkit.search.trials``), or a search's trial at the maximum rate. These and
+the units' repeats are the set's trials, whose spread gives the gap its noise. Trials without a
+measured ``dut_ns_per_packet`` are left out.
 """
 from __future__ import annotations
 
@@ -44,14 +46,15 @@ class Pair:
 
 
 def profiled(run: RunData) -> pd.DataFrame:
-    """The run's trials with perf data and a measured ``dut_ns_per_packet``: per campaign unit the
-    one that received the most."""
+    """The run's trials with perf data and a measured ``dut_ns_per_packet``: per campaign unit those
+    at the highest rate it offered (``intended_pps``)."""
     ids = set(perf_trial_ids(run.store.path))
     df = run.trials
     if df.empty or not ids or "dut_ns_per_packet" not in df:
         return df.iloc[0:0]
     df = df[df["trial_id"].isin(ids) & (pd.to_numeric(df["dut_ns_per_packet"], errors="coerce") > 0)]
-    return df.sort_values("rx_pps", ascending=False, kind="stable").drop_duplicates("unit")
+    top = df.groupby("unit")["intended_pps"].transform("max")
+    return df[df["intended_pps"] >= top * (1 - 1e-9)]
 
 
 def trial_set(run: RunData, trials: pd.DataFrame, label: str) -> TrialSet:
