@@ -210,6 +210,13 @@ def test_maxrate_reports_what_comes_through() -> None:
     assert_trials_recorded(res, "maxrate")
 
 
+def test_maxrate_trials_are_repeats_and_its_figure_their_median() -> None:
+    res = max_rate(sim("noisy", seed=3, sigma=0.05), MaxRate(duration=0.5, trials=3))
+    rx = sorted(t.rx_pps for t in res.trials)
+    assert res.trial_count == 3 and len(set(rx)) == 3 and res.lower_bound == pytest.approx(rx[1])
+    assert {t.intended_pps for t in res.trials} == {res.trials[0].intended_pps}
+
+
 def test_sweep_covers_start_to_stop_in_steps() -> None:
     res = sweep(sim(), Sweep(nominal_rate=2e6, start=0.1, stop=1.0, step=0.1, duration=0.5))
     rates = [t.intended_pps for t in res.trials]
@@ -432,6 +439,7 @@ def test_run_method_params_from_data() -> None:
     (lambda: Sweep(step=0), "step"),
     (lambda: LatencyAt(fractions=(0.5, 1.5)), "fractions"),
     (lambda: MaxRate(duration=-1), "duration"),
+    (lambda: MaxRate(trials=0), "trials"),
 ])
 def test_invalid_parameters_name_the_field(factory, field: str) -> None:
     with pytest.raises(ConfigError) as err:

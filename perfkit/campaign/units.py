@@ -7,7 +7,7 @@ e.g. ``<dataplane>-<variant>-64B-1flow-1core__ndr`` (``__r2`` is added for repea
 The duration estimate adds, per unit, the expected trials x (duration + the backend's per-trial
 overhead) and, per scenario, the generator's set-up time. Expected trial counts per method:
 
-- ``maxrate``: 1 (on a real testbed ``RETRY_SHARE`` more); ``sweep``: its steps; ``latency``: the NDR binary search plus one per fraction;
+- ``maxrate``: its ``trials`` (on a real testbed ``RETRY_SHARE`` more); ``sweep``: its steps; ``latency``: the NDR binary search plus one per fraction;
 - ``ndr``/``pdr`` (binary search): a linear phase of about half the steps to the maximum rate
   (5 with the default step of 10 %), then log2(step / width) halvings;
   ``bestworst``: two such searches with up to N trials per verdict, (N + 1) / 2 on average;
@@ -155,7 +155,7 @@ def expected_trials(method: MethodSpec, noisy: bool = True) -> tuple[float, floa
     params = {k: v for k, v in method.params.items() if not isinstance(v, str)}
     built = METHODS[method.name][0](params)
     if method.name == "maxrate":
-        n = 1 + RETRY_SHARE if noisy else 1.0
+        n = built.trials * (1 + RETRY_SHARE if noisy else 1.0)
         return n, n * built.duration
     if method.name == "sweep":
         n = len(built.fractions())

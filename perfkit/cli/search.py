@@ -92,8 +92,13 @@ def _tolerance(args: argparse.Namespace) -> float:
     return parse_fraction("loss_tolerance", args.loss_tolerance)
 
 
+def opts_maxrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument_group("maxrate").add_argument(
+        "--trials", type=int, default=1, help="trials at the rate, one after another; the figures are their medians (default 1)")
+
+
 def build_maxrate(args: argparse.Namespace, sc: Scenario) -> Params:
-    return dict(max_rate=rate_pps("rate", args.rate, sc), duration=_duration(args, 2.0))
+    return dict(max_rate=rate_pps("rate", args.rate, sc), duration=_duration(args, 2.0), trials=args.trials)
 
 
 def opts_sweep(p: argparse.ArgumentParser) -> None:
@@ -180,7 +185,7 @@ def build_latency(args: argparse.Namespace, sc: Scenario) -> Params:
 #: name -> (help, add method options, the method's parameters from the options)
 METHODS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                          Callable[[argparse.Namespace, Scenario], Params]]] = {
-    "maxrate": ("offer the maximum rate, report what comes through", lambda p: None, build_maxrate),
+    "maxrate": ("offer the maximum rate, report what comes through", opts_maxrate, build_maxrate),
     "sweep": ("frame-loss-rate sweep from --start to --stop of the rate", opts_sweep, build_sweep),
     "ndr": ("NDR: vNet-SLA binary search, loss tolerance 0", lambda p: _binary_options(p, None), build_ndr),
     "pdr": ("PDR: vNet-SLA binary search at --loss-tolerance", lambda p: _binary_options(p, "0.5%"), build_pdr),

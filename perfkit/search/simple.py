@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 
 from perfkit.errors import ConfigError, SearchError
@@ -30,19 +31,26 @@ class MaxRate:
     """Rate offered [pps]; None = 100 % of the scenario's line rate."""
     duration: float = 2.0
     """Trial length [s]."""
+    trials: int = 1
+    """Trials at that rate, one after another: repeats that give a figure its noise (the cost per
+    packet ``perfkit explain`` compares, for one) [1]."""
 
     def __post_init__(self) -> None:
         check_positive("max_rate", self.max_rate, "pps", optional=True)
         check_positive("duration", self.duration, "s")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= 100:
+            raise ConfigError("trials", self.trials, "an integer number of trials, 1 .. 100")
 
 
 def max_rate(measurer: Measurer, params: MaxRate = MaxRate(), *, on_trial: OnTrial | None = None,
              progress: bool = False) -> SearchResult:
-    """Offer ``max_rate``: ``lower_bound`` = received rate, ``upper_bound`` = offered rate [pps]."""
+    """Offer ``max_rate`` ``trials`` times: ``lower_bound`` = the received rate, ``upper_bound`` =
+    the offered rate [pps], each the median over the trials."""
     p = dataclasses.replace(params, max_rate=resolve_max_rate(params.max_rate, measurer))
-    with TrialLog(measurer, "maxrate", on_trial, progress, total=1) as log:
-        trial = log.run(p.max_rate, p.duration, "max")
-        return log.result("maxrate", trial.rx_pps, trial.tx_pps, p)
+    with TrialLog(measurer, "maxrate", on_trial, progress, total=p.trials) as log:
+        trials = [log.run(p.max_rate, p.duration, "max") for _ in range(p.trials)]
+        return log.result("maxrate", statistics.median(t.rx_pps for t in trials),
+                          statistics.median(t.tx_pps for t in trials), p)
 
 
 @dataclass(frozen=True)
