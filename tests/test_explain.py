@@ -161,6 +161,18 @@ def test_with_repeats_the_named_functions_must_add_up_to_the_gap_within_its_nois
     assert e.to_dict()["accounted_within_ns"] == pytest.approx(e.gap_err_ns)
 
 
+def test_a_slower_dut_core_on_one_side_is_said_with_what_it_alone_costs():
+    # every function 10 % dearer on b, the speed probe 10 % slower there: the named ones leave the rest
+    def side(label, cost, speed):
+        return TrialSet(label, tuple(TrialProfile(f"{label}{i}", cost, _spread(folded(prog=400), 10), (), speed)
+                                     for i in range(3)))
+    e = explain(side("a", 1200.0, 10.0), side("b", 1320.0, 11.0))
+    assert e.speed_change == pytest.approx(0.1) and e.speed_ns == pytest.approx(120.0)
+    assert "ran 10.0 % slower during b" in e.accounted_line() and "+120 ns spread over every function" in e.accounted_line()
+    e = explain(side("a", 1200.0, None), side("b", 1320.0, 11.0))
+    assert e.speed_change is None and "speed" not in e.accounted_line()
+
+
 def test_a_set_holds_the_units_trials_at_its_top_rate_a_stalled_one_and_its_rerun(tmp_path):
     store = RunStore.create(None, tmp_path)
     for i, rate in enumerate((1e6, 1e6, 5e5)):   # a max-rate trial, its re-run, a trial below

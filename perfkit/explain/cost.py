@@ -67,6 +67,9 @@ class TrialProfile:
     """The DUT's own packet threads (the trial's ``dut_kthread_cpu`` names): only their samples
     count, not those of another testbed's threads on the same cores. Empty: every NAPI and cpumap
     thread's."""
+    speed_ns_per_step: float | None = None
+    """The DUT cores' speed during the trial (the trial's ``dut_speed_ns_per_step``; higher is
+    slower) [ns]; None when not measured."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.dut_ns_per_packet, (int, float)) and math.isfinite(self.dut_ns_per_packet)

@@ -19,6 +19,10 @@ a function's from its sample counts and the repeats (``cost.mean_and_sd``). The 
 is that of the other functions' samples taken together, per side (a binomial share, and the repeats
 where there are several, ``cost.mean_and_sd``): it is known with one trial a side too. A gap within
 its noise is said as such.
+
+The DUT cores' speed (the stall probe's ``dut_speed_ns_per_step``, where measured) is compared too:
+a host that runs the core slower during one side makes every function dearer there alike, a change
+spread over all functions that the named ones cannot carry (``Explanation.speed_change``).
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from perfkit.explain.sets import TrialSet
 
 #: Standard deviations of a 95 % interval (the ``±`` of every figure).
 Z = 1.96
+#: A change of the DUT cores' speed between the sides that the explanation mentions [1].
+SPEED_NOTED = 0.01
 #: A function within its noise still carries the gap when its change is at least this share of it [1].
 CARRIES = 0.1
 
@@ -104,6 +110,15 @@ class Explanation:
     and the repeats [ns per packet]."""
     kinds: dict[str, dict[str, float]]
     """Per kind: ``a_ns``, ``b_ns``, ``delta_ns``, ``delta_err_ns`` of its functions' self costs."""
+    speed_change: float | None = None
+    """How much slower the DUT cores ran during ``b`` than during ``a``: the ratio of their mean
+    ``dut_speed_ns_per_step`` minus 1 [1] (0.05: 5 % slower); None where a side has no measure."""
+
+    @property
+    def speed_ns(self) -> float | None:
+        """The part of the gap the speed change alone gives, every function of ``a`` alike
+        (``a_ns x speed_change``) [ns per packet]; None without a speed measure."""
+        return None if self.speed_change is None else self.a_ns * self.speed_change
 
     @property
     def accounted_within_ns(self) -> float:
@@ -146,7 +161,15 @@ class Explanation:
         if self.accounted:
             return f"the named functions account for the gap: the unexplained {rest} is within {limit}"
         return (f"the named functions leave {rest} unexplained, more than {limit}: functions each "
-                f"within its noise that moved together")
+                f"within its noise that moved together" + self._speed_text())
+
+    def _speed_text(self) -> str:
+        """``; the DUT core ran 6.0 % faster during b, ...`` where its speed changed by 1 % or more."""
+        if self.speed_change is None or abs(self.speed_change) < SPEED_NOTED:
+            return ""
+        word = "slower" if self.speed_change > 0 else "faster"
+        return (f"; the DUT cores ran {100 * abs(self.speed_change):.1f} % {word} during {self.b} (the stall "
+                f"probe's speed), which alone gives {ns_text(self.speed_ns, '+')} ns spread over every function")
 
     def kinds_line(self) -> str:
         """``by kind: program +55 ± 2, stack +3 ± 1, ...`` (largest change first)."""
@@ -166,6 +189,7 @@ class Explanation:
         d["sentence"] = self.sentence()
         d["accounted"] = self.accounted
         d["accounted_within_ns"] = self.accounted_within_ns
+        d["speed_ns"] = self.speed_ns
         d["movers"] = d["movers"][:50]
         return d
 
@@ -195,7 +219,13 @@ def explain(a: TrialSet, b: TrialSet, context: str = "", top: int = TOP) -> Expl
     unexp_err = Z * math.hypot(_rest_sd(a, names), _rest_sd(b, names))
     return Explanation(a.label, b.label, context, len(a.profiles), len(b.profiles), a_ns, b_ns, gap, gap_err,
                        gap_err is not None and abs(gap) <= gap_err, movers, named, gap - explained, unexp_err,
-                       _kinds(kind_costs(a.profiles), kind_costs(b.profiles)))
+                       _kinds(kind_costs(a.profiles), kind_costs(b.profiles)), _speed_change(a, b))
+
+
+def _speed_change(a: TrialSet, b: TrialSet) -> float | None:
+    """``b``'s mean DUT speed [ns per step] over ``a``'s, minus 1; None where a side has none."""
+    sa, sb = ([p.speed_ns_per_step for p in s.profiles if p.speed_ns_per_step] for s in (a, b))
+    return statistics.fmean(sb) / statistics.fmean(sa) - 1 if sa and sb else None
 
 
 def _rest_sd(s: TrialSet, named: set[str]) -> float:

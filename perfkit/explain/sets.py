@@ -10,6 +10,7 @@ measured ``dut_ns_per_packet`` are left out.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -60,10 +61,15 @@ def profiled(run: RunData) -> pd.DataFrame:
 def trial_set(run: RunData, trials: pd.DataFrame, label: str) -> TrialSet:
     """The set of ``trials`` (rows of ``profiled``), their stacks read from the run."""
     profiles = tuple(TrialProfile(str(r.trial_id), float(r.dut_ns_per_packet), read_folded(run.store.path, r.trial_id),
-                                  _threads(getattr(r, "dut_kthread_cpu", None)))
+                                  _threads(getattr(r, "dut_kthread_cpu", None)), _speed(getattr(r, "dut_speed_ns_per_step", None)))
                      for r in trials.sort_values("trial_id").itertuples())
     keys = list(dict.fromkeys(trials["scenario_key"]))
     return TrialSet(label, profiles, keys[0] if keys else "", run.run_id)
+
+
+def _speed(value: object) -> float | None:
+    """A stored ``dut_speed_ns_per_step``, or None where it was not measured."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
 def _threads(kthread_cpu: object) -> tuple[str, ...]:
