@@ -164,7 +164,7 @@ class Explanation:
                 f"within its noise that moved together" + self._speed_text())
 
     def _speed_text(self) -> str:
-        """``; the DUT core ran 6.0 % faster during b, ...`` where its speed changed by 1 % or more."""
+        """``; the DUT cores ran 6.0 % faster during b, ...`` where their speed changed by 1 % or more."""
         if self.speed_change is None or abs(self.speed_change) < SPEED_NOTED:
             return ""
         word = "slower" if self.speed_change > 0 else "faster"
