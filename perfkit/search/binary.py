@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from perfkit.errors import ConfigError
 from perfkit.search.judging import is_good, narrow, offered_rate
 from perfkit.search.measurer import Measurer, OnTrial
-from perfkit.search.params import check_positive, check_rate_range, check_ratio, resolve_max_rate
+from perfkit.search.params import check_count, check_positive, check_rate_range, check_ratio, resolve_max_rate
 from perfkit.search.result import Bounds, SearchResult, goal_name
 from perfkit.search.trials import TrialLog
 
@@ -73,8 +73,7 @@ class BinarySearch:
             raise ConfigError("relative_width", self.relative_width, "0 < x < 1")
         if self.rule not in RULES:
             raise ConfigError("rule", self.rule, RULES)
-        if not (isinstance(self.n, int) and self.n >= 1):
-            raise ConfigError("n", self.n, "an integer >= 1")
+        check_count("n", self.n)
         if self.start_rate is not None:
             if self.max_rate is not None and self.start_rate > self.max_rate:
                 raise ConfigError("start_rate", self.start_rate, f"<= max_rate ({self.max_rate:g} pps)")

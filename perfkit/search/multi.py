@@ -49,7 +49,7 @@ from perfkit.search.judging import RATE_EPS, is_good, narrow, offered_rate
 from perfkit.search.limits import OFFER_SHORTFALL
 from perfkit.search.measurer import Measurer, OnTrial
 from perfkit.search.goals import Goal, GoalParams, LoadStat, goal_stat
-from perfkit.search.params import check_positive
+from perfkit.search.params import check_count, check_positive
 from perfkit.search.result import Bounds, SearchResult, goal_name
 from perfkit.search.simple import latency_at_goals
 from perfkit.search.trials import TrialLog
@@ -73,8 +73,7 @@ class NdrPdr(GoalParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (isinstance(self.max_trials, int) and self.max_trials >= 1):
-            raise ConfigError("max_trials", self.max_trials, "an integer >= 1")
+        check_count("max_trials", self.max_trials)
         for f in self.latency_fractions:
             if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1):
                 raise ConfigError("latency_fractions", f, "fractions of the throughput found, 0 < x <= 1")

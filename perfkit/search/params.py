@@ -18,6 +18,12 @@ def check_positive(name: str, value: float | None, unit: str, optional: bool = F
         raise ConfigError(name, value, f"a positive number [{unit}]")
 
 
+def check_count(name: str, value: int) -> None:
+    """Raise ``ConfigError`` unless ``value`` is an integer >= 1 (a count of trials)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(name, value, "an integer >= 1")
+
+
 def check_ratio(name: str, value: float) -> None:
     """Raise ``ConfigError`` unless ``0 <= value < 1`` (a loss ratio)."""
     if not (isinstance(value, (int, float)) and 0 <= value < 1):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from perfkit.errors import ConfigError, SearchError
 from perfkit.search.judging import is_good, offered_rate
 from perfkit.search.measurer import Measurer, OnTrial
-from perfkit.search.params import check_positive, check_ratio, resolve_max_rate
+from perfkit.search.params import check_count, check_positive, check_ratio, resolve_max_rate
 from perfkit.search.limits import LOWER_BOUNDS
 from perfkit.search.result import Bounds, LatencyPoint, SearchResult
 from perfkit.search.trials import TrialLog
@@ -38,8 +38,7 @@ class MaxRate:
     def __post_init__(self) -> None:
         check_positive("max_rate", self.max_rate, "pps", optional=True)
         check_positive("duration", self.duration, "s")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= 100:
-            raise ConfigError("trials", self.trials, "an integer number of trials, 1 .. 100")
+        check_count("trials", self.trials)
 
 
 def max_rate(measurer: Measurer, params: MaxRate = MaxRate(), *, on_trial: OnTrial | None = None,
