@@ -184,8 +184,11 @@ class TrialLog:
         if goals:
             limit, reason = goals[0].limited_by, goals[0].reason
         elif method == "maxrate" and self.trials:
-            limit = maxrate_limit(self.trials[-1])
-            reason = maxrate_reason(self.trials[-1], limit)
+            # with repeats, the judged trial whose received rate is the figure (the median's)
+            at = min(self.judged, key=lambda t: abs(t.rx_pps - lower)) if self.judged and lower is not None \
+                else self.trials[-1]
+            limit = maxrate_limit(at)
+            reason = maxrate_reason(at, limit)
         else:
             limit = evidence.limit(lower, upper, 0.0)
             reason = evidence.reason(limit, upper, 0.0)
