@@ -46,7 +46,7 @@ from perfkit import owners
 from perfkit.campaign import expand, load_campaign, run_campaign
 from perfkit.campaign.journal import Journal
 from perfkit.errors import PerfkitError
-from perfkit.metrics import stack, stackstate
+from perfkit.metrics import exporter, stack, stackstate
 from perfkit.metrics.push import gateway_trial_ids
 from perfkit.store import RunStore
 from perfkit.testbed import netns
@@ -231,7 +231,8 @@ def napi_threads(testbed_ids: set[str]) -> list[str]:
 
 
 def leftovers(testbed_ids: set[str], prog_baseline: int) -> list[str]:
-    """What is left of the given (dead) testbeds: namespaces, root links, threads, records, programs.
+    """What is left of the given (dead) testbeds: namespaces, root links, threads, records, dataplane
+    descriptions, programs.
 
     Programs are freed by the kernel after a namespace is gone (asynchronously): those seen unheld
     are waited for (generously) before they count as leaked.
@@ -241,6 +242,7 @@ def leftovers(testbed_ids: set[str], prog_baseline: int) -> list[str]:
     left += [f"link {m}" for m in re.findall(r"^\d+: ([td][0-9a-f]{6}\w*)[@:]", links, re.M)
              if m[1:7] in testbed_ids]
     left += [f"record {rid}" for rid in testbed_ids if owner_record(rid) is not None]
+    left += [f"description {rid}" for rid in testbed_ids if exporter.dut_path(rid).exists()]
     deadline = time.monotonic() + 30
     while True:
         threads = napi_threads(testbed_ids)

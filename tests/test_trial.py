@@ -21,6 +21,7 @@ from scapy.contrib.gtp import GTP_U_Header
 from scapy.layers.inet import IP
 from scapy.utils import rdpcap
 
+from perfkit import stop
 from perfkit.generators import create
 from perfkit.generators.xdp import XdpGenerator
 from perfkit.testbed.livegen import LATE_STOP
@@ -218,6 +219,26 @@ def test_cleanup_when_a_trial_raises(monkeypatch):
         with g:
             g.measure(1000, 1.0)
     assert set(running()) == before
+
+
+def test_a_stop_while_the_generator_closes_still_takes_everything_down(monkeypatch):
+    """A SIGTERM that lands while one part closes is raised once every part is down: raised there,
+    it skipped the rest, and the dataplane's description stayed behind (CI's stop drill, once)."""
+    before = set(running())
+    g = XdpGenerator(Scenario(frame_size=128, params={"direction": "ul"}))
+    path, close = g.export.path, g.gen.close
+
+    def close_then_stop() -> None:
+        close()
+        stop.request(signal.SIGTERM)
+
+    monkeypatch.setattr(g.gen, "close", close_then_stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            g.close()
+    finally:
+        stop.reset()
+    assert set(running()) == before and not path.exists()
 
 
 def test_cli_trial_json():

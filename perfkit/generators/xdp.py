@@ -449,6 +449,22 @@ class XdpGenerator(Generator):
         return notes
 
     def close(self) -> None:
+        """Take every part and the testbed down. A stop (Ctrl-C, SIGTERM) that arrives meanwhile is
+        raised once all of it is down: raised halfway, it skipped the parts after the one it cut, and
+        the testbed's exit handler then took the namespaces down but left the dataplane's description
+        behind (the stop drill of CI found one). The testbed goes down after the raise: it forgets
+        the stop its own handler recorded, and a pending one would be lost."""
+        try:
+            with stop.deferred():
+                self._close_parts()
+        finally:
+            self.testbed.down()
+            try:
+                os.sched_setaffinity(0, self._affinity)
+            except OSError:
+                pass
+
+    def _close_parts(self) -> None:
         if self.confinement is not None:
             self.confinement.release()
         # the knobs first: restored to what they were read as, with the DUT's program still attached
@@ -462,8 +478,3 @@ class XdpGenerator(Generator):
         self.knobs = self.shield = self.coreshare = self.confinement = self.stalls = self.gen = self.sink = None
         self.socket_sink = self.receiver = self.export = None
         self.dut = None
-        self.testbed.down()
-        try:
-            os.sched_setaffinity(0, self._affinity)
-        except OSError:
-            pass

@@ -94,8 +94,11 @@ def save(desc: ExportedDut, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({**desc.to_dict(), "owner": owners.me(), "netns": owners.netns_id()}, indent=1))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({**desc.to_dict(), "owner": owners.me(), "netns": owners.netns_id()}, indent=1))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)   # (after the replace, there is none)
     return path
 
 

@@ -69,12 +69,20 @@ class DutExport:
     def _setup(self, descs: list[exporter.ExportedDut], targets: Path | None) -> None:
         self.descs = descs
         self.desc = descs[0]
-        self.paths = [exporter.save(d, exporter.dut_path(d.testbed)) for d in descs]
+        # the paths before the files: whatever cuts the writing short, close() knows what to remove
+        self.paths = [exporter.dut_path(d.testbed) for d in descs]
         self.path = self.paths[0]
-        self.targets = targets
+        self.targets = None
         self.proc: subprocess.Popen[bytes] | None = None
         #: Where the exporter serves (``http://127.0.0.1:PORT/metrics``); None while it does not.
         self.url: str | None = None
+        try:
+            for d, path in zip(descs, self.paths):
+                exporter.save(d, path)
+        except BaseException:
+            self.close()
+            raise
+        self.targets = targets
 
     def _start_or_close(self, args: list[str], cpus: Iterable[int] | None) -> None:
         try:
