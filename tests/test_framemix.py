@@ -22,6 +22,7 @@ from perfkit.stl.signature import SIGNATURE
 from perfkit.testbed.stlgen import show
 from perfkit.trial import TrialResult
 from tests.campaign_fixtures import produce_run
+from tests.counting import QUIET_RATE
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,10 +200,12 @@ def test_the_cli_runs_an_imix_trial_on_the_simulated_dut():
 @pytest.mark.slow   # the testbed or a real server: make test-slow (make test keeps 15 min)
 def test_an_imix_trial_on_the_testbed_sends_and_counts_the_mix():
     """The local testbed: 1200 frames are 700, 400 and 100 of each size (each tester thread runs the
-    mix), the sink gets them all back and every captured frame is what the DUT should emit."""
+    mix), the sink gets them all back and every captured frame is what the DUT should emit. At
+    ``QUIET_RATE``: at 100 kpps a 5.5 ms host stall outlasted the 2.6 ms a 256-frame ring lasts and
+    CI lost 80 frames to it."""
     from perfkit.generators.xdp import XdpGenerator
     with XdpGenerator(Scenario(frame_size="imix", params={"direction": "dl"}), capture_count=64) as g:
-        r = g.measure(100_000, 1.0, packets=1200)
+        r = g.measure(QUIET_RATE, 1.0, packets=1200)
     assert (r.frame_size, r.frame_mix, r.wire_frame_size) == (362, "imix", 362)
     assert r.tx_packets == r.rx_packets == 1200 and r.tx_bytes == 700 * 64 + 400 * 594 + 100 * 1518
     assert r.rx_bytes == r.tx_bytes + 1200 * 36             # downlink: each frame GTP-U encapsulated
