@@ -199,8 +199,10 @@ def test_a_5ms_stall_of_the_dut_core_makes_the_trial_disturbed(ul, hog):
         if r.tx_packets >= 0.99 * r.intended_packets:
             break
     # 100 kpps for 5 ms is 500 frames into a 256-frame ring
-    assert r.dut_drops.get("rx_ring_full", 0) > 0 and r.lost_packets > 0
-    assert f"{RING_FRAMES}-frame ring" in r.disturbance
+    why = (r.tx_packets, r.intended_packets, r.lost_packets, r.dut_drops, r.tester_drops, r.ring_cores,
+           r.stalls, r.notes)
+    assert r.dut_drops.get("rx_ring_full", 0) > 0 and r.lost_packets > 0, why
+    assert f"{RING_FRAMES}-frame ring" in r.disturbance, why
     assert r.disturbed, (r.disturbance, r.stalls)
     assert 4500 <= r.dut_stall_us < 50_000
     assert "DUT ring overflows" in r.disturbance
