@@ -376,11 +376,14 @@ def test_a_lab_trial_runs_under_a_knob_that_reads_back_on_the_dut_host_and_is_re
 
 
 @pytest.mark.lab
-def test_two_testers_offer_more_than_one_tester_can_with_exact_merged_counts(lab: tuple[Sandbox, Lab],
-                                                                            tmp_path: Path) -> None:
+def test_two_testers_send_at_once_with_exact_merged_counts(lab: tuple[Sandbox, Lab], tmp_path: Path) -> None:
     """Multi-node generation: tester2 on the other CPU (here the DUT's: the VM has two), each tester
-    sending its slice of the flows as fast as it can; every frame offered is received or counted as
-    dropped, the two hosts' counts merged."""
+    sending its slice of the flows as fast as it can, both in the same second; every frame offered is
+    received or counted as dropped, the two hosts' counts merged.
+
+    Not compared with one tester's rate: here tester2 shares the DUT's CPU, and tester1's own rate
+    depends on how much the DUT sends back to it (alone, 1.9 M frames received and 2.4 Mpps offered;
+    beside tester2, 32 k received and 5.2 Mpps), so such a ratio measures the scheduler of this VM."""
     import yaml
     from perfkit.generators import create
     sb, _ = lab
@@ -398,8 +401,10 @@ def test_two_testers_offer_more_than_one_tester_can_with_exact_merged_counts(lab
         assert r.reordered == 0 and r.duplicates == 0
         offered = [int(n.split("offered ")[1].split(",")[0]) for n in r.notes if ": offered " in n]
         assert len(offered) == len(testers) and sum(offered) == r.tx_packets
+        assert min(offered) > 10_000, r.notes                 # every tester sent its slice
+        # at once: one after the other, the trial would span twice its duration
+        assert r.end_time - r.start_time < 1.5 * r.duration, (r.start_time, r.end_time)
     one, two = trials[1], trials[2]
-    assert two.tx_pps > 1.2 * one.tx_pps, (one.tx_pps, two.tx_pps)
     assert one.ceiling_hosts == two.ceiling_hosts == []   # as fast as possible: no share to fall short of
     # asked for three times one tester's ceiling, tester2 (on the DUT's CPU) cannot offer its half:
     # the trial names it as the host whose ceiling limited generation
